@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// accessLog is the shared destination of access log lines. Loops buffer
+// whole lines and write them in batches; a write of whole lines to a file
+// opened with O_APPEND does not interleave with another loop's.
+type accessLog struct {
+	mu  sync.Mutex
+	f   *os.File
+	own bool // we opened f and close it
+}
+
+func openAccessLog(dest string) (*accessLog, error) {
+	switch dest {
+	case "", "off":
+		return nil, nil
+	case "stdout":
+		return &accessLog{f: os.Stdout}, nil
+	case "stderr":
+		return &accessLog{f: os.Stderr}, nil
+	}
+	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open access log: %w", err)
+	}
+	return &accessLog{f: f, own: true}, nil
+}
+
+func (a *accessLog) write(b []byte) {
+	if a == nil || len(b) == 0 {
+		return
+	}
+	a.mu.Lock()
+	a.f.Write(b)
+	a.mu.Unlock()
+}
+
+func (a *accessLog) close() {
+	if a != nil && a.own {
+		a.f.Close()
+	}
+}
+
+// appendLogTime formats t as nginx's $time_local: 30/Nov/2026:05:33:27 +0000.
+func appendLogTime(b []byte, t time.Time) []byte {
+	return t.AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
+}
+
+// appendQuoted appends s in double quotes with quotes, backslashes and
+// control bytes escaped as \xHH, so a client cannot forge log lines.
+func appendQuoted(b []byte, s []byte) []byte {
+	b = append(b, '"')
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			b = append(b, '\\', 'x')
+			b = strconv.AppendUint(b, uint64(c)>>4, 16)
+			b = strconv.AppendUint(b, uint64(c)&15, 16)
+			continue
+		}
+		b = append(b, c)
+	}
+	return append(b, '"')
+}

@@ -1,0 +1,369 @@
+package files
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind says what a path turned out to be.
+type Kind uint8
+
+const (
+	KindFile      Kind = iota + 1 // a regular file, open
+	KindDir                       // a directory
+	KindMissing                   // no such file
+	KindForbidden                 // exists but may not be served (permissions, escaping symlink, not a regular file)
+	KindError                     // any other failure; answered with 500
+)
+
+// Entry is what the cache knows about one path beneath one root.
+type Entry struct {
+	// Immutable after construction.
+	Kind         Kind
+	Size         int64
+	ModTime      time.Time
+	ETag         string // strong, quoted
+	LastModified string // IMF-fixdate
+	ContentType  string
+	// Small holds the whole content of a small file, read at open, so a
+	// small response is one write. Nil for larger files.
+	Small []byte
+	Err   error // for KindError and KindForbidden: why, for the log
+
+	fd   int
+	dev  uint64
+	ino  uint64
+	key  string
+	dir  string // directory watched for changes to this entry
+	abs  string // dir + "/" + base name: what inotify events name
+	refs atomic.Int32
+	gone atomic.Bool // removed from the cache; the last Release closes fd
+}
+
+// Fd returns the open descriptor of a KindFile entry.
+func (e *Entry) Fd() int { return e.fd }
+
+// Release drops a reference taken by Lookup or Open.
+func (e *Entry) Release() {
+	if e.refs.Add(-1) == 0 && e.fd > 0 {
+		closeFd(e.fd)
+	}
+}
+
+// Root is a directory files are served from.
+type Root struct {
+	Dir string
+	// FollowOutside lets symbolic links lead outside Dir.
+	FollowOutside bool
+
+	fd int // O_PATH descriptor of Dir, for openat2
+	id string
+}
+
+// Config tunes a Cache. The zero value of each field means its default.
+type Config struct {
+	// MaxEntries bounds the number of cached paths. Zero means 16384.
+	MaxEntries int
+	// SmallFileBytes is the size up to which a file's content is kept in
+	// memory. Zero means 32 KiB; negative disables it.
+	SmallFileBytes int64
+	// MaxSmallBytes bounds the memory held by small-file contents.
+	// Zero means 64 MiB.
+	MaxSmallBytes int64
+	// Revalidate is how often every entry is checked against the disk by
+	// stat, catching changes inotify cannot see (a parent directory
+	// renamed, a symlink target changed). Zero means 5s.
+	Revalidate time.Duration
+	Logger     *slog.Logger
+}
+
+// Cache maps paths to open files. Lookup is safe from any goroutine and
+// never blocks on the disk; Open blocks and belongs on a worker pool.
+type Cache struct {
+	// Immutable after construction.
+	cfg Config
+	log *slog.Logger
+	w   *watcher // nil when inotify is unavailable: nothing is cached
+
+	mu         sync.RWMutex
+	m          map[string]*Entry   // guarded by mu; key -> entry
+	byPath     map[string][]*Entry // guarded by mu; absolute path -> entries (one per root)
+	smallBytes int64               // guarded by mu
+
+	stop chan struct{}
+	done chan struct{}
+
+	// Counters.
+	Hits, Misses, Invalidations atomic.Int64
+}
+
+// NewCache starts a cache. Close stops it.
+func NewCache(cfg Config) *Cache {
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = 16384
+	}
+	if cfg.SmallFileBytes == 0 {
+		cfg.SmallFileBytes = 32 << 10
+	}
+	if cfg.MaxSmallBytes <= 0 {
+		cfg.MaxSmallBytes = 64 << 20
+	}
+	if cfg.Revalidate <= 0 {
+		cfg.Revalidate = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Cache{cfg: cfg, log: cfg.Logger, m: make(map[string]*Entry), byPath: make(map[string][]*Entry), stop: make(chan struct{}), done: make(chan struct{})}
+	w, err := newWatcher(c.invalidateDir, c.invalidateAll)
+	if err != nil {
+		c.log.Warn("open-file cache disabled: cannot watch files for changes; every request opens its file", "err", err)
+	} else {
+		c.w = w
+	}
+	go c.revalidateLoop()
+	return c
+}
+
+// Close stops the cache's goroutines and drops every entry.
+func (c *Cache) Close() {
+	close(c.stop)
+	<-c.done
+	if c.w != nil {
+		c.w.close()
+	}
+	c.invalidateAll()
+}
+
+// NewRoot opens dir for serving.
+func NewRoot(dir string, followOutside bool) (*Root, error) {
+	fd, err := openDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Root{Dir: dir, FollowOutside: followOutside, fd: fd}
+	r.id = strconv.Itoa(fd) + ":"
+	return r, nil
+}
+
+// Key returns the cache key of rel beneath r.
+func (r *Root) Key(rel []byte) string { return r.id + string(rel) }
+
+// keyBytes builds the key into buf without allocating.
+func (r *Root) keyBytes(buf []byte, rel []byte) []byte {
+	buf = append(buf[:0], r.id...)
+	return append(buf, rel...)
+}
+
+// Lookup returns the cached entry for rel beneath root with a reference
+// held, or nil on a miss. It never touches the disk. buf is scratch space
+// for the key.
+func (c *Cache) Lookup(root *Root, rel []byte, buf []byte) (*Entry, []byte) {
+	buf = root.keyBytes(buf, rel)
+	c.mu.RLock()
+	e := c.m[string(buf)]
+	if e != nil {
+		e.refs.Add(1)
+	}
+	c.mu.RUnlock()
+	if e == nil {
+		c.Misses.Add(1)
+	} else {
+		c.Hits.Add(1)
+	}
+	return e, buf
+}
+
+// Open opens rel beneath root, caches the result when the cache can watch
+// it for changes, and returns it with a reference held. It blocks on the
+// disk: call it from a worker, never from a reactor.
+func (c *Cache) Open(root *Root, rel string) *Entry {
+	key := root.id + rel
+	dir := root.Dir
+	if i := lastSlash(rel); i >= 0 {
+		dir += "/" + rel[:i]
+	}
+	// Watch before opening, so a change between the open and the watch
+	// cannot be missed.
+	watched := false
+	if c.w != nil {
+		watched = c.w.add(dir) == nil
+	}
+	e := openEntry(root, rel, c.cfg.SmallFileBytes)
+	e.key, e.dir, e.abs = key, dir, root.Dir+"/"+rel
+	e.refs.Store(1) // the caller's
+	if !watched || e.Kind == KindError {
+		if watched {
+			c.w.release(dir)
+		}
+		return e
+	}
+
+	c.mu.Lock()
+	if old := c.m[key]; old != nil {
+		// Another worker opened it first; keep theirs.
+		old.refs.Add(1)
+		c.mu.Unlock()
+		c.w.release(dir)
+		e.Release()
+		return old
+	}
+	if len(c.m) >= c.cfg.MaxEntries {
+		c.evictOneLocked()
+	}
+	if e.Small != nil {
+		if c.smallBytes+int64(len(e.Small)) > c.cfg.MaxSmallBytes {
+			e.Small = nil
+		} else {
+			c.smallBytes += int64(len(e.Small))
+		}
+	}
+	e.refs.Add(1) // the cache's
+	c.m[key] = e
+	c.byPath[e.abs] = append(c.byPath[e.abs], e)
+	c.mu.Unlock()
+	return e
+}
+
+func lastSlash(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// evictOneLocked drops an arbitrary entry (Go's map order is random enough
+// to stand in for a clock).
+func (c *Cache) evictOneLocked() {
+	for k, e := range c.m {
+		c.removeLocked(k, e)
+		return
+	}
+}
+
+func (c *Cache) removeLocked(k string, e *Entry) {
+	delete(c.m, k)
+	list := c.byPath[e.abs]
+	for i := range list {
+		if list[i] == e {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(c.byPath, e.abs)
+	} else {
+		c.byPath[e.abs] = list
+	}
+	if e.Small != nil {
+		c.smallBytes -= int64(len(e.Small))
+	}
+	e.gone.Store(true)
+	if c.w != nil {
+		c.w.release(e.dir)
+	}
+	c.Invalidations.Add(1)
+	e.Release()
+}
+
+// invalidateDir drops the entries for name in dir, or every entry in and
+// below dir when name is empty (the directory itself went away).
+func (c *Cache) invalidateDir(dir, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if name != "" {
+		for _, e := range append([]*Entry(nil), c.byPath[dir+"/"+name]...) {
+			c.removeLocked(e.key, e)
+		}
+		return
+	}
+	for k, e := range c.m {
+		if e.dir == dir || strings.HasPrefix(e.dir, dir+"/") {
+			c.removeLocked(k, e)
+		}
+	}
+}
+
+func (c *Cache) invalidateAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		c.removeLocked(k, e)
+	}
+}
+
+// Len returns the number of cached entries.
+func (c *Cache) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
+
+// revalidateLoop stats every entry now and then and drops those whose
+// file changed in a way inotify on its directory would not report.
+func (c *Cache) revalidateLoop() {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.Revalidate)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.mu.RLock()
+		list := make([]*Entry, 0, len(c.m))
+		for _, e := range c.m {
+			list = append(list, e)
+		}
+		c.mu.RUnlock()
+		for _, e := range list {
+			if !e.gone.Load() && !stillSame(e) {
+				c.mu.Lock()
+				if c.m[e.key] == e {
+					c.removeLocked(e.key, e)
+				}
+				c.mu.Unlock()
+			}
+		}
+	}
+}
+
+// classify maps an open error to the kind of answer it deserves.
+func classify(err error) Kind {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errNotDir), errors.Is(err, errNameTooLong):
+		return KindMissing
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, errEscapes):
+		return KindForbidden
+	}
+	return KindError
+}
+
+func httpDate(t time.Time) string { return t.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT") }
+
+func makeETag(size int64, mtime time.Time) string {
+	b := make([]byte, 0, 32)
+	b = append(b, '"')
+	b = strconv.AppendInt(b, size, 16)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, mtime.UnixNano(), 16)
+	b = append(b, '"')
+	return string(b)
+}
+
+// Close releases the root's directory descriptor.
+func (r *Root) Close() {
+	if r.fd > 0 {
+		closeFd(r.fd)
+		r.fd = -1
+	}
+}

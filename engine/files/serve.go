@@ -1,0 +1,432 @@
+package files
+
+import (
+	"html"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Site is what the file layer needs to know about a site.
+type Site struct {
+	Root          *Root
+	Index         []string // file names tried for a directory; empty means none
+	Listing       bool     // list directories without an index file
+	Precompressed bool     // serve .br/.zst/.gz sidecars to clients that accept them
+}
+
+// Request is what the file layer needs of a GET or HEAD request.
+type Request struct {
+	Head   bool   // HEAD: headers only
+	Path   []byte // percent-encoded path, starting with "/"
+	Query  []byte // raw query, without "?"; nil when absent
+	Header Headers
+}
+
+// Part is a piece of a response body: Mem when non-nil, else Len bytes of
+// the response's File from Off.
+type Part struct {
+	Mem      []byte
+	Off, Len int64
+}
+
+// Response is the plan for answering a request. Strings and slices alias
+// cache entries and Scratch; they stay valid until Scratch.Reset.
+type Response struct {
+	Status          int
+	ContentType     string
+	ContentLength   int64 // of the body that a GET would carry
+	ContentEncoding string
+	ContentRange    []byte // for a single-range 206 or a 416
+	ETag            string
+	LastModified    string
+	Location        []byte // for redirects
+	Vary            bool   // Vary: Accept-Encoding
+	AcceptRanges    bool
+	Allow           bool // Allow: GET, HEAD (with 405)
+	NoBody          bool // HEAD, 304: send the head only
+	// File is the entry whose descriptor the file parts read from.
+	File  *Entry
+	Parts []Part
+	// Bulk is the number of body bytes read from the file, for the bulk
+	// policy (congestion control, kernel TLS promotion).
+	Bulk int64
+}
+
+// Scratch is one connection's working memory for the file layer: buffers
+// reused across requests, the references the current response holds, and
+// the paths a worker must open before the request can be answered.
+// Owned by the connection; a worker touches it only while the connection
+// waits for it.
+type Scratch struct {
+	key, rel, tmp, idx []byte
+	held          []*Entry
+	opened        []opened
+	need          []string
+	listing       []byte
+	listingRel    string
+	needListing   string
+	ranges        []Range
+	parts         []Part
+	mp            []byte
+	Resp          Response
+}
+
+type opened struct {
+	rel string
+	e   *Entry
+}
+
+// Reset releases every reference held for the last request.
+func (s *Scratch) Reset() {
+	for _, e := range s.held {
+		e.Release()
+	}
+	for _, o := range s.opened {
+		o.e.Release()
+	}
+	clear(s.held)
+	s.held = s.held[:0]
+	clear(s.opened)
+	s.opened = s.opened[:0]
+	s.need = s.need[:0]
+	s.listing, s.listingRel, s.needListing = nil, "", ""
+	s.Resp = Response{}
+}
+
+// Pending reports whether Serve stopped because something must be opened.
+func (s *Scratch) Pending() bool { return len(s.need) > 0 || s.needListing != "" }
+
+// Fetch does the blocking work Serve asked for: opening files and reading
+// a directory. Call it off the reactor, then call Serve again.
+func (s *Scratch) Fetch(c *Cache, site *Site) {
+	for _, rel := range s.need {
+		s.opened = append(s.opened, opened{rel: rel, e: c.Open(site.Root, rel)})
+	}
+	s.need = s.need[:0]
+	if s.needListing != "" {
+		s.listingRel = s.needListing
+		s.listing = listDirectory(site.Root, strings.TrimPrefix(s.needListing, "\x00"))
+		s.needListing = ""
+	}
+}
+
+// lookup finds rel among the entries opened for this request or in the
+// cache; on a miss it records rel in need and returns nil.
+func (s *Scratch) lookup(c *Cache, root *Root, rel []byte) *Entry {
+	for i := range s.opened {
+		if s.opened[i].rel == string(rel) {
+			return s.opened[i].e
+		}
+	}
+	e, key := c.Lookup(root, rel, s.key)
+	s.key = key
+	if e == nil {
+		s.need = append(s.need, string(rel))
+		return nil
+	}
+	s.held = append(s.held, e)
+	return e
+}
+
+// maxRounds bounds the worker round trips one request may take.
+const maxOpened = 12
+
+// Serve plans the answer to req and stores it in s.Resp. It returns false
+// when it needs files opened first (s.Pending() is true): run s.Fetch on a
+// worker, then call Serve again. It never blocks.
+func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
+	r := &s.Resp
+	*r = Response{}
+	rel, dirSlash, err := CleanPath(req.Path, s.rel)
+	s.rel = rel[:0]
+	if err != nil {
+		ErrorResponse(r, 400)
+		return true
+	}
+	if len(s.opened) > maxOpened {
+		ErrorResponse(r, 500)
+		return true
+	}
+	e := s.lookup(c, site.Root, rel)
+	if e == nil {
+		return false
+	}
+	switch e.Kind {
+	case KindMissing:
+		ErrorResponse(r, 404)
+		return true
+	case KindForbidden:
+		ErrorResponse(r, 403)
+		return true
+	case KindError:
+		ErrorResponse(r, 500)
+		return true
+	case KindDir:
+		if !dirSlash && len(rel) > 0 {
+			// nginx and Caddy redirect "/dir" to "/dir/" so relative links
+			// in the index resolve.
+			loc := append(s.tmp[:0], req.Path...)
+			loc = append(loc, '/')
+			if req.Query != nil {
+				loc = append(loc, '?')
+				loc = append(loc, req.Query...)
+			}
+			s.tmp = loc
+			ErrorResponse(r, 301)
+			r.Location = loc
+			return true
+		}
+		return c.serveDir(site, req, s, rel)
+	}
+	if dirSlash {
+		ErrorResponse(r, 404)
+		return true
+	}
+	return c.serveFile(site, req, s, rel, e)
+}
+
+func (c *Cache) serveDir(site *Site, req *Request, s *Scratch, rel []byte) bool {
+	r := &s.Resp
+	// The first index name that is a file wins; a name not yet known
+	// before it means a worker must look first.
+	unknown := false
+	for _, idx := range site.Index {
+		p := append(s.idx[:0], rel...)
+		if len(p) > 0 {
+			p = append(p, '/')
+		}
+		p = append(p, idx...)
+		s.idx = p
+		e := s.lookup(c, site.Root, p)
+		if e == nil {
+			unknown = true
+			continue
+		}
+		if e.Kind == KindFile && !unknown {
+			return c.serveFile(site, req, s, p, e)
+		}
+	}
+	if unknown {
+		return false
+	}
+	if !site.Listing {
+		ErrorResponse(r, 404)
+		return true
+	}
+	key := "\x00" + string(rel)
+	if s.listingRel != key {
+		s.needListing = key
+		return false
+	}
+	if s.listing == nil {
+		ErrorResponse(r, 500)
+		return true
+	}
+	r.Status = 200
+	r.ContentType = "text/html; charset=utf-8"
+	r.ContentLength = int64(len(s.listing))
+	r.NoBody = req.Head
+	s.parts = append(s.parts[:0], Part{Mem: s.listing})
+	r.Parts = s.parts
+	return true
+}
+
+func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *Entry) bool {
+	r := &s.Resp
+	sel := e
+	coding := ""
+	vary := false
+	if site.Precompressed {
+		if ae := req.Header.Get("accept-encoding"); ae != nil {
+			bestQ := 0
+			pending := false
+			for _, cd := range Codings {
+				q := acceptQ(ae, cd.Name)
+				if q == 0 {
+					continue
+				}
+				p := append(s.tmp[:0], rel...)
+				p = append(p, cd.Suffix...)
+				s.tmp = p
+				side := s.lookup(c, site.Root, p)
+				if side == nil {
+					pending = true
+					continue
+				}
+				if side.Kind != KindFile {
+					continue
+				}
+				vary = true
+				if q > bestQ {
+					bestQ, sel, coding = q, side, cd.Name
+				}
+			}
+			if pending {
+				return false
+			}
+		}
+	}
+
+	r.ContentType = e.ContentType
+	r.ContentEncoding = coding
+	r.Vary = vary
+	r.ETag = sel.ETag
+	r.LastModified = sel.LastModified
+	r.AcceptRanges = true
+	r.File = sel
+
+	switch evalPreconditions(req.Header, sel.ETag, sel.ModTime) {
+	case condNotModified:
+		r.Status = 304
+		r.NoBody = true
+		return true
+	case condFailed:
+		ErrorResponse(r, 412)
+		r.ETag, r.LastModified = sel.ETag, sel.LastModified
+		return true
+	}
+
+	size := sel.Size
+	ranges := s.ranges[:0]
+	result := rangeIgnore
+	if rh := req.Header.Get("range"); rh != nil && !req.Head && ifRangeAllows(req.Header, sel.ETag, sel.LastModified) {
+		ranges, result = ParseRange(rh, size, ranges)
+		s.ranges = ranges
+	}
+	r.NoBody = req.Head
+	parts := s.parts[:0]
+	switch result {
+	case rangeUnsatisfiable:
+		ErrorResponse(r, 416)
+		r.ContentRange = append(append(s.mp[:0], "bytes */"...), strconv.FormatInt(size, 10)...)
+		s.mp = r.ContentRange
+		r.ETag, r.LastModified, r.AcceptRanges = sel.ETag, sel.LastModified, true
+		return true
+	case rangeOK:
+		r.Status = 206
+		if len(ranges) == 1 {
+			rg := ranges[0]
+			r.ContentRange = AppendContentRange(s.mp[:0], rg, size)
+			s.mp = r.ContentRange
+			r.ContentLength = rg.Len
+			parts = append(parts, filePart(sel, rg.Off, rg.Len))
+			r.Bulk = rg.Len
+			break
+		}
+		parts, r.ContentLength = multipart(s, sel, r.ContentType, ranges, size, parts)
+		r.ContentType = "multipart/byteranges; boundary=" + boundary
+		for _, rg := range ranges {
+			r.Bulk += rg.Len
+		}
+	default:
+		r.Status = 200
+		r.ContentLength = size
+		if size > 0 {
+			parts = append(parts, filePart(sel, 0, size))
+		}
+		r.Bulk = size
+	}
+	s.parts = parts
+	r.Parts = parts
+	return true
+}
+
+// filePart serves from memory when the entry holds the file's content.
+func filePart(e *Entry, off, n int64) Part {
+	if e.Small != nil {
+		return Part{Mem: e.Small[off : off+n]}
+	}
+	return Part{Off: off, Len: n}
+}
+
+// boundary separates multipart/byteranges parts. It only has to be absent
+// from the part headers we write, so a fixed string does.
+const boundary = "3d6b6a416f9b5e4c8f2a"
+
+func multipart(s *Scratch, e *Entry, ctype string, ranges []Range, size int64, parts []Part) ([]Part, int64) {
+	// Build all part headers in one buffer first; slices into it are taken
+	// after, since appending may move it.
+	buf := s.mp[:0]
+	offs := make([]int, 0, len(ranges)+1)
+	for _, rg := range ranges {
+		offs = append(offs, len(buf))
+		buf = append(buf, "\r\n--"+boundary+"\r\nContent-Type: "...)
+		buf = append(buf, ctype...)
+		buf = append(buf, "\r\nContent-Range: "...)
+		buf = AppendContentRange(buf, rg, size)
+		buf = append(buf, "\r\n\r\n"...)
+	}
+	offs = append(offs, len(buf))
+	buf = append(buf, "\r\n--"+boundary+"--\r\n"...)
+	s.mp = buf
+	var total int64
+	for i, rg := range ranges {
+		hdr := buf[offs[i]:offs[i+1]]
+		parts = append(parts, Part{Mem: hdr}, filePart(e, rg.Off, rg.Len))
+		total += int64(len(hdr)) + rg.Len
+	}
+	tail := buf[offs[len(ranges)]:]
+	parts = append(parts, Part{Mem: tail})
+	total += int64(len(tail))
+	return parts, total
+}
+
+// ErrorResponse fills r with a small HTML error page for status.
+func ErrorResponse(r *Response, status int) {
+	page, ok := errorPages[status]
+	if !ok {
+		status, page = 500, errorPages[500]
+	}
+	*r = Response{Status: status, ContentType: "text/html; charset=utf-8",
+		ContentLength: page[0].Len, Parts: page}
+}
+
+// errorPages holds each error page as a one-part body, built once.
+var errorPages = func() map[int][]Part {
+	m := map[int][]Part{}
+	for code, text := range map[int]string{
+		301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+		405: "Method Not Allowed", 408: "Request Timeout", 412: "Precondition Failed",
+		414: "URI Too Long", 416: "Range Not Satisfiable", 431: "Request Header Fields Too Large",
+		500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
+		505: "HTTP Version Not Supported",
+	} {
+		t := strconv.Itoa(code) + " " + text
+		body := []byte("<html><head><title>" + t + "</title></head><body><h1>" + t + "</h1></body></html>\n")
+		m[code] = []Part{{Mem: body, Len: int64(len(body))}}
+	}
+	return m
+}()
+
+// listDirectory renders rel beneath root as a minimal HTML index. It
+// returns nil when the directory cannot be read.
+func listDirectory(root *Root, rel string) []byte {
+	fd, err := openBeneath(root, rel)
+	if err != nil {
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	title := html.EscapeString("/" + rel)
+	var b strings.Builder
+	b.WriteString("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Index of " + title +
+		"</title></head><body><h1>Index of " + title + "</h1><pre>\n<a href=\"../\">../</a>\n")
+	for _, de := range ents {
+		name := de.Name()
+		if de.IsDir() {
+			name += "/"
+		}
+		b.WriteString("<a href=\"" + html.EscapeString((&url.URL{Path: name}).EscapedPath()) + "\">" +
+			html.EscapeString(name) + "</a>\n")
+	}
+	b.WriteString("</pre></body></html>\n")
+	return []byte(b.String())
+}

@@ -1,0 +1,395 @@
+package engine
+
+import (
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/h1"
+)
+
+// h1Handler drives HTTP/1.1 on one loop. Its scratch state is shared by
+// the loop's connections, which it serves one at a time.
+type h1Handler struct {
+	// Immutable after construction.
+	srv  *Server
+	loop *reactor.Loop
+	log  *slog.Logger
+
+	// Owned by the loop goroutine.
+	parser   *h1.Parser
+	req      h1.Request
+	head     []byte
+	hostBuf  []byte
+	date     []byte
+	dateSec  int64
+	logBuf   []byte
+	limiter  logLimiter
+	warnedCC bool
+}
+
+// h1Conn is one connection's HTTP/1.1 state.
+type h1Conn struct {
+	files       files.Scratch
+	skip        h1.BodySkipper
+	skipping    bool // discarding a request body
+	sending     bool // a response is queued; its references are held until it is written
+	closeAfter  bool // close once the queued response is written
+	headStarted bool // the first byte of a request head has arrived
+	requests    int
+
+	// For the access log of the response being sent.
+	logLine  []byte
+	logStart int64 // Conn.Sent() when the body started
+}
+
+// maxSkipBody bounds a request body discarded to keep a connection alive;
+// a larger one closes the connection after the answer instead.
+const maxSkipBody = 1 << 20
+
+func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
+	return &h1Handler{
+		srv:     s,
+		loop:    l,
+		log:     s.log.With("loop", l.ID()),
+		parser:  h1.NewParser(s.limits),
+		head:    make([]byte, 0, 512),
+		limiter: logLimiter{perSecond: 20},
+	}
+}
+
+func (h *h1Handler) Open(c *reactor.Conn) {
+	c.State = &h1Conn{}
+	c.SetReadDeadline(h.srv.cfg.Limits.HeaderTimeout.D())
+}
+
+func (h *h1Handler) Closed(c *reactor.Conn) {
+	st := c.State.(*h1Conn)
+	if st.sending {
+		h.logResponse(c, st) // a response cut short: log what was sent
+	}
+	st.files.Reset()
+	c.State = nil
+}
+
+func (h *h1Handler) Tick() {
+	if len(h.logBuf) > 0 {
+		h.srv.alog.write(h.logBuf)
+		h.logBuf = h.logBuf[:0]
+	}
+	h.limiter.flush(h.log)
+}
+
+func (h *h1Handler) Serve(c *reactor.Conn) {
+	st := c.State.(*h1Conn)
+	lim := &h.srv.cfg.Limits
+	for {
+		if st.sending {
+			if c.Pending() {
+				return
+			}
+			h.logResponse(c, st)
+			st.sending = false
+			st.files.Reset()
+			if st.closeAfter {
+				c.CloseAfterFlush()
+				return
+			}
+		}
+		if st.skipping {
+			n, err := st.skip.Skip(c.Input())
+			c.Consume(n)
+			if err != nil {
+				h.limiter.log(h.log, "bad request body framing; closing", "peer", c.Peer(), "err", err)
+				c.Close()
+				return
+			}
+			if !st.skip.Done() {
+				if c.EOF() || st.skip.Consumed() > maxSkipBody {
+					c.Close()
+				}
+				return
+			}
+			st.skipping = false
+		}
+		in := c.Input()
+		if len(in) == 0 {
+			if c.EOF() || h.loop.Draining() {
+				c.Close()
+				return
+			}
+			st.headStarted = false
+			c.SetReadDeadline(lim.IdleTimeout.D())
+			return
+		}
+		if !st.headStarted {
+			st.headStarted = true
+			c.SetReadDeadline(lim.HeaderTimeout.D())
+		}
+		n, err := h.parser.Parse(in, &h.req)
+		if err == h1.ErrIncomplete {
+			if c.EOF() {
+				c.Close() // the client gave up mid-head
+			}
+			return
+		}
+		if err != nil {
+			var pe *h1.Error
+			errors.As(err, &pe)
+			h.srv.stats.badRequests.Add(1)
+			h.limiter.log(h.log, "bad request", "peer", c.Peer(), "status", pe.Status, "reason", pe.Reason)
+			st.closeAfter = true
+			files.ErrorResponse(&st.files.Resp, pe.Status)
+			h.send(c, st, nil, nil)
+			continue
+		}
+		if !h.handle(c, st, n) {
+			return // a worker is opening files; Serve runs again when it is done
+		}
+	}
+}
+
+// handle answers the parsed request h.req whose head is n bytes. It
+// returns false when the answer waits for a worker.
+func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
+	r := &h.req
+	s, hb := h.srv.sites.lookup(r.Host, h.hostBuf)
+	h.hostBuf = hb
+	resp := &st.files.Resp
+	// Methods are case-sensitive (RFC 9110 §9.1): "get" is not GET.
+	isHead := string(r.Method) == "HEAD"
+	switch {
+	case !isHead && string(r.Method) != "GET":
+		files.ErrorResponse(resp, 405)
+		resp.Allow = true
+	case r.Path == nil || r.Path[0] != '/':
+		files.ErrorResponse(resp, 400)
+		st.closeAfter = true
+	case !s.h1:
+		files.ErrorResponse(resp, 421)
+	default:
+		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}
+		if !h.srv.cache.Serve(&s.files, &fr, &st.files) {
+			cache, site := h.srv.cache, &s.files
+			c.Go(func() { st.files.Fetch(cache, site) })
+			return false
+		}
+	}
+	if isHead {
+		resp.NoBody = true
+	}
+	c.Consume(n)
+	st.headStarted = false
+	c.SetReadDeadline(0)
+	if r.HasBody() {
+		if !r.Chunked && r.ContentLength > maxSkipBody {
+			st.closeAfter = true // too much to discard: answer, then close
+		} else {
+			st.skip.Reset(r)
+			st.skipping = true
+		}
+	}
+	if r.Close {
+		st.closeAfter = true
+	}
+	h.send(c, st, r, s)
+	return true
+}
+
+// send writes the head of st.files.Resp and queues its body. r and s are
+// nil for requests that could not be parsed.
+func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
+	resp := &st.files.Resp
+	if h.loop.Draining() {
+		st.closeAfter = true
+	}
+	switch {
+	case resp.Status >= 500:
+		h.srv.stats.serverErrors.Add(1)
+		if resp.File == nil {
+			h.log.Warn("server error", "status", resp.Status, "peer", c.Peer())
+		}
+	case resp.Status == 404:
+		h.srv.stats.notFound.Add(1)
+	}
+	h.srv.stats.requests.Add(1)
+
+	b := h1.AppendStatusLine(h.head[:0], resp.Status)
+	b = append(b, "Server: engine\r\nDate: "...)
+	b = append(b, h.httpDate()...)
+	b = append(b, "\r\n"...)
+	if resp.ContentType != "" {
+		b = h1.AppendHeader(b, "Content-Type", resp.ContentType)
+	}
+	if resp.Status != 304 {
+		b = h1.AppendHeaderInt(b, "Content-Length", resp.ContentLength)
+	}
+	if resp.ContentEncoding != "" {
+		b = h1.AppendHeader(b, "Content-Encoding", resp.ContentEncoding)
+	}
+	if resp.Vary {
+		b = append(b, "Vary: Accept-Encoding\r\n"...)
+	}
+	if resp.LastModified != "" {
+		b = h1.AppendHeader(b, "Last-Modified", resp.LastModified)
+	}
+	if resp.ETag != "" {
+		b = h1.AppendHeader(b, "ETag", resp.ETag)
+	}
+	if resp.AcceptRanges {
+		b = append(b, "Accept-Ranges: bytes\r\n"...)
+	}
+	if resp.ContentRange != nil {
+		b = h1.AppendHeaderBytes(b, "Content-Range", resp.ContentRange)
+	}
+	if resp.Location != nil {
+		b = h1.AppendHeaderBytes(b, "Location", resp.Location)
+	}
+	if resp.Allow {
+		b = append(b, "Allow: GET, HEAD\r\n"...)
+	}
+	switch {
+	case st.closeAfter:
+		b = append(b, "Connection: close\r\n"...)
+	case r != nil && r.Minor == 0:
+		b = append(b, "Connection: keep-alive\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	h.head = b
+	c.Write(b)
+	st.logStart = c.Sent() + int64(len(b))
+
+	if !resp.NoBody {
+		for _, p := range resp.Parts {
+			if p.Mem != nil {
+				c.WriteRef(p.Mem)
+			} else {
+				c.SendFile(resp.File.Fd(), p.Off, p.Len)
+			}
+		}
+	}
+	if s != nil && !resp.NoBody {
+		h.bulkPolicy(c, resp, s)
+	}
+	if h.srv.alog != nil {
+		h.startLogLine(c, st, r, resp.Status)
+	}
+	st.sending = true
+	st.requests++
+}
+
+// bulkPolicy switches a socket carrying a large body to the bulk
+// congestion control, and applies the site's pacing rate.
+func (h *h1Handler) bulkPolicy(c *reactor.Conn, resp *files.Response, s *site) {
+	k := &h.srv.cfg.Kernel
+	if resp.Bulk >= int64(k.BulkThreshold) && k.BulkCongestion != "off" {
+		h.srv.stats.bulk.Add(1)
+		if err := c.SetCongestion(k.BulkCongestion); err != nil {
+			h.srv.stats.congestionErrors.Add(1)
+			if !h.warnedCC {
+				h.warnedCC = true
+				h.log.Warn("cannot set bulk congestion control; bulk responses use the system default",
+					"congestion", k.BulkCongestion, "err", err)
+			}
+		}
+	}
+	if err := c.SetPacingRate(s.limitRate); err != nil && !h.warnedCC {
+		h.warnedCC = true
+		h.log.Warn("cannot set pacing rate", "err", err)
+	}
+}
+
+// httpDate returns the Date header value, formatted once a second.
+func (h *h1Handler) httpDate() []byte {
+	now := h.loop.Now()
+	if sec := now.Unix(); sec != h.dateSec || h.date == nil {
+		h.dateSec = sec
+		h.date = now.UTC().AppendFormat(h.date[:0], "Mon, 02 Jan 2006 15:04:05 GMT")
+	}
+	return h.date
+}
+
+// startLogLine builds the access log line up to the status; the byte count
+// is appended when the response is done.
+func (h *h1Handler) startLogLine(c *reactor.Conn, st *h1Conn, r *h1.Request, status int) {
+	b := st.logLine[:0]
+	b = c.Peer().Addr().AppendTo(b)
+	b = append(b, " - - ["...)
+	b = appendLogTime(b, h.loop.Now())
+	b = append(b, "] "...)
+	if r != nil {
+		reqLine := make([]byte, 0, len(r.Method)+len(r.Target)+10)
+		reqLine = append(append(append(reqLine, r.Method...), ' '), r.Target...)
+		reqLine = append(reqLine, " HTTP/1."...)
+		reqLine = strconv.AppendInt(reqLine, int64(r.Minor), 10)
+		b = appendQuoted(b, reqLine)
+	} else {
+		b = append(b, `"-"`...)
+	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	st.logLine = b
+	if r != nil {
+		st.logLine = append(st.logLine, 0) // marker: referer and agent follow the byte count
+		st.logLine = appendQuoted(st.logLine, r.Get("referer"))
+		st.logLine = append(st.logLine, ' ')
+		st.logLine = appendQuoted(st.logLine, r.Get("user-agent"))
+	}
+}
+
+func (h *h1Handler) logResponse(c *reactor.Conn, st *h1Conn) {
+	if h.srv.alog == nil || len(st.logLine) == 0 {
+		return
+	}
+	line := st.logLine
+	tail := []byte(nil)
+	for i, ch := range line {
+		if ch == 0 {
+			line, tail = line[:i], line[i+1:]
+			break
+		}
+	}
+	h.logBuf = append(h.logBuf, line...)
+	h.logBuf = strconv.AppendInt(h.logBuf, max(c.Sent()-st.logStart, 0), 10)
+	if tail != nil {
+		h.logBuf = append(h.logBuf, ' ')
+		h.logBuf = append(h.logBuf, tail...)
+	}
+	h.logBuf = append(h.logBuf, '\n')
+	st.logLine = st.logLine[:0]
+	if len(h.logBuf) > 32<<10 {
+		h.Tick()
+	}
+}
+
+// logLimiter keeps a flood of bad requests from flooding the log: past
+// perSecond lines in a second, lines are counted and summarised.
+type logLimiter struct {
+	perSecond  int
+	sec        int64
+	n          int
+	suppressed int
+}
+
+func (l *logLimiter) log(log *slog.Logger, msg string, args ...any) {
+	sec := time.Now().Unix()
+	if sec != l.sec {
+		l.sec, l.n = sec, 0
+	}
+	if l.n++; l.n > l.perSecond {
+		l.suppressed++
+		return
+	}
+	log.Info(msg, args...)
+}
+
+func (l *logLimiter) flush(log *slog.Logger) {
+	if l.suppressed > 0 && time.Now().Unix() != l.sec {
+		log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
+		l.suppressed = 0
+	}
+}

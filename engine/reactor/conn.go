@@ -1,0 +1,323 @@
+package reactor
+
+import (
+	"errors"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// Addr is a peer address.
+type Addr = netip.AddrPort
+
+// Conn is one client connection. All methods must be called on the loop
+// that owns it (from a Handler method or a function given to Post).
+//
+// Memory: an idle connection holds this struct only; while it has unread
+// input it also holds one input buffer (Config.ReadBuffer bytes); queued
+// output is a few segment descriptors plus the response heads, never file
+// content (files go by sendfile, small cached files by reference).
+type Conn struct {
+	// State is the handler's per-connection state.
+	State any
+
+	// Owned by the loop goroutine.
+	loop            *Loop
+	fd              int
+	slot            int32
+	peer            Addr
+	buf             []byte // input buffer; nil when none is held
+	rpos, wpos      int    // unread input is buf[rpos:wpos]
+	out             []seg  // queued output, in order
+	outStore        []seg  // out's backing array, reused
+	arena           []byte // bytes copied by Write
+	progress        uint64 // bumps whenever input or output moves
+	deadline        int64  // read deadline (loop monotonic ns); 0 = none
+	lastProgress    int64  // last time output moved, for SendTimeout
+	lingerLeft      int
+	sent            int64 // bytes written to the socket
+	congestion      string
+	pacing          uint64
+	readable        bool // the socket may have input (edge-triggered epoll)
+	writable        bool // the socket may take output
+	eof             bool
+	closed          bool
+	closeAfterFlush bool
+	lingering       bool
+	busy            bool // work started with Go has not finished
+	closedLater     bool // closed while busy: Handler.Closed runs when the work is done
+	inReady         bool
+}
+
+// seg is a piece of queued output: memory, or n bytes of file fd from off.
+type seg struct {
+	mem  []byte
+	fd   int
+	off  int64
+	n    int64
+	file bool
+}
+
+// Loop returns the loop that owns c.
+func (c *Conn) Loop() *Loop { return c.loop }
+
+// Peer returns the client's address.
+func (c *Conn) Peer() Addr { return c.peer }
+
+// Input returns the unread input. It aliases the connection's buffer and
+// is valid until the next Consume or until the handler returns.
+func (c *Conn) Input() []byte {
+	if c.buf == nil {
+		return nil
+	}
+	return c.buf[c.rpos:c.wpos]
+}
+
+// Consume marks n bytes of input as used.
+func (c *Conn) Consume(n int) {
+	if n <= 0 {
+		return
+	}
+	c.rpos += n
+	if c.rpos >= c.wpos {
+		c.rpos, c.wpos = 0, 0
+	}
+	c.progress++
+}
+
+// InputFull reports whether the input buffer is full: a handler that
+// still cannot make sense of it must give up (the input is too large).
+func (c *Conn) InputFull() bool {
+	return c.buf != nil && c.rpos == 0 && c.wpos == len(c.buf)
+}
+
+func (c *Conn) compact() {
+	n := copy(c.buf, c.buf[c.rpos:c.wpos])
+	c.rpos, c.wpos = 0, n
+}
+
+// EOF reports whether the client has finished sending.
+func (c *Conn) EOF() bool { return c.eof }
+
+// Write queues a copy of p.
+func (c *Conn) Write(p []byte) {
+	start := len(c.arena)
+	c.arena = append(c.arena, p...)
+	c.queue(seg{mem: c.arena[start:len(c.arena):len(c.arena)]})
+}
+
+// WriteRef queues p without copying it. The caller keeps p unchanged until
+// Pending reports false or the connection closes.
+func (c *Conn) WriteRef(p []byte) {
+	if len(p) > 0 {
+		c.queue(seg{mem: p})
+	}
+}
+
+// SendFile queues n bytes of the open file fd from offset off, sent with
+// sendfile(2). The caller keeps fd open until Pending reports false or the
+// connection closes. If the file turns out shorter than off+n, the
+// connection is reset: a client must never get fewer bytes than the
+// Content-Length it was promised without noticing.
+func (c *Conn) SendFile(fd int, off, n int64) {
+	if n > 0 {
+		c.queue(seg{fd: fd, off: off, n: n, file: true})
+	}
+}
+
+func (c *Conn) queue(s seg) {
+	if len(c.out) == 0 {
+		c.out = c.outStore[:0]
+		c.lastProgress = c.loop.now
+	}
+	c.out = append(c.out, s)
+	if cap(c.out) > cap(c.outStore) {
+		c.outStore = c.out[:0]
+	}
+	c.progress++
+}
+
+// Sent returns the number of bytes written to the socket so far.
+func (c *Conn) Sent() int64 { return c.sent }
+
+// Pending reports whether queued output is still unwritten.
+func (c *Conn) Pending() bool { return len(c.out) > 0 }
+
+// Busy reports whether work started with Go is still running.
+func (c *Conn) Busy() bool { return c.busy }
+
+// Close closes the connection at once, dropping queued output.
+func (c *Conn) Close() { c.loop.closeConn(c, false) }
+
+// Abort resets the connection (RST), so the client sees an error rather
+// than a clean end.
+func (c *Conn) Abort() { c.loop.closeConn(c, true) }
+
+// CloseAfterFlush closes the connection once queued output is written:
+// the write side is shut, and input is read and discarded for a short
+// while so the client can read the answer before the socket goes away.
+func (c *Conn) CloseAfterFlush() {
+	c.closeAfterFlush = true
+	c.progress++
+}
+
+// SetReadDeadline closes the connection if no output is queued d from
+// now. Zero clears it.
+func (c *Conn) SetReadDeadline(d time.Duration) {
+	if d <= 0 {
+		c.deadline = 0
+		return
+	}
+	c.deadline = c.loop.now + int64(d)
+}
+
+// HasReadDeadline reports whether a read deadline is set.
+func (c *Conn) HasReadDeadline() bool { return c.deadline != 0 }
+
+// Go runs work on the worker pool and calls the handler's Serve again when
+// it is done. While it runs the connection is busy: input is still read
+// and buffered, but Serve is not called. work must not touch the Conn.
+func (c *Conn) Go(work func()) {
+	c.busy = true
+	l := c.loop
+	l.group.pool.Submit(func() {
+		work()
+		l.Post(func() {
+			c.busy = false
+			if c.closed {
+				if c.closedLater {
+					c.closedLater = false
+					l.handler.Closed(c)
+				}
+				return
+			}
+			c.progress++
+			l.process(c)
+		})
+	})
+}
+
+// SetCongestion sets the socket's TCP congestion control ("bbr") if it
+// differs from what this connection last set.
+func (c *Conn) SetCongestion(name string) error {
+	if c.congestion == name {
+		return nil
+	}
+	if err := setCongestion(c.fd, name); err != nil {
+		return err
+	}
+	c.congestion = name
+	return nil
+}
+
+// SetPacingRate caps the socket's rate at bytesPerSec with
+// SO_MAX_PACING_RATE, paced by the kernel. Zero removes the cap.
+func (c *Conn) SetPacingRate(bytesPerSec uint64) error {
+	if c.pacing == bytesPerSec {
+		return nil
+	}
+	if err := setPacing(c.fd, bytesPerSec); err != nil {
+		return err
+	}
+	c.pacing = bytesPerSec
+	return nil
+}
+
+// flush writes queued output until it is all written (true), the socket
+// is full, or the connection used its write budget (false).
+func (l *Loop) flush(c *Conn) bool {
+	budget := l.cfg.WriteBudget
+	for len(c.out) > 0 {
+		if !c.writable {
+			return false
+		}
+		if budget <= 0 {
+			l.markReady(c)
+			return false
+		}
+		s := &c.out[0]
+		if s.file {
+			chunk := int(min(s.n, int64(budget)))
+			n, err := sendfile(c.fd, s.fd, s.off, chunk)
+			if n > 0 {
+				s.off += int64(n)
+				s.n -= int64(n)
+				budget -= n
+				c.lastProgress = l.now
+				c.sent += int64(n)
+				l.stats.bytesFile.Add(int64(n))
+				if s.n == 0 {
+					c.out = c.out[1:]
+				}
+				continue
+			}
+			if err == nil {
+				l.log.Error("file shrank while being sent; connection reset", "peer", c.peer)
+				l.closeConn(c, true)
+				return false
+			}
+			if !l.writeFailed(c, err, "sendfile") {
+				return false
+			}
+			continue
+		}
+		// Gather the memory segments up to the next file segment.
+		bufs := l.sys.bufs[:0]
+		i := 0
+		for i < len(c.out) && !c.out[i].file && len(bufs) < maxIov {
+			bufs = append(bufs, c.out[i].mem)
+			i++
+		}
+		l.sys.bufs = bufs
+		more := i < len(c.out) // a file (or more memory) follows: let the kernel coalesce
+		n, err := writev(l, c.fd, bufs, more)
+		if n > 0 {
+			budget -= n
+			c.lastProgress = l.now
+			c.sent += int64(n)
+			l.stats.bytesMem.Add(int64(n))
+			for n > 0 {
+				m := &c.out[0]
+				if n >= len(m.mem) {
+					n -= len(m.mem)
+					c.out = c.out[1:]
+				} else {
+					m.mem = m.mem[n:]
+					n = 0
+				}
+			}
+			continue
+		}
+		if err != nil && !l.writeFailed(c, err, "writev") {
+			return false
+		}
+	}
+	c.out = c.outStore[:0]
+	c.arena = c.arena[:0]
+	if cap(c.arena) > 64<<10 {
+		c.arena = nil // a rare large head: do not keep it
+	}
+	c.progress++
+	return true
+}
+
+// writeFailed handles a write error. It returns true to retry (EINTR).
+func (l *Loop) writeFailed(c *Conn, err error, op string) bool {
+	switch {
+	case isIntr(err):
+		return true
+	case isAgain(err):
+		c.writable = false
+		return false
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+		l.stats.writeErr.Add(1)
+		l.closeConn(c, false)
+		return false
+	}
+	l.log.Warn("write failed; connection reset", "op", op, "peer", c.peer, "err", err)
+	l.stats.writeErr.Add(1)
+	l.closeConn(c, true)
+	return false
+}
+
+const maxIov = 64

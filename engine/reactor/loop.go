@@ -1,0 +1,482 @@
+package reactor
+
+import (
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Special epoll data values; connection slots are >= 0.
+const (
+	tagListener = -1
+	tagWake     = -2
+)
+
+// Loop is one reactor: an epoll instance, a listener, and the connections
+// accepted on it.
+type Loop struct {
+	// Immutable after construction.
+	id       int
+	cpu      int // pinned CPU, or -1
+	group    *Group
+	cfg      *Config
+	log      *slog.Logger
+	handler  Handler
+	maxConns int
+	epfd     int
+	efd      int // eventfd: the door into the loop
+	sys      loopSys
+
+	// Owned by the loop goroutine.
+	lfd      int // listener; -1 once draining
+	slots    []*Conn
+	free     []int32
+	bufs     [][]byte // free input buffers
+	ready    []*Conn  // connections that yielded with work left
+	now      int64    // monotonic nanoseconds, refreshed each turn
+	draining bool
+	stopped  bool
+	clock    time.Time // wall clock at now, for Date headers
+
+	// The queue; the only state other goroutines touch.
+	qmu      sync.Mutex
+	queue    []func() // guarded by qmu
+	spare    []func()
+	dead     bool // guarded by qmu; set when the eventfd is closed
+	signaled atomic.Bool
+
+	stats counters
+}
+
+var monoStart = time.Now()
+
+func monotime() int64 { return int64(time.Since(monoStart)) }
+
+// ID returns the loop's index in its group.
+func (l *Loop) ID() int { return l.id }
+
+// Now returns the loop's clock (refreshed once per turn) as wall time.
+func (l *Loop) Now() time.Time { return l.clock }
+
+// Draining reports whether the server is shutting down: responses in
+// flight finish, and connections then close.
+func (l *Loop) Draining() bool { return l.draining }
+
+// Pool returns the worker pool for blocking work.
+func (l *Loop) Pool() *Pool { return l.group.pool }
+
+// Logger returns the loop's logger.
+func (l *Loop) Logger() *slog.Logger { return l.log }
+
+// Post runs fn on the loop's goroutine. Safe from any goroutine.
+// Work posted after the loop has stopped is dropped.
+func (l *Loop) Post(fn func()) {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if l.dead {
+		return
+	}
+	l.queue = append(l.queue, fn)
+	if l.signaled.CompareAndSwap(false, true) {
+		wakeLoop(l.efd)
+	}
+}
+
+func (l *Loop) runQueue() {
+	drainWake(l.efd)
+	l.signaled.Store(false)
+	l.qmu.Lock()
+	q := l.queue
+	l.queue = l.spare[:0]
+	l.qmu.Unlock()
+	for i, fn := range q {
+		fn()
+		q[i] = nil
+	}
+	l.spare = q
+}
+
+// sweepEvery is how often deadlines are checked.
+const sweepEvery = 250 * time.Millisecond
+
+func (l *Loop) run() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pinToCPU(l.cpu, l.log)
+	defer l.closeFds()
+	if t, ok := l.handler.(Ticker); ok {
+		defer t.Tick()
+	}
+
+	evs := make([]event, 256)
+	nextSweep := monotime()
+	l.tick()
+	for !l.stopped {
+		timeout := int(sweepEvery / time.Millisecond)
+		if len(l.ready) > 0 {
+			timeout = 0
+		}
+		n, err := epollWait(l, evs, timeout)
+		if err != nil {
+			return err
+		}
+		l.tick()
+		for i := 0; i < n; i++ {
+			ev := evs[i]
+			switch ev.tag {
+			case tagListener:
+				l.acceptAll()
+			case tagWake:
+				l.runQueue()
+			default:
+				c := l.slots[ev.tag]
+				if c == nil {
+					continue
+				}
+				if ev.readable {
+					c.readable = true
+				}
+				if ev.writable {
+					c.writable = true
+				}
+				l.process(c)
+			}
+		}
+		if len(l.ready) > 0 {
+			ready := l.ready
+			l.ready = nil
+			for _, c := range ready {
+				c.inReady = false
+				if !c.closed {
+					l.process(c)
+				}
+			}
+			clear(ready)
+			if l.ready == nil {
+				l.ready = ready[:0]
+			}
+		}
+		if l.now >= nextSweep {
+			l.sweep()
+			nextSweep = l.now + int64(sweepEvery)
+		}
+		if l.draining && l.stats.open.Load() == 0 {
+			l.stopped = true
+		}
+	}
+	return nil
+}
+
+func (l *Loop) tick() {
+	l.now = monotime()
+	l.clock = monoStart.Add(time.Duration(l.now))
+}
+
+func (l *Loop) acceptAll() {
+	for l.lfd >= 0 {
+		fd, peer, err := accept(l.lfd)
+		if err != nil {
+			if !isAgain(err) && !l.draining {
+				l.log.Warn("accept", "err", err)
+			}
+			return
+		}
+		if int(l.stats.open.Load()) >= l.maxConns {
+			l.stats.rejected.Add(1)
+			closeFd(fd)
+			continue
+		}
+		c := l.newConn(fd, peer)
+		if err := epollAdd(l.epfd, fd, c.slot); err != nil {
+			l.log.Warn("epoll add", "err", err)
+			l.freeConn(c)
+			closeFd(fd)
+			continue
+		}
+		l.stats.accepted.Add(1)
+		l.stats.open.Add(1)
+		l.handler.Open(c)
+		c.readable = true // ET may have fired before registration; a read finds out
+		l.process(c)
+	}
+}
+
+func (l *Loop) newConn(fd int, peer Addr) *Conn {
+	var slot int32
+	if n := len(l.free); n > 0 {
+		slot = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		slot = int32(len(l.slots))
+		l.slots = append(l.slots, nil)
+	}
+	c := &Conn{loop: l, fd: fd, slot: slot, peer: peer, lastProgress: l.now}
+	l.slots[slot] = c
+	return c
+}
+
+func (l *Loop) freeConn(c *Conn) {
+	l.slots[c.slot] = nil
+	l.free = append(l.free, c.slot)
+	if c.buf != nil {
+		l.putBuf(c.buf)
+		c.buf = nil
+	}
+}
+
+func (l *Loop) getBuf() []byte {
+	if n := len(l.bufs); n > 0 {
+		b := l.bufs[n-1]
+		l.bufs = l.bufs[:n-1]
+		return b
+	}
+	return make([]byte, l.cfg.ReadBuffer)
+}
+
+// maxFreeBufs bounds the idle input buffers a loop keeps.
+const maxFreeBufs = 256
+
+func (l *Loop) putBuf(b []byte) {
+	if len(l.bufs) < maxFreeBufs {
+		l.bufs = append(l.bufs, b[:cap(b)])
+	}
+}
+
+func (l *Loop) markReady(c *Conn) {
+	if !c.inReady {
+		c.inReady = true
+		l.ready = append(l.ready, c)
+	}
+}
+
+// maxRounds bounds the serve/flush rounds one connection gets per turn, so
+// a client pipelining many small requests cannot starve the others.
+const maxRounds = 32
+
+// process advances a connection as far as it can go without blocking.
+func (l *Loop) process(c *Conn) {
+	for round := 0; round < maxRounds; round++ {
+		if c.closed {
+			return
+		}
+		if len(c.out) > 0 {
+			if !l.flush(c) {
+				return // blocked (EPOLLOUT resumes) or out of budget (ready list resumes)
+			}
+			if c.closed {
+				return
+			}
+		}
+		if c.lingering {
+			l.linger(c)
+			return
+		}
+		if c.closeAfterFlush {
+			l.startLinger(c)
+			return
+		}
+		if c.readable && !c.eof {
+			l.readIn(c)
+			if c.closed {
+				return
+			}
+		}
+		if c.busy {
+			return
+		}
+		before := c.progress
+		l.handler.Serve(c)
+		if c.progress == before && len(c.out) == 0 {
+			l.maybeReleaseBuf(c)
+			return
+		}
+	}
+	l.markReady(c)
+}
+
+// readIn reads until the socket is drained or the buffer is full.
+func (l *Loop) readIn(c *Conn) {
+	if c.buf == nil {
+		c.buf = l.getBuf()
+		c.rpos, c.wpos = 0, 0
+	}
+	for {
+		if c.wpos == len(c.buf) {
+			if c.rpos == 0 {
+				return // full: readable stays set until the handler consumes
+			}
+			c.compact()
+		}
+		n, err := readFd(c.fd, c.buf[c.wpos:])
+		switch {
+		case n > 0:
+			c.wpos += n
+			c.progress++
+			continue
+		case err == nil:
+			c.eof = true
+			c.readable = false
+			c.progress++
+			return
+		case isAgain(err):
+			c.readable = false
+			return
+		case isIntr(err):
+			continue
+		default:
+			// Connection reset and the like: nothing more to do for it.
+			c.eof = true
+			l.closeConn(c, false)
+			return
+		}
+	}
+}
+
+func (l *Loop) maybeReleaseBuf(c *Conn) {
+	if c.buf != nil && c.rpos == c.wpos && !c.readable {
+		l.putBuf(c.buf)
+		c.buf = nil
+		c.rpos, c.wpos = 0, 0
+	}
+}
+
+// startLinger half-closes after the last response and keeps discarding
+// input for a while, so a client still sending sees our answer before the
+// kernel would answer its data with a reset.
+func (l *Loop) startLinger(c *Conn) {
+	c.closeAfterFlush = false
+	if c.eof {
+		l.closeConn(c, false)
+		return
+	}
+	shutdownWrite(c.fd)
+	c.lingering = true
+	c.deadline = l.now + int64(l.cfg.LingerTimeout)
+	c.lingerLeft = 256 << 10
+	l.linger(c)
+}
+
+func (l *Loop) linger(c *Conn) {
+	if c.buf == nil {
+		c.buf = l.getBuf()
+	}
+	for {
+		n, err := readFd(c.fd, c.buf)
+		if n > 0 {
+			c.lingerLeft -= n
+			if c.lingerLeft <= 0 {
+				l.closeConn(c, false)
+				return
+			}
+			continue
+		}
+		if err != nil && isAgain(err) {
+			return
+		}
+		if err != nil && isIntr(err) {
+			continue
+		}
+		l.closeConn(c, false)
+		return
+	}
+}
+
+// closeConn closes the socket, with a reset when abort is set.
+func (l *Loop) closeConn(c *Conn, abort bool) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	if abort {
+		setLingerZero(c.fd)
+		l.stats.aborted.Add(1)
+	}
+	closeFd(c.fd)
+	c.out = c.out[:0]
+	l.stats.open.Add(-1)
+	if c.busy {
+		c.closedLater = true // a worker still uses the handler's state
+	} else {
+		l.handler.Closed(c)
+	}
+	l.freeConn(c)
+}
+
+// Ticker is implemented by handlers that want a call on every deadline
+// sweep (a few times a second) and once when the loop stops, to flush
+// buffered logs and the like.
+type Ticker interface{ Tick() }
+
+// sweep closes connections whose deadline passed.
+func (l *Loop) sweep() {
+	if t, ok := l.handler.(Ticker); ok {
+		defer t.Tick()
+	}
+	send := int64(l.cfg.SendTimeout)
+	for _, c := range l.slots {
+		if c == nil || c.closed {
+			continue
+		}
+		switch {
+		case len(c.out) > 0 && l.now-c.lastProgress > send:
+			l.stats.timeouts.Add(1)
+			l.log.Debug("send timeout", "peer", c.peer)
+			l.closeConn(c, true)
+		case len(c.out) == 0 && c.deadline != 0 && l.now > c.deadline:
+			if !c.lingering {
+				l.stats.timeouts.Add(1)
+				l.log.Debug("read timeout", "peer", c.peer)
+			}
+			l.closeConn(c, false)
+		}
+	}
+}
+
+// drain stops accepting and closes idle connections; the rest close after
+// their response (handlers check Draining).
+func (l *Loop) drain() {
+	if l.draining {
+		return
+	}
+	l.draining = true
+	if l.lfd >= 0 {
+		closeFd(l.lfd)
+		l.lfd = -1
+	}
+	for _, c := range l.slots {
+		if c != nil && !c.closed && len(c.out) == 0 && !c.busy && c.rpos == c.wpos {
+			l.closeConn(c, false)
+		}
+	}
+}
+
+// closeAll ends every connection at once: the grace period is over.
+func (l *Loop) closeAll() {
+	l.drain()
+	for _, c := range l.slots {
+		if c != nil && !c.closed {
+			l.closeConn(c, true)
+		}
+	}
+	l.stopped = true
+}
+
+func (l *Loop) closeFds() {
+	if l.lfd >= 0 {
+		closeFd(l.lfd)
+		l.lfd = -1
+	}
+	if l.epfd >= 0 {
+		closeFd(l.epfd)
+		l.epfd = -1
+	}
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	l.dead = true
+	if l.efd >= 0 {
+		closeFd(l.efd)
+		l.efd = -1
+	}
+}

@@ -1,0 +1,292 @@
+package reactor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler drives the protocol of every connection on one loop. All its
+// methods run on the loop's goroutine.
+type Handler interface {
+	// Open is called once for a new connection, before any Serve.
+	Open(c *Conn)
+	// Serve is called when the connection has new input, when everything
+	// it queued has been written, and when work started with Conn.Go has
+	// finished. It reads with Input and Consume and queues output.
+	Serve(c *Conn)
+	// Closed is called once when the connection is gone. The handler
+	// releases whatever the connection held (file references).
+	Closed(c *Conn)
+}
+
+// Config configures a Group of loops. The zero value of each field means
+// its default.
+type Config struct {
+	// Addr is the TCP address to listen on.
+	Addr string
+	// Workers is the number of loops. Zero means runtime.NumCPU().
+	Workers int
+	// MaxConns bounds open connections over all loops. Zero means 16384.
+	MaxConns int
+	// ReadBuffer is the size of a connection's input buffer, taken from a
+	// pool while the connection has unread input. Zero means 20 KiB.
+	ReadBuffer int
+	// SendTimeout closes a connection whose peer accepts no bytes for
+	// this long while output is queued. Zero means 60s.
+	SendTimeout time.Duration
+	// LingerTimeout bounds how long a connection closed after an error
+	// keeps reading (and discarding) so the client sees the answer before
+	// a reset. Zero means 2s.
+	LingerTimeout time.Duration
+	// WriteBudget is how many bytes one connection may write before the
+	// loop turns to others. Zero means 2 MiB.
+	WriteBudget int
+	// NoSteering skips the eBPF steering program (kernel hash only).
+	NoSteering bool
+	// NewHandler returns the handler of loop i.
+	NewHandler func(l *Loop) Handler
+	Logger     *slog.Logger
+}
+
+func (c *Config) withDefaults() {
+	if c.Workers <= 0 {
+		c.Workers = runtime.NumCPU()
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 16384
+	}
+	if c.ReadBuffer <= 0 {
+		c.ReadBuffer = 20 << 10
+	}
+	if c.SendTimeout <= 0 {
+		c.SendTimeout = 60 * time.Second
+	}
+	if c.LingerTimeout <= 0 {
+		c.LingerTimeout = 2 * time.Second
+	}
+	if c.WriteBudget <= 0 {
+		c.WriteBudget = 2 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Stats are counters summed over loops.
+type Stats struct {
+	Accepted   int64 // connections accepted
+	Rejected   int64 // closed at once: over MaxConns
+	Open       int64 // connections open now
+	BytesMem   int64 // bytes written from memory
+	BytesFile  int64 // bytes written by sendfile
+	Timeouts   int64 // connections closed by a deadline
+	Aborted    int64 // connections reset (file shrank, handler abort)
+	WriteError int64 // connections closed on a write error (peer gone)
+	PerLoop    []int64
+}
+
+type counters struct {
+	accepted, rejected, open, bytesMem, bytesFile, timeouts, aborted, writeErr atomic.Int64
+}
+
+// ErrClosed is returned by Run after Shutdown.
+var ErrClosed = errors.New("reactor: closed")
+
+// Group is the set of loops serving one address.
+type Group struct {
+	// Immutable after construction.
+	cfg   Config
+	loops []*Loop
+	addr  string
+	log   *slog.Logger
+	pool  *Pool
+	steer string // how connections are spread, for the log
+	bpf   *steering
+
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+}
+
+// Listen creates the loops and binds their listeners. Nothing is accepted
+// until Run.
+func Listen(cfg Config) (*Group, error) {
+	cfg.withDefaults()
+	if cfg.NewHandler == nil {
+		return nil, errors.New("reactor: Config.NewHandler is nil")
+	}
+	g := &Group{cfg: cfg, log: cfg.Logger, pool: NewPool(max(4, 2*cfg.Workers))}
+	perLoop := (cfg.MaxConns + cfg.Workers - 1) / cfg.Workers
+	// Loop i runs on the i-th CPU this process may use, when there are
+	// enough CPUs for one loop each.
+	cpus := allowedCPUs()
+	pinned := len(cpus) >= cfg.Workers
+	addr := cfg.Addr
+	for i := 0; i < cfg.Workers; i++ {
+		l, bound, err := newLoop(g, i, addr, perLoop)
+		if err != nil {
+			g.closeLoops()
+			return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		}
+		l.cpu = -1
+		if pinned {
+			l.cpu = cpus[i]
+		}
+		if i == 0 {
+			addr, g.addr = bound, bound // port 0 becomes the port the kernel chose
+		}
+		g.loops = append(g.loops, l)
+	}
+	g.steer = "kernel hash"
+	switch {
+	case cfg.NoSteering:
+	case !pinned:
+		g.log.Warn("connections spread by the kernel's hash: more workers than CPUs, so loops cannot own a CPU each",
+			"workers", cfg.Workers, "cpus", len(cpus))
+	default:
+		fds := make([]int, len(g.loops))
+		for i, l := range g.loops {
+			fds[i] = l.lfd
+		}
+		cpuLoop := map[int]int{}
+		for k, cpu := range cpus {
+			cpuLoop[cpu] = k % cfg.Workers
+		}
+		bpf, err := steer(fds, cpuLoop)
+		if err != nil {
+			g.log.Warn("connections spread by the kernel's hash, not by receiving CPU", "reason", err)
+		} else {
+			g.bpf, g.steer = bpf, "eBPF by receiving CPU"
+		}
+	}
+	return g, nil
+}
+
+// Addr returns the bound address (with the real port when 0 was asked).
+func (g *Group) Addr() string { return g.addr }
+
+// Steering says how connections are spread over loops.
+func (g *Group) Steering() string { return g.steer }
+
+// Pool returns the worker pool for blocking work.
+func (g *Group) Pool() *Pool { return g.pool }
+
+// Loops returns the loops, for tests and stats.
+func (g *Group) Loops() []*Loop { return g.loops }
+
+// Run starts every loop and blocks until they have all stopped.
+func (g *Group) Run() error {
+	errs := make(chan error, len(g.loops))
+	for _, l := range g.loops {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			if err := l.run(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	g.wg.Wait()
+	g.pool.Close()
+	if g.bpf != nil {
+		g.bpf.close()
+	}
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting, closes idle connections, lets responses in
+// flight finish, and returns when every loop has stopped or ctx ends; then
+// the remaining connections are closed.
+func (g *Group) Shutdown(ctx context.Context) error {
+	g.shutOnce.Do(func() {
+		for _, l := range g.loops {
+			l.Post(l.drain)
+		}
+	})
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		for _, l := range g.loops {
+			l.Post(l.closeAll)
+		}
+		<-done
+		return ctx.Err()
+	}
+}
+
+func (g *Group) closeLoops() {
+	for _, l := range g.loops {
+		l.closeFds()
+	}
+	if g.bpf != nil {
+		g.bpf.close()
+	}
+}
+
+// Stats sums the loops' counters.
+func (g *Group) Stats() Stats {
+	var s Stats
+	for _, l := range g.loops {
+		c := &l.stats
+		s.Accepted += c.accepted.Load()
+		s.Rejected += c.rejected.Load()
+		s.Open += c.open.Load()
+		s.BytesMem += c.bytesMem.Load()
+		s.BytesFile += c.bytesFile.Load()
+		s.Timeouts += c.timeouts.Load()
+		s.Aborted += c.aborted.Load()
+		s.WriteError += c.writeErr.Load()
+		s.PerLoop = append(s.PerLoop, c.accepted.Load())
+	}
+	return s
+}
+
+// Pool runs blocking work (opening files, reading directories) off the
+// loops on a fixed set of goroutines.
+type Pool struct {
+	jobs chan func()
+	wg   sync.WaitGroup
+}
+
+// NewPool starts n workers.
+func NewPool(n int) *Pool {
+	p := &Pool{jobs: make(chan func(), 4096)}
+	for i := 0; i < n; i++ {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for job := range p.jobs {
+				job()
+			}
+		}()
+	}
+	return p
+}
+
+// Submit runs job on a worker. It never blocks the caller: when the queue
+// is full the job gets a goroutine of its own.
+func (p *Pool) Submit(job func()) {
+	select {
+	case p.jobs <- job:
+	default:
+		go job()
+	}
+}
+
+// Close stops the workers after the queued jobs.
+func (p *Pool) Close() {
+	close(p.jobs)
+	p.wg.Wait()
+}

@@ -1,0 +1,302 @@
+package reactor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// event is one epoll event, in the loop's terms.
+type event struct {
+	tag      int32 // connection slot, tagListener or tagWake
+	readable bool
+	writable bool
+}
+
+// loopSys is the loop's syscall scratch space.
+type loopSys struct {
+	evs  []unix.EpollEvent
+	iovs []unix.Iovec
+	bufs [][]byte
+}
+
+func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error) {
+	l := &Loop{id: id, group: g, cfg: &g.cfg, log: g.log.With("loop", id), maxConns: maxConns,
+		epfd: -1, efd: -1, lfd: -1}
+	l.handler = g.cfg.NewHandler(l)
+	var err error
+	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, "", os.NewSyscallError("epoll_create1", err)
+	}
+	if l.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		l.closeFds()
+		return nil, "", os.NewSyscallError("eventfd", err)
+	}
+	bound := ""
+	if l.lfd, bound, err = listenReusePort(addr); err != nil {
+		l.closeFds()
+		return nil, "", err
+	}
+	for _, x := range []struct {
+		fd  int
+		tag int32
+	}{{l.efd, tagWake}, {l.lfd, tagListener}} {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: x.tag}
+		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, x.fd, &ev); err != nil {
+			l.closeFds()
+			return nil, "", os.NewSyscallError("epoll_ctl", err)
+		}
+	}
+	l.sys.evs = make([]unix.EpollEvent, 256)
+	l.sys.iovs = make([]unix.Iovec, maxIov)
+	l.sys.bufs = make([][]byte, 0, maxIov)
+	return l, bound, nil
+}
+
+// listenReusePort opens a non-blocking listening socket with SO_REUSEPORT.
+func listenReusePort(addr string) (int, string, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1, "", err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return -1, "", fmt.Errorf("bad port %q", portStr)
+	}
+	var ip netip.Addr
+	switch host {
+	case "", "::", "[::]":
+		ip = netip.IPv6Unspecified()
+	case "localhost":
+		ip = netip.MustParseAddr("127.0.0.1")
+	default:
+		if ip, err = netip.ParseAddr(host); err != nil {
+			return -1, "", fmt.Errorf("bad host %q", host)
+		}
+	}
+	family := unix.AF_INET6
+	if ip.Is4() {
+		family = unix.AF_INET
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil && family == unix.AF_INET6 && host == "" {
+		// No IPv6 on this host: the wildcard falls back to IPv4.
+		ip, family = netip.IPv4Unspecified(), unix.AF_INET
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	}
+	if err != nil {
+		return -1, "", os.NewSyscallError("socket", err)
+	}
+	fail := func(op string, err error) (int, string, error) {
+		unix.Close(fd)
+		return -1, "", os.NewSyscallError(op, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		return fail("setsockopt SO_REUSEADDR", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		return fail("setsockopt SO_REUSEPORT", err)
+	}
+	var sa unix.Sockaddr
+	if family == unix.AF_INET {
+		sa = &unix.SockaddrInet4{Port: port, Addr: ip.As4()}
+	} else {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("bind", err)
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		return fail("listen", err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	var bound netip.AddrPort
+	switch a := got.(type) {
+	case *unix.SockaddrInet4:
+		bound = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+	}
+	return fd, bound.String(), nil
+}
+
+func epollAdd(epfd, fd int, slot int32) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: slot}
+	return os.NewSyscallError("epoll_ctl", unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev))
+}
+
+func epollWait(l *Loop, evs []event, msec int) (int, error) {
+	raw := l.sys.evs[:len(evs)]
+	for {
+		n, err := unix.EpollWait(l.epfd, raw, msec)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, os.NewSyscallError("epoll_wait", err)
+		}
+		for i := 0; i < n; i++ {
+			m := raw[i].Events
+			evs[i] = event{
+				tag:      raw[i].Fd,
+				readable: m&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0,
+				writable: m&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0,
+			}
+		}
+		return n, nil
+	}
+}
+
+func accept(lfd int) (int, Addr, error) {
+	for {
+		fd, sa, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err == unix.EINTR || err == unix.ECONNABORTED {
+			continue
+		}
+		if err != nil {
+			return -1, Addr{}, err
+		}
+		// Heads and small bodies leave at once; MSG_MORE still groups a
+		// head with the file data that follows it.
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		var peer Addr
+		switch a := sa.(type) {
+		case *unix.SockaddrInet4:
+			peer = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+		case *unix.SockaddrInet6:
+			peer = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+		}
+		return fd, peer, nil
+	}
+}
+
+func readFd(fd int, p []byte) (int, error) {
+	n, err := unix.Read(fd, p)
+	if n < 0 {
+		n = 0
+	}
+	return n, err
+}
+
+// writev writes bufs with one sendmsg, with MSG_MORE when more output
+// follows so the kernel holds a head back for the file data behind it.
+func writev(l *Loop, fd int, bufs [][]byte, more bool) (int, error) {
+	iovs := l.sys.iovs[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		iov := unix.Iovec{Base: &b[0]}
+		iov.SetLen(len(b))
+		iovs = append(iovs, iov)
+	}
+	if len(iovs) == 0 {
+		return 0, nil
+	}
+	msg := unix.Msghdr{Iov: &iovs[0]}
+	msg.SetIovlen(len(iovs))
+	flags := unix.MSG_NOSIGNAL | unix.MSG_DONTWAIT
+	if more {
+		flags |= unix.MSG_MORE
+	}
+	n, _, errno := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
+	runtime.KeepAlive(bufs)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// sendfile sends up to n bytes of file in from offset off. It returns 0
+// and no error when the file has no bytes at off (it shrank).
+func sendfile(out, in int, off int64, n int) (int, error) {
+	o := off
+	w, err := unix.Sendfile(out, in, &o, n)
+	if w < 0 {
+		w = 0
+	}
+	if w > 0 {
+		return w, nil
+	}
+	return 0, err
+}
+
+func setCongestion(fd int, name string) error {
+	return os.NewSyscallError("setsockopt TCP_CONGESTION",
+		unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name))
+}
+
+func setPacing(fd int, rate uint64) error {
+	if rate == 0 {
+		rate = ^uint64(0)
+	}
+	v := rate
+	_, _, errno := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE,
+		uintptr(unsafe.Pointer(&v)), 8, 0)
+	if errno != 0 {
+		return os.NewSyscallError("setsockopt SO_MAX_PACING_RATE", errno)
+	}
+	return nil
+}
+
+func setLingerZero(fd int) {
+	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+}
+
+func shutdownWrite(fd int) { unix.Shutdown(fd, unix.SHUT_WR) }
+
+func closeFd(fd int) { unix.Close(fd) }
+
+func wakeLoop(efd int) {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	unix.Write(efd, one[:])
+}
+
+func drainWake(efd int) {
+	var b [8]byte
+	unix.Read(efd, b[:])
+}
+
+func isAgain(err error) bool { return err == unix.EAGAIN }
+func isIntr(err error) bool  { return err == unix.EINTR }
+
+// allowedCPUs lists the CPUs this process may run on.
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	var cpus []int
+	for cpu := 0; cpu < len(set)*64; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus
+}
+
+// pinToCPU binds the calling thread to one CPU so a loop stays where the
+// eBPF steering sends its connections.
+func pinToCPU(cpu int, log *slog.Logger) {
+	if cpu < 0 {
+		return
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		log.Debug("cannot pin loop to a CPU", "cpu", cpu, "err", err)
+	}
+}

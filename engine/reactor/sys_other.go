@@ -1,0 +1,42 @@
+//go:build !linux
+
+package reactor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+type event struct {
+	tag                int32
+	readable, writable bool
+}
+
+type loopSys struct{ bufs [][]byte }
+
+type steering struct{}
+
+func (*steering) close() {}
+
+var errNotLinux = fmt.Errorf("reactor: epoll is Linux-only: %w", errors.ErrUnsupported)
+
+func newLoop(*Group, int, string, int) (*Loop, string, error) { return nil, "", errNotLinux }
+func epollAdd(int, int, int32) error                          { return errNotLinux }
+func epollWait(*Loop, []event, int) (int, error)              { return 0, errNotLinux }
+func accept(int) (int, Addr, error)                           { return -1, Addr{}, errNotLinux }
+func readFd(int, []byte) (int, error)                         { return 0, errNotLinux }
+func writev(*Loop, int, [][]byte, bool) (int, error)          { return 0, errNotLinux }
+func sendfile(int, int, int64, int) (int, error)              { return 0, errNotLinux }
+func setCongestion(int, string) error                         { return errNotLinux }
+func setPacing(int, uint64) error                             { return errNotLinux }
+func setLingerZero(int)                                       {}
+func shutdownWrite(int)                                       {}
+func closeFd(int)                                             {}
+func wakeLoop(int)                                            {}
+func drainWake(int)                                           {}
+func isAgain(error) bool                                      { return false }
+func isIntr(error) bool                                       { return false }
+func allowedCPUs() []int                                      { return nil }
+func pinToCPU(int, *slog.Logger)                              {}
+func steer([]int, map[int]int) (*steering, error)             { return nil, errNotLinux }

@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/h1"
+)
+
+// Server serves the sites of a Config over HTTP/1.1 from a group of
+// reactors.
+type Server struct {
+	// Immutable after New.
+	cfg    *Config
+	log    *slog.Logger
+	sites  *siteTable
+	cache  *files.Cache
+	group  *reactor.Group
+	alog   *accessLog
+	limits h1.Limits
+
+	stats serverCounters
+}
+
+type serverCounters struct {
+	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
+}
+
+// Stats is a snapshot of the server's counters.
+type Stats struct {
+	reactor.Stats
+	Requests         int64 // responses queued
+	BadRequests      int64 // requests refused as malformed (4xx from the parser)
+	NotFound         int64
+	ServerErrors     int64 // 5xx answers
+	Bulk             int64 // responses that took the bulk path
+	CongestionErrors int64 // bulk responses whose congestion control could not be set
+	CacheEntries     int
+	CacheHits        int64
+	CacheMisses      int64
+}
+
+// New validates nothing (Validate did), opens the site roots and binds the
+// listeners. Requests are served once Run is called.
+func New(cfg *Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	for i := range cfg.Sites {
+		if cfg.Sites[i].TLS.Cert != "" {
+			return nil, &ConfigError{File: cfg.src.file, Line: cfg.src.lines[fmt.Sprintf("sites[%d].tls", i)],
+				Key: fmt.Sprintf("sites[%d].tls", i),
+				Msg: "TLS serving is not built yet; remove [sites.tls] to serve this site over plain HTTP/1.1"}
+		}
+	}
+	s := &Server{cfg: cfg, log: log}
+	s.limits = h1.Limits{
+		MaxHeadBytes:   int(cfg.Limits.MaxHeaderBytes),
+		MaxHeaders:     cfg.Limits.MaxHeaders,
+		MaxTargetBytes: int(cfg.Limits.MaxURIBytes),
+	}
+	var err error
+	if s.sites, err = newSiteTable(cfg); err != nil {
+		return nil, err
+	}
+	if s.alog, err = openAccessLog(cfg.AccessLog); err != nil {
+		s.sites.close()
+		return nil, err
+	}
+	s.cache = files.NewCache(files.Config{Logger: log})
+	s.group, err = reactor.Listen(reactor.Config{
+		Addr:        cfg.Listen,
+		Workers:     cfg.Workers,
+		MaxConns:    cfg.Limits.MaxConnections,
+		ReadBuffer:  int(cfg.Limits.MaxHeaderBytes) + 4<<10,
+		SendTimeout: cfg.Limits.SendTimeout.D(),
+		NewHandler:  func(l *reactor.Loop) reactor.Handler { return newH1Handler(s, l) },
+		Logger:      log,
+		NoSteering:  disabled("ENGINE_DISABLE_STEERING"),
+	})
+	if err != nil {
+		s.cache.Close()
+		s.sites.close()
+		s.alog.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.group.Addr() }
+
+// Run serves until ctx is cancelled, then shuts down gracefully: it stops
+// accepting, closes idle connections, and lets responses in flight finish
+// for up to the configured grace period.
+func (s *Server) Run(ctx context.Context) error {
+	s.log.Info("serving", "addr", s.Addr(), "workers", len(s.group.Loops()), "steering", s.group.Steering(),
+		"sites", s.sites.describe())
+	errc := make(chan error, 1)
+	go func() { errc <- s.group.Run() }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.D().String())
+		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace.D())
+		if serr := s.group.Shutdown(sctx); errors.Is(serr, context.DeadlineExceeded) {
+			s.log.Warn("grace period over; closed the remaining connections")
+		}
+		cancel()
+		err = <-errc
+	}
+	s.cache.Close()
+	s.sites.close()
+	s.alog.close()
+	return err
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Stats:            s.group.Stats(),
+		Requests:         s.stats.requests.Load(),
+		BadRequests:      s.stats.badRequests.Load(),
+		NotFound:         s.stats.notFound.Load(),
+		ServerErrors:     s.stats.serverErrors.Load(),
+		Bulk:             s.stats.bulk.Load(),
+		CongestionErrors: s.stats.congestionErrors.Load(),
+		CacheEntries:     s.cache.Len(),
+		CacheHits:        s.cache.Hits.Load(),
+		CacheMisses:      s.cache.Misses.Load(),
+	}
+}
+
+// disabled reads a debug kill-switch. These environment variables are
+// unstable and exist for diagnosis only: ENGINE_DISABLE_STEERING=1 skips
+// the eBPF steering program.
+func disabled(name string) bool {
+	v := strings.ToLower(getenv(name))
+	return v == "1" || v == "true" || v == "yes"
+}

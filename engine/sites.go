@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/mediaship/engine/engine/files"
+)
+
+var getenv = os.Getenv
+
+// site is a configured virtual host, ready to serve.
+type site struct {
+	// Immutable after construction.
+	name      string // as configured; "" for the top-level root
+	files     files.Site
+	limitRate uint64
+	h1        bool
+}
+
+// siteTable chooses a site by Host.
+type siteTable struct {
+	// Immutable after construction.
+	exact     map[string]*site
+	wildcards []wildcard // "*.example.com": suffix ".example.com"
+	any       *site      // domain "*"
+	def       *site
+	all       []*site
+	roots     []*files.Root
+}
+
+type wildcard struct {
+	suffix string
+	s      *site
+}
+
+func newSiteTable(cfg *Config) (*siteTable, error) {
+	t := &siteTable{exact: map[string]*site{}}
+	roots := map[string]*files.Root{}
+	root := func(dir string, follow bool) (*files.Root, error) {
+		key := fmt.Sprintf("%v\x00%s", follow, dir)
+		if r := roots[key]; r != nil {
+			return r, nil
+		}
+		r, err := files.NewRoot(dir, follow)
+		if err != nil {
+			return nil, fmt.Errorf("open root %s: %w", dir, err)
+		}
+		roots[key] = r
+		t.roots = append(t.roots, r)
+		return r, nil
+	}
+	if cfg.Root != "" {
+		r, err := root(cfg.Root, false)
+		if err != nil {
+			return nil, err
+		}
+		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true}, h1: true}
+		t.all = append(t.all, t.def)
+	}
+	for i := range cfg.Sites {
+		sc := &cfg.Sites[i]
+		dir := sc.Root
+		if dir == "" {
+			dir = cfg.Root
+		}
+		r, err := root(dir, sc.FollowSymlinksOutsideRoot)
+		if err != nil {
+			t.close()
+			return nil, err
+		}
+		idx := sc.Index
+		if idx == nil {
+			idx = []string{"index.html"}
+		}
+		s := &site{
+			name: sc.Domain,
+			files: files.Site{Root: r, Index: idx, Listing: sc.DirectoryListing,
+				Precompressed: on(sc.Precompressed)},
+			limitRate: uint64(sc.LimitRate),
+			h1:        on(sc.Protocols.H1),
+		}
+		t.all = append(t.all, s)
+		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
+		switch {
+		case d == "*":
+			t.any = s
+		case strings.HasPrefix(d, "*."):
+			t.wildcards = append(t.wildcards, wildcard{suffix: d[1:], s: s})
+		default:
+			t.exact[d] = s
+		}
+		if sc.Default {
+			t.def = s
+		}
+	}
+	if t.def == nil {
+		t.def = t.all[0]
+	}
+	return t, nil
+}
+
+// lookup returns the site for a Host value (any case, with or without a
+// port). buf is scratch space.
+func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
+	if len(t.all) == 1 {
+		return t.def, buf
+	}
+	h := host
+	if len(h) > 0 && h[0] == '[' {
+		if i := indexByte(h, ']'); i >= 0 {
+			h = h[:i+1]
+		}
+	} else if i := indexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	buf = buf[:0]
+	for _, c := range h {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	if n := len(buf); n > 0 && buf[n-1] == '.' {
+		buf = buf[:n-1]
+	}
+	if s := t.exact[string(buf)]; s != nil {
+		return s, buf
+	}
+	for _, w := range t.wildcards {
+		if len(buf) > len(w.suffix) && string(buf[len(buf)-len(w.suffix):]) == w.suffix {
+			return w.s, buf
+		}
+	}
+	if t.any != nil {
+		return t.any, buf
+	}
+	return t.def, buf
+}
+
+func indexByte(b []byte, c byte) int {
+	for i := range b {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func (t *siteTable) describe() string {
+	var names []string
+	for _, s := range t.all {
+		n := s.name
+		if n == "" {
+			n = "(default)"
+		}
+		names = append(names, n+"="+s.files.Root.Dir)
+	}
+	return strings.Join(names, " ")
+}
+
+func (t *siteTable) close() {
+	for _, r := range t.roots {
+		r.Close()
+	}
+}

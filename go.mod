@@ -1,0 +1,9 @@
+module github.com/mediaship/engine
+
+go 1.26.0
+
+require (
+	github.com/cilium/ebpf v0.22.0
+	github.com/pelletier/go-toml/v2 v2.4.3
+	golang.org/x/sys v0.50.0
+)
