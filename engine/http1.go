@@ -207,7 +207,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 		st.closeAfter = true
 	}
 	switch {
-	case resp.Status >= 500:
+	case resp.Status >= 500 && r != nil: // parse errors (501, 505) are the client's
 		h.srv.stats.serverErrors.Add(1)
 		if resp.File == nil {
 			h.log.Warn("server error", "status", resp.Status, "peer", c.Peer())

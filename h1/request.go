@@ -159,6 +159,9 @@ func (p *Parser) Parse(buf []byte, r *Request) (int, error) {
 		if line[0] == ' ' || line[0] == '\t' {
 			return 0, fail(400, "obs-fold or leading whitespace in field line")
 		}
+		if next < len(buf) && (buf[next] == ' ' || buf[next] == '\t') {
+			return 0, fail(400, "obs-fold in field line")
+		}
 		if len(r.Headers) >= lim.MaxHeaders {
 			return 0, fail(431, "too many header fields")
 		}

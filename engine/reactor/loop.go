@@ -104,7 +104,8 @@ const sweepEvery = 250 * time.Millisecond
 func (l *Loop) run() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	pinToCPU(l.cpu, l.log)
+	restore := pinToCPU(l.cpu, l.log)
+	defer restore() // the thread goes back to the runtime: give it back every CPU
 	defer l.closeFds()
 	if t, ok := l.handler.(Ticker); ok {
 		defer t.Tick()

@@ -273,10 +273,11 @@ func drainWake(efd int) {
 func isAgain(err error) bool { return err == unix.EAGAIN }
 func isIntr(err error) bool  { return err == unix.EINTR }
 
-// allowedCPUs lists the CPUs this process may run on.
+// allowedCPUs lists the CPUs this process may run on (the main thread's
+// affinity: loop threads narrow their own).
 func allowedCPUs() []int {
 	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
+	if err := unix.SchedGetaffinity(os.Getpid(), &set); err != nil {
 		return nil
 	}
 	var cpus []int
@@ -289,14 +290,18 @@ func allowedCPUs() []int {
 }
 
 // pinToCPU binds the calling thread to one CPU so a loop stays where the
-// eBPF steering sends its connections.
-func pinToCPU(cpu int, log *slog.Logger) {
-	if cpu < 0 {
-		return
+// eBPF steering sends its connections. The returned function restores the
+// thread's previous affinity.
+func pinToCPU(cpu int, log *slog.Logger) func() {
+	var old unix.CPUSet
+	if cpu < 0 || unix.SchedGetaffinity(0, &old) != nil {
+		return func() {}
 	}
 	var one unix.CPUSet
 	one.Set(cpu)
 	if err := unix.SchedSetaffinity(0, &one); err != nil {
 		log.Debug("cannot pin loop to a CPU", "cpu", cpu, "err", err)
+		return func() {}
 	}
+	return func() { unix.SchedSetaffinity(0, &old) }
 }

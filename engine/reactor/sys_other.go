@@ -38,5 +38,5 @@ func drainWake(int)                                           {}
 func isAgain(error) bool                                      { return false }
 func isIntr(error) bool                                       { return false }
 func allowedCPUs() []int                                      { return nil }
-func pinToCPU(int, *slog.Logger)                              {}
+func pinToCPU(int, *slog.Logger) func()                       { return func() {} }
 func steer([]int, map[int]int) (*steering, error)             { return nil, errNotLinux }

@@ -1,0 +1,246 @@
+package engine_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/engine"
+)
+
+// scale stretches test timeouts on slow machines: ENGINE_TEST_TIMEOUT_SCALE=3.
+func scale(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv("ENGINE_TEST_TIMEOUT_SCALE"), 64); err == nil && f > 0 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}
+
+// requireTool finds a command-line client. CI sets ENGINE_REQUIRE_TOOLS=1
+// so a missing tool fails there instead of skipping.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
+			t.Fatalf("%s is required (ENGINE_REQUIRE_TOOLS is set) but not installed", name)
+		}
+		t.Skipf("%s not installed; install it (apt-get install %s) to run this test", name, name)
+	}
+	return p
+}
+
+// bigFile is a 100 MiB file of random bytes shared by the tests that need
+// one, with its SHA-256.
+var bigFile = sync.OnceValues(func() (string, string) {
+	dir, err := os.MkdirTemp("", "engine-big-")
+	if err != nil {
+		panic(err)
+	}
+	p := filepath.Join(dir, "big.bin")
+	f, err := os.Create(p)
+	if err != nil {
+		panic(err)
+	}
+	h := sha256.New()
+	rng := rand.NewChaCha8([32]byte{1, 2, 3})
+	buf := make([]byte, 1<<20)
+	for i := 0; i < 100; i++ {
+		rng.Read(buf)
+		f.Write(buf)
+		h.Write(buf)
+	}
+	if err := f.Close(); err != nil {
+		panic(err)
+	}
+	return p, hex.EncodeToString(h.Sum(nil))
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if p, _ := bigFile(); p != "" {
+		os.RemoveAll(filepath.Dir(p))
+	}
+	os.Exit(code)
+}
+
+// linkBig puts the 100 MiB file into dir as name.
+func linkBig(t *testing.T, dir, name string) (string, string) {
+	t.Helper()
+	src, sum := bigFile()
+	dst := filepath.Join(dir, name)
+	if err := os.Link(src, dst); err != nil {
+		copyFile(t, src, dst)
+	}
+	return dst, sum
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testServer is a running engine on a loopback port.
+type testServer struct {
+	*engine.Server
+	addr string
+	url  string
+	stop func() // graceful stop, waits for Run to return
+	done chan struct{}
+}
+
+// start runs an engine with the TOML config text (listen is set to a free
+// loopback port unless the text sets it) and stops it at test end.
+func start(t *testing.T, toml string) *testServer {
+	t.Helper()
+	if !strings.Contains(toml, "listen") {
+		toml = "listen = \"127.0.0.1:0\"\n" + toml
+	}
+	dir := t.TempDir()
+	cfg, err := engine.ParseConfig("test.toml", dir, []byte(toml))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := engine.New(cfg, log)
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{Server: srv, addr: srv.Addr(), url: "http://" + srv.Addr(), done: make(chan struct{})}
+	go func() {
+		defer close(ts.done)
+		if err := srv.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var once sync.Once
+	ts.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-ts.done:
+			case <-time.After(scale(40 * time.Second)):
+				t.Errorf("server did not stop")
+			}
+		})
+	}
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+// testWriter sends server logs to the test log, and stops after the test.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	defer func() { recover() }() // logging after the test ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// rawConn is a client connection for requests written byte by byte.
+type rawConn struct {
+	t *testing.T
+	net.Conn
+	r *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, scale(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(scale(20 * time.Second)))
+	return &rawConn{t: t, Conn: c, r: bufio.NewReaderSize(c, 64<<10)}
+}
+
+func (c *rawConn) send(s string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.Conn, s); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// response reads one response; method is the request's (HEAD has no body).
+func (c *rawConn) response(method string) (*http.Response, []byte) {
+	c.t.Helper()
+	resp, err := http.ReadResponse(c.r, &http.Request{Method: method})
+	if err != nil {
+		c.t.Fatalf("read response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("read body: %v", err)
+	}
+	resp.Body.Close()
+	return resp, body
+}
+
+// closed reports whether the server closed the connection (EOF or reset)
+// within d.
+func (c *rawConn) closed(d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.r.ReadByte()
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+func sha(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cond()
+}

@@ -1,0 +1,394 @@
+package engine_test
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSlowReadersBoundedMemory: clients that request a large file and
+// read nothing cost their socket buffers, never a copy of the file.
+func TestSlowReadersBoundedMemory(t *testing.T) {
+	root := t.TempDir()
+	linkBig(t, root, "big.bin")
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	before := heap()
+	const clients = 32
+	conns := make([]*rawConn, clients)
+	for i := range conns {
+		conns[i] = dial(t, ts.addr)
+		// A small receive buffer: the client reads nothing.
+		conns[i].Conn.(*net.TCPConn).SetReadBuffer(4096)
+		conns[i].send(get("/big.bin"))
+	}
+	// Let the server fill the sockets and park on EPOLLOUT.
+	var last int64
+	waitFor(scale(5*time.Second), func() bool {
+		time.Sleep(100 * time.Millisecond)
+		cur := ts.Stats().BytesFile
+		same := cur == last && cur > 0
+		last = cur
+		return same
+	})
+	grew := int64(heap()) - int64(before)
+	t.Logf("heap grew %d KiB for %d stalled 100 MiB downloads; %d MiB in socket buffers", grew>>10, clients, last>>20)
+	if grew > 8<<20 {
+		t.Errorf("heap grew %d MiB for %d stalled downloads: file content is being buffered", grew>>20, clients)
+	}
+	// And a stalled client does not stall others.
+	c := dial(t, ts.addr)
+	writeFile(t, filepath.Join(root, "small.txt"), "ok")
+	c.send(get("/small.txt"))
+	if resp, body := c.response("GET"); resp.StatusCode != 200 || string(body) != "ok" {
+		t.Errorf("while others stall: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestDisconnectStopsSending: a client that goes away mid-transfer stops
+// the sendfile loop for its connection at once.
+func TestDisconnectStopsSending(t *testing.T) {
+	root := t.TempDir()
+	linkBig(t, root, "big.bin")
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	c := dial(t, ts.addr)
+	c.send(get("/big.bin"))
+	if _, err := io.CopyN(io.Discard, c.r, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	c.Conn.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().Open == 0 }) {
+		t.Fatalf("connection still open on the server after the client left: %+v", ts.Stats())
+	}
+	sent := ts.Stats().BytesFile
+	time.Sleep(300 * time.Millisecond)
+	if after := ts.Stats().BytesFile; after != sent {
+		t.Errorf("sendfile went on after the client left: %d -> %d bytes", sent, after)
+	}
+	if sent >= 100<<20 {
+		t.Errorf("the whole file was sent (%d bytes) to a client that left after 2 MiB", sent)
+	}
+}
+
+// TestFileShrinksDuringTransfer: a file truncated while being sent resets
+// the connection; the client never sees a clean end with fewer bytes than
+// Content-Length promised.
+func TestFileShrinksDuringTransfer(t *testing.T) {
+	root := t.TempDir()
+	src, _ := bigFile()
+	p := filepath.Join(root, "shrink.bin")
+	copyFile(t, src, p)
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	c := dial(t, ts.addr)
+	c.Conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+	c.send(get("/shrink.bin"))
+	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, resp.Body, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 10<<20); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	total := n + 1<<20
+	if err == nil {
+		t.Fatalf("body ended cleanly after %d of %d bytes", total, resp.ContentLength)
+	}
+	if total >= resp.ContentLength {
+		t.Errorf("got %d bytes and an error %v, want a short body", total, err)
+	}
+	if !waitFor(scale(3*time.Second), func() bool { return ts.Stats().Aborted >= 1 }) {
+		t.Error("abort not counted")
+	}
+	// The server goes on serving, and serves the new (short) file.
+	c2 := dial(t, ts.addr)
+	c2.send(get("/shrink.bin", "Range: bytes=0-0\r\n"))
+	if r2, _ := c2.response("GET"); r2.Header.Get("Content-Range") != fmt.Sprintf("bytes 0-0/%d", 10<<20) {
+		t.Errorf("after truncation: Content-Range %q", r2.Header.Get("Content-Range"))
+	}
+}
+
+// TestFileReplacedDuringTransfer: a file replaced by rename (how deploys
+// publish) keeps serving the old bytes to the download in flight, and new
+// requests get the new file at once.
+func TestFileReplacedDuringTransfer(t *testing.T) {
+	root := t.TempDir()
+	p, want := linkBig(t, root, "model.bin")
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	c := dial(t, ts.addr)
+	c.send(get("/model.bin"))
+	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := io.CopyN(h, resp.Body, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(root, ".model.bin.tmp")
+	writeFile(t, tmp, "new model")
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(h, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		t.Errorf("in-flight download changed content: %s, want %s", got, want)
+	}
+	c.send(get("/model.bin"))
+	if _, body := c.response("GET"); string(body) != "new model" {
+		t.Errorf("after rename: %q, want the new file", body)
+	}
+}
+
+// TestCacheInvalidation: edits, creations and deletions are seen by the
+// next request (inotify), even for files the cache holds in memory.
+func TestCacheInvalidation(t *testing.T) {
+	root := siteRoot(t)
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	fetch := func(path string) (int, string, string) {
+		c := dial(t, ts.addr)
+		c.send(get(path))
+		resp, body := c.response("GET")
+		return resp.StatusCode, string(body), resp.Header.Get("ETag")
+	}
+	check := func(step, path string, status int, body string) {
+		t.Helper()
+		ok := waitFor(scale(2*time.Second), func() bool {
+			s, b, _ := fetch(path)
+			return s == status && (body == "" || b == body)
+		})
+		if !ok {
+			s, b, _ := fetch(path)
+			t.Errorf("%s: %s = %d %q, want %d %q", step, path, s, b, status, body)
+		}
+	}
+	_, _, et1 := fetch("/alpha.txt")
+	f, _ := os.OpenFile(filepath.Join(root, "alpha.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString("!")
+	f.Close()
+	check("append", "/alpha.txt", 200, "abcdefghijklmnopqrstuvwxyz!")
+	if _, _, et2 := fetch("/alpha.txt"); et2 == et1 {
+		t.Error("ETag unchanged after edit")
+	}
+	check("missing", "/later.txt", 404, "")
+	writeFile(t, filepath.Join(root, "later.txt"), "now here")
+	check("create", "/later.txt", 200, "now here")
+	os.Remove(filepath.Join(root, "later.txt"))
+	check("delete", "/later.txt", 404, "")
+	// A sidecar appearing later is picked up too.
+	writeFile(t, filepath.Join(root, "alpha.txt.gz"), "GZ")
+	ok := waitFor(scale(2*time.Second), func() bool {
+		c := dial(t, ts.addr)
+		c.send(get("/alpha.txt", "Accept-Encoding: gzip\r\n"))
+		_, body := c.response("GET")
+		return string(body) == "GZ"
+	})
+	if !ok {
+		t.Error("new sidecar not served")
+	}
+	if ts.Stats().CacheHits == 0 {
+		t.Error("no cache hits: the open-file cache is not in use")
+	}
+}
+
+func TestVirtualHosts(t *testing.T) {
+	a, b, c := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(a, "who"), "a")
+	writeFile(t, filepath.Join(b, "who"), "b")
+	writeFile(t, filepath.Join(c, "who"), "default")
+	ts := start(t, fmt.Sprintf(`root = %q
+[[sites]]
+domain = "a.example"
+root = %q
+[[sites]]
+domain = "*.b.example"
+root = %q
+`, c, a, b))
+	for _, tt := range []struct{ host, want string }{
+		{"a.example", "a"}, {"A.Example:8080", "a"}, {"a.example.", "a"},
+		{"x.b.example", "b"}, {"deep.x.b.example", "b"}, {"b.example", "default"},
+		{"other", "default"}, {"127.0.0.1", "default"},
+	} {
+		conn := dial(t, ts.addr)
+		conn.send("GET /who HTTP/1.1\r\nHost: " + tt.host + "\r\n\r\n")
+		if _, body := conn.response("GET"); string(body) != tt.want {
+			t.Errorf("Host %q served %q, want %q", tt.host, body, tt.want)
+		}
+	}
+	// HTTP/1.0 without Host gets the default site; absolute-form wins over Host.
+	conn := dial(t, ts.addr)
+	conn.send("GET /who HTTP/1.0\r\n\r\n")
+	if _, body := conn.response("GET"); string(body) != "default" {
+		t.Errorf("HTTP/1.0 without Host: %q", body)
+	}
+	conn = dial(t, ts.addr)
+	conn.send("GET http://a.example/who HTTP/1.1\r\nHost: other\r\n\r\n")
+	if _, body := conn.response("GET"); string(body) != "a" {
+		t.Errorf("absolute-form: %q", body)
+	}
+}
+
+func TestDirectoryListing(t *testing.T) {
+	root := siteRoot(t)
+	writeFile(t, filepath.Join(root, "files/b<x>.txt"), "1")
+	writeFile(t, filepath.Join(root, "files/a.txt"), "1")
+	ts := start(t, fmt.Sprintf("[[sites]]\ndomain = \"*\"\nroot = %q\ndirectory_listing = true\n", root))
+	c := dial(t, ts.addr)
+	c.send(get("/files/"))
+	resp, body := c.response("GET")
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `<a href="a.txt">a.txt</a>`) ||
+		!strings.Contains(string(body), "b&lt;x&gt;.txt") || strings.Contains(string(body), "<x>") {
+		t.Errorf("listing %d:\n%s", resp.StatusCode, body)
+	}
+	// Without the setting there is no listing.
+	ts2 := start(t, fmt.Sprintf("root = %q\n", root))
+	c = dial(t, ts2.addr)
+	c.send(get("/files/"))
+	if resp, _ := c.response("GET"); resp.StatusCode != 404 {
+		t.Errorf("listing served without directory_listing: %d", resp.StatusCode)
+	}
+}
+
+// TestGracefulShutdown: in-flight downloads finish, idle connections
+// close, new connections are refused.
+func TestGracefulShutdown(t *testing.T) {
+	root := t.TempDir()
+	_, want := linkBig(t, root, "big.bin")
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	idle := dial(t, ts.addr)
+	idle.send(get("/big.bin", "Range: bytes=0-0\r\n"))
+	idle.response("GET")
+
+	busy := dial(t, ts.addr)
+	busy.send(get("/big.bin"))
+	resp, err := http.ReadResponse(busy.r, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	io.CopyN(h, resp.Body, 1<<20)
+	stopped := make(chan struct{})
+	go func() { ts.stop(); close(stopped) }()
+
+	if !idle.closed(scale(3 * time.Second)) {
+		t.Error("idle keep-alive connection not closed at shutdown")
+	}
+	if !waitFor(scale(3*time.Second), func() bool {
+		c, err := net.DialTimeout("tcp", ts.addr, time.Second)
+		if err != nil {
+			return true
+		}
+		c.Close()
+		return false
+	}) {
+		t.Error("new connections still accepted while shutting down")
+	}
+	if _, err := io.Copy(h, resp.Body); err != nil {
+		t.Fatalf("in-flight download cut: %v", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		t.Error("in-flight download corrupted at shutdown")
+	}
+	if !busy.closed(scale(3 * time.Second)) {
+		t.Error("connection not closed after its last response at shutdown")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("server did not stop after the last response")
+	}
+}
+
+// TestBulkPolicy: a large response switches its socket to the bulk
+// congestion control; the kernel accepted it (no errors counted).
+func TestBulkPolicy(t *testing.T) {
+	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if !strings.Contains(string(avail), "bbr") {
+		t.Skip("this kernel has no BBR (tcp_available_congestion_control); modprobe tcp_bbr to run this test")
+	}
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts := start(t, fmt.Sprintf("root = %q\n[kernel]\nbulk_threshold = \"1MiB\"\nbulk_congestion = \"bbr\"\n", root))
+	c := dial(t, ts.addr)
+	c.send(get("/alpha.txt"))
+	c.response("GET")
+	if ts.Stats().Bulk != 0 {
+		t.Error("a small response was treated as bulk")
+	}
+	c.send(get("/big.bin", "Range: bytes=0-2097151\r\n"))
+	c.response("GET")
+	st := ts.Stats()
+	if st.Bulk != 1 || st.CongestionErrors != 0 {
+		t.Errorf("Bulk = %d, CongestionErrors = %d; want 1, 0", st.Bulk, st.CongestionErrors)
+	}
+}
+
+// TestLimitRate: a site's limit_rate paces its responses in the kernel.
+// The check is a lower bound on the time taken, which only a slower
+// machine can make longer.
+func TestLimitRate(t *testing.T) {
+	root := t.TempDir()
+	linkBig(t, root, "big.bin")
+	ts := start(t, fmt.Sprintf("[[sites]]\ndomain = \"*\"\nroot = %q\nlimit_rate = \"1MiB\"\n", root))
+	c := dial(t, ts.addr)
+	begin := time.Now()
+	c.send(get("/big.bin", "Range: bytes=0-3145727\r\n"))
+	_, body := c.response("GET")
+	took := time.Since(begin)
+	if len(body) != 3<<20 {
+		t.Fatalf("got %d bytes", len(body))
+	}
+	if took < 1500*time.Millisecond {
+		t.Errorf("3 MiB at limit_rate 1MiB took %v: not paced", took)
+	}
+}
+
+func TestAccessLog(t *testing.T) {
+	root := siteRoot(t)
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	ts := start(t, fmt.Sprintf("root = %q\naccess_log = %q\n", root, logPath))
+	c := dial(t, ts.addr)
+	c.send(get("/alpha.txt", "User-Agent: test\"agent\r\nReferer: http://r/\r\n"))
+	c.response("GET")
+	c.send(get("/nope"))
+	c.response("GET")
+	ts.stop()
+	data, _ := os.ReadFile(logPath)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("access log has %d lines:\n%s", len(lines), data)
+	}
+	if !strings.HasPrefix(lines[0], "127.0.0.1 - - [") || !strings.Contains(lines[0], `"GET /alpha.txt HTTP/1.1" 200 26 "http://r/" "test\x22agent"`) {
+		t.Errorf("line 1: %s", lines[0])
+	}
+	if !strings.Contains(lines[1], `"GET /nope HTTP/1.1" 404 `) {
+		t.Errorf("line 2: %s", lines[1])
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	for sc.Scan() {
+		if strings.ContainsAny(sc.Text(), "\r") {
+			t.Error("raw control characters in access log")
+		}
+	}
+}
