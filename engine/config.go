@@ -665,7 +665,7 @@ func expectedKeys(key []string) string {
 			names = append(names, n)
 		}
 	}
-	where := "here"
+	where := "at the top level"
 	if len(key) > 1 {
 		where = "in [" + strings.Join(key[:len(key)-1], ".") + "]"
 	}

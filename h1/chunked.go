@@ -8,9 +8,9 @@ package h1
 //
 // The zero value is not usable; call Reset.
 type BodySkipper struct {
-	remaining int64 // bytes left in a Content-Length body or current chunk
-	chunked   bool
-	state     chunkState
+	remaining  int64 // bytes left in a Content-Length body or current chunk
+	chunked    bool
+	state      chunkState
 	sizeDigits int
 	lineLen    int   // bytes of the current extension or trailer line
 	total      int64 // body bytes consumed, for the caller's limit
@@ -19,16 +19,16 @@ type BodySkipper struct {
 type chunkState uint8
 
 const (
-	chunkSize      chunkState = iota // reading hex digits
-	chunkExt                         // after the size: extensions until CR
-	chunkSizeLF                      // expect LF ending the size line
-	chunkData                        // reading chunk data
-	chunkDataCR                      // expect CR after data
-	chunkDataLF                      // expect LF after data
-	chunkTrailer                     // start of a trailer line (or final CRLF)
-	chunkTrailerLine                 // inside a trailer line
-	chunkTrailerLF                   // expect LF after a trailer line
-	chunkFinalLF                     // expect LF of the final CRLF
+	chunkSize        chunkState = iota // reading hex digits
+	chunkExt                           // after the size: extensions until CR
+	chunkSizeLF                        // expect LF ending the size line
+	chunkData                          // reading chunk data
+	chunkDataCR                        // expect CR after data
+	chunkDataLF                        // expect LF after data
+	chunkTrailer                       // start of a trailer line (or final CRLF)
+	chunkTrailerLine                   // inside a trailer line
+	chunkTrailerLF                     // expect LF after a trailer line
+	chunkFinalLF                       // expect LF of the final CRLF
 	chunkDone
 )
 
@@ -172,5 +172,5 @@ func hexVal(c byte) byte {
 	if isDigit(c) {
 		return c - '0'
 	}
-	return c|0x20 - 'a' + 10
+	return c | 0x20 - 'a' + 10
 }

@@ -135,10 +135,10 @@ func NewCache(cfg Config) *Cache {
 func (c *Cache) Close() {
 	close(c.stop)
 	<-c.done
+	c.invalidateAll()
 	if c.w != nil {
 		c.w.close()
 	}
-	c.invalidateAll()
 }
 
 // NewRoot opens dir for serving.

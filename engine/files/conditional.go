@@ -99,7 +99,7 @@ func strongMatch(tag []byte, etag string) bool {
 }
 
 var httpDateLayouts = []string{
-	"Mon, 02 Jan 2006 15:04:05 GMT", // IMF-fixdate
+	"Mon, 02 Jan 2006 15:04:05 GMT",  // IMF-fixdate
 	"Monday, 02-Jan-06 15:04:05 GMT", // obsolete RFC 850
 	"Mon Jan _2 15:04:05 2006",       // obsolete asctime
 }

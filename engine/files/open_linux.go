@@ -135,13 +135,15 @@ func stillSame(e *Entry) bool {
 // watcher turns inotify events on watched directories into invalidations.
 type watcher struct {
 	// Immutable after construction.
-	f        *os.File
+	f        *os.File // for reads through the runtime poller
+	fd       int      // the same descriptor, for inotify_add_watch; never f.Fd(), which makes f blocking
 	onChange func(dir, name string)
 	onReset  func()
 
-	mu    sync.Mutex
-	byDir map[string]*watch // guarded by mu
-	byWd  map[int32][]string // guarded by mu; one inode may be reached by several paths
+	mu     sync.Mutex
+	closed bool               // guarded by mu
+	byDir  map[string]*watch  // guarded by mu
+	byWd   map[int32][]string // guarded by mu; one inode may be reached by several paths
 }
 
 type watch struct {
@@ -158,7 +160,7 @@ func newWatcher(onChange func(dir, name string), onReset func()) (*watcher, erro
 	if err != nil {
 		return nil, os.NewSyscallError("inotify_init1", err)
 	}
-	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), onChange: onChange, onReset: onReset,
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, onChange: onChange, onReset: onReset,
 		byDir: map[string]*watch{}, byWd: map[int32][]string{}}
 	go w.run()
 	return w, nil
@@ -167,11 +169,14 @@ func newWatcher(onChange func(dir, name string), onReset func()) (*watcher, erro
 func (w *watcher) add(dir string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return os.ErrClosed
+	}
 	if x := w.byDir[dir]; x != nil {
 		x.refs++
 		return nil
 	}
-	wd, err := unix.InotifyAddWatch(int(w.f.Fd()), dir, watchMask)
+	wd, err := unix.InotifyAddWatch(w.fd, dir, watchMask)
 	if err != nil {
 		return os.NewSyscallError("inotify_add_watch", err)
 	}
@@ -192,7 +197,7 @@ func (w *watcher) release(dir string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	x := w.byDir[dir]
-	if x == nil {
+	if x == nil || w.closed {
 		return
 	}
 	x.refs--
@@ -203,10 +208,15 @@ func (w *watcher) release(dir string) {
 		delete(w.byDir, d)
 	}
 	delete(w.byWd, x.wd)
-	unix.InotifyRmWatch(int(w.f.Fd()), uint32(x.wd))
+	unix.InotifyRmWatch(w.fd, uint32(x.wd))
 }
 
-func (w *watcher) close() { w.f.Close() }
+func (w *watcher) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.f.Close()
+}
 
 func (w *watcher) run() {
 	buf := make([]byte, 64<<10)

@@ -28,8 +28,8 @@ func stillSame(*Entry) bool { return false }
 type watcher struct{}
 
 func newWatcher(func(string, string), func()) (*watcher, error) { return nil, errors.ErrUnsupported }
-func (*watcher) add(string) error                                { return errors.ErrUnsupported }
-func (*watcher) release(string)                                  {}
-func (*watcher) close()                                          {}
+func (*watcher) add(string) error                               { return errors.ErrUnsupported }
+func (*watcher) release(string)                                 {}
+func (*watcher) close()                                         {}
 
 func openBeneath(*Root, string) (int, error) { return -1, errors.ErrUnsupported }

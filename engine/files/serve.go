@@ -62,16 +62,16 @@ type Response struct {
 // waits for it.
 type Scratch struct {
 	key, rel, tmp, idx []byte
-	held          []*Entry
-	opened        []opened
-	need          []string
-	listing       []byte
-	listingRel    string
-	needListing   string
-	ranges        []Range
-	parts         []Part
-	mp            []byte
-	Resp          Response
+	held               []*Entry
+	opened             []opened
+	need               []string
+	listing            []byte
+	listingRel         string
+	needListing        string
+	ranges             []Range
+	parts              []Part
+	mp                 []byte
+	Resp               Response
 }
 
 type opened struct {

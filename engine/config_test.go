@@ -1,0 +1,257 @@
+package engine_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mediaship/engine/engine"
+)
+
+func loadText(t testing.TB, dir, text string) (*engine.Config, error) {
+	cfg, err := engine.ParseConfig("engine.toml", dir, []byte(text))
+	if err != nil {
+		return nil, err
+	}
+	return cfg, cfg.Validate()
+}
+
+func TestConfigValid(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "media"), 0o755)
+	writeFile(t, filepath.Join(dir, "cert.pem"), "x")
+	writeFile(t, filepath.Join(dir, "key.pem"), "x")
+	cfg, err := loadText(t, dir, `
+listen = "0.0.0.0:443"
+workers = 8
+root = "media"              # relative to the config file
+access_log = "off"
+
+[[sites]]
+domain = "media.example.com"
+root = "media"
+limit_rate = "10MiB"
+[sites.protocols]
+h1 = true
+h2 = true
+h3 = false
+[sites.tls]
+cert = "cert.pem"
+key = "key.pem"
+
+[[sites]]
+domain = "*.cdn.example.com"
+index = ["index.htm", "index.html"]
+protocols = { h1 = true }
+
+[kernel]
+ktls = "require"
+promote_after = "1MiB"
+bulk_threshold = "64KiB"
+bulk_congestion = "bbr"
+bbr = "auto"
+
+[limits]
+max_header_bytes = "32KiB"
+max_headers = 50
+header_timeout = "10s"
+idle_timeout = "2m"
+max_connections = 1000
+
+[runtime.settings]
+h2_tls_write_buffer_bytes = "131072"
+`)
+	if err != nil {
+		t.Fatalf("valid config rejected:\n%v", err)
+	}
+	if cfg.Root != filepath.Join(dir, "media") || cfg.Sites[0].TLS.Cert != filepath.Join(dir, "cert.pem") {
+		t.Errorf("relative paths not resolved against the config's directory: %q %q", cfg.Root, cfg.Sites[0].TLS.Cert)
+	}
+	if *cfg.Kernel.PromoteAfter != 1<<20 || cfg.Kernel.BulkThreshold != 64<<10 || cfg.Limits.MaxHeaderBytes != 32<<10 ||
+		cfg.Sites[0].LimitRate != 10<<20 || cfg.Runtime.Settings.H2TLSWriteBuffer != 131072 {
+		t.Errorf("sizes parsed wrong: %+v %+v", cfg.Kernel, cfg.Limits)
+	}
+	if cfg.Sites[1].Root != "" || len(cfg.Sites[1].Index) != 2 {
+		t.Errorf("site 2: %+v", cfg.Sites[1])
+	}
+
+	// Defaults.
+	cfg, err = loadText(t, dir, "root = \".\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != ":8080" || cfg.Limits.MaxHeaderBytes != 16<<10 || cfg.Kernel.BulkCongestion != "bbr" ||
+		cfg.Kernel.BBR != "require" || cfg.Kernel.KTLS != "" || *cfg.Kernel.PromoteAfter != 1<<20 {
+		t.Errorf("defaults: listen %q %+v", cfg.Listen, cfg.Kernel)
+	}
+	cfg, _ = loadText(t, dir, "root = \".\"\n[kernel]\npromote_after = \"0B\"\n")
+	if *cfg.Kernel.PromoteAfter != 0 {
+		t.Errorf("promote_after 0B = %v", *cfg.Kernel.PromoteAfter)
+	}
+}
+
+// TestConfigErrors: every mistake names the file, the line and the key,
+// and says what was expected.
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, text string
+		want       []string // substrings of the error, in order of lines
+	}{
+		{"unknown key", "root = \".\"\nlisten_addr = \":80\"\n",
+			[]string{"engine.toml:2: listen_addr: unknown key; expected one of listen, workers"}},
+		{"unknown nested key", "root = \".\"\n[limits]\nmax_header = 5\n",
+			[]string{"engine.toml:3: limits.max_header: unknown key; expected one of max_header_bytes"}},
+		{"unknown table", "root = \".\"\n[kernal]\nktls = \"off\"\n", []string{"engine.toml:2:", "kernal", "unknown key"}},
+		{"wrong type", "workers = \"eight\"\nroot = \".\"\n", []string{"engine.toml:1: workers: wrong type: expected a whole number"}},
+		{"wrong type bool", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.protocols]\nh2 = \"yes\"\n",
+			[]string{"engine.toml:5: sites[0].protocols.h2: wrong type: expected true or false"}},
+		{"bad size", "root = \".\"\n[kernel]\npromote_after = \"1 megabyte\"\n",
+			[]string{"engine.toml:3: kernel.promote_after:", "is not a size", "\"64KiB\""}},
+		{"bad duration", "root = \".\"\n[limits]\nidle_timeout = \"forever\"\n",
+			[]string{"engine.toml:3: limits.idle_timeout:", "not a duration", "\"30s\""}},
+		{"bare number duration", "root = \".\"\n[limits]\nidle_timeout = 30\n",
+			[]string{"engine.toml:3: limits.idle_timeout: 30 is too short to be meant; write a duration with a unit"}},
+		{"missing root", "root = \"/does/not/exist\"\n",
+			[]string{"engine.toml:1: root: cannot use \"/does/not/exist\": no such file or directory"}},
+		{"root is a file", "root = \"engine.toml\"\n", []string{"engine.toml:1: root:", "is not a directory"}},
+		{"nothing to serve", "workers = 2\n", []string{"nothing to serve"}},
+		{"site without domain", "root = \".\"\n[[sites]]\nroot = \".\"\n", []string{"engine.toml:2: sites[0].domain: missing"}},
+		{"second site missing root", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites]]\ndomain = \"b\"\nroot = \"nope\"\n",
+			[]string{"engine.toml:6: sites[1].root: cannot use"}},
+		{"duplicate domain", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[[sites]]\ndomain = \"A\"\n",
+			[]string{"engine.toml:5: sites[1].domain:", "already the domain of sites[0]"}},
+		{"bad domain", "root = \".\"\n[[sites]]\ndomain = \"a b\"\n", []string{"engine.toml:3: sites[0].domain:", "not a host name"}},
+		{"cert without key", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\ncert = \"engine.toml\"\n",
+			[]string{"engine.toml:4: sites[0].tls: cert and key go together"}},
+		{"missing cert", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+			[]string{"engine.toml:5: sites[0].tls.cert: cannot read", "engine.toml:6: sites[0].tls.key: cannot read"}},
+		{"bad min_version", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nmin_version = \"1.0\"\n",
+			[]string{"engine.toml:5: sites[0].tls.min_version:", "expected \"1.3\""}},
+		{"bad mode", "root = \".\"\n[kernel]\nktls = \"yes\"\n", []string{"engine.toml:3: kernel.ktls: \"yes\" is not a mode; expected \"require\", \"auto\" or \"off\""}},
+		{"bad listen", "root = \".\"\nlisten = \"8080\"\n", []string{"engine.toml:2: listen:", "host:port"}},
+		{"bad port", "root = \".\"\nlisten = \":99999\"\n", []string{"engine.toml:2: listen: port"}},
+		{"workers range", "root = \".\"\nworkers = -1\n", []string{"engine.toml:2: workers: -1 is out of range"}},
+		{"header bytes range", "root = \".\"\n[limits]\nmax_header_bytes = \"10B\"\n",
+			[]string{"engine.toml:3: limits.max_header_bytes: 10B is out of range; expected 1KiB to 1MiB"}},
+		{"all protocols off", "root = \".\"\n[[sites]]\ndomain = \"a\"\nprotocols = { h1 = false, h2 = false, h3 = false }\n",
+			[]string{"engine.toml:4: sites[0].protocols: every protocol is off"}},
+		{"syntax", "root = \".\"\n[limits\n", []string{"engine.toml:2:"}},
+		{"several at once", "root = \".\"\nworkers = 5000\n[kernel]\nbbr = \"maybe\"\n",
+			[]string{"engine.toml:2: workers:", "engine.toml:4: kernel.bbr:"}},
+		{"bad congestion", "root = \".\"\n[kernel]\nbulk_congestion = \"BBR!\"\n", []string{"engine.toml:3: kernel.bulk_congestion:"}},
+		{"bad index", "root = \".\"\n[[sites]]\ndomain = \"a\"\nindex = [\"../x\"]\n", []string{"engine.toml:4: sites[0].index:"}},
+	}
+	writeFile(t, filepath.Join(dir, "engine.toml"), "")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadText(t, dir, tt.text)
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tt.text)
+			}
+			msg := err.Error()
+			rest := msg
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("error does not contain %q (in order):\n%s", w, msg)
+				}
+				rest = rest[i+len(w):]
+			}
+			var ce engine.ConfigErrors
+			if !errors.As(err, &ce) {
+				t.Errorf("error is %T, want ConfigErrors", err)
+			}
+			if strings.Contains(msg, "goroutine") || strings.Contains(msg, "panic") {
+				t.Errorf("error looks like a crash: %s", msg)
+			}
+		})
+	}
+}
+
+func TestConfigFlagsOverride(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	cfg, err := engine.ParseConfig("engine.toml", dir, []byte("root = \"/does/not/exist\"\nworkers = 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SetFlag("root", other)
+	cfg.SetFlag("workers", "2")
+	cfg.SetFlag("listen", "127.0.0.1:0")
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("flags should override the bad root: %v", err)
+	}
+	if cfg.Root != other || cfg.Workers != 2 || cfg.Listen != "127.0.0.1:0" {
+		t.Errorf("overrides not applied: %q %d %q", cfg.Root, cfg.Workers, cfg.Listen)
+	}
+	cfg, _ = engine.ParseConfig("engine.toml", dir, []byte("root = \".\"\n"))
+	cfg.SetFlag("root", "/does/not/exist")
+	err = cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--root: cannot use \"/does/not/exist\"") {
+		t.Errorf("flag error should name the flag: %v", err)
+	}
+	if err := cfg.SetFlag("workers", "many"); err == nil || !strings.Contains(err.Error(), "--workers") {
+		t.Errorf("SetFlag(workers, many) = %v", err)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want engine.Size
+		ok   bool
+	}{
+		{"1MiB", 1 << 20, true}, {"64KiB", 64 << 10, true}, {"1048576", 1 << 20, true}, {"1.5GiB", 3 << 29, true},
+		{"10MB", 10e6, true}, {"4k", 4096, true}, {"2 MiB", 2 << 20, true}, {"0B", 0, true}, {"1TiB", 1 << 40, true},
+		{"", 0, false}, {"MiB", 0, false}, {"1 megabyte", 0, false}, {"-1MiB", 0, false}, {"1.5B", 0, false},
+		{"99999999999TiB", 0, false}, {"1..5MiB", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := engine.ParseSize(tt.in)
+		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
+			t.Errorf("ParseSize(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+	if s := engine.Size(1 << 20).String(); s != "1MiB" {
+		t.Errorf("String = %q", s)
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	dir := f.TempDir()
+	for _, s := range []string{
+		"root = \".\"\n",
+		"listen = \":8080\"\nworkers = 2\nroot = \".\"\n[limits]\nmax_header_bytes = \"16KiB\"\n",
+		"[[sites]]\ndomain = \"a\"\nroot = \".\"\n[sites.tls]\ncert = \"c\"\nkey = \"k\"\n[[sites]]\ndomain = \"*.b\"\n",
+		"root = \".\"\n[kernel]\nktls = \"auto\"\npromote_after = \"1MiB\"\n[runtime.settings]\nh2_tls_write_buffer_bytes = \"131072\"\n",
+		"root = \".\"\n[[sites]]\ndomain = \"x\"\nprotocols = { h1 = true, h2 = false }\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		cfg, err := engine.ParseConfig("fuzz.toml", dir, []byte(text))
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err == nil {
+			return
+		}
+		var ce engine.ConfigErrors
+		if !errors.As(err, &ce) {
+			t.Fatalf("error %T %v is not ConfigErrors", err, err)
+		}
+		for _, e := range ce {
+			if e.Msg == "" {
+				t.Fatalf("empty message: %#v", e)
+			}
+			if e.File != "" && e.File != "fuzz.toml" {
+				t.Fatalf("file %q", e.File)
+			}
+		}
+		_ = fmt.Sprint(err)
+	})
+}

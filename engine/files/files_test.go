@@ -1,0 +1,229 @@
+package files
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestCleanPath(t *testing.T) {
+	tests := []struct {
+		in, rel string
+		slash   bool
+		ok      bool
+	}{
+		{"/", "", true, true},
+		{"/a.txt", "a.txt", false, true},
+		{"/a/b/", "a/b", true, true},
+		{"//a///b", "a/b", false, true},
+		{"/./a/./b", "a/b", false, true},
+		{"/a/.", "a", false, true},
+		{"/space%20name", "space name", false, true},
+		{"/%E2%82%AC", "\u20ac", false, true},
+		{"/a%2Fb", "a/b", false, true},
+		{"/%252e%252e", "%2e%2e", false, true},
+		{"/..", "", false, false},
+		{"/a/../b", "", false, false},
+		{"/%2e%2e/x", "", false, false},
+		{"/.%2e/x", "", false, false},
+		{"/a/..%2f", "", false, false},
+		{"/a%00b", "", false, false},
+		{"/a%5cb", "", false, false},
+		{"/a\\b", "", false, false},
+		{"/a%", "", false, false},
+		{"/a%4", "", false, false},
+		{"/a%zz", "", false, false},
+		{"a", "", false, false},
+		{"", "", false, false},
+		{"/...", "...", false, true},
+		{"/..a", "..a", false, true},
+	}
+	for _, tt := range tests {
+		rel, slash, err := CleanPath([]byte(tt.in), nil)
+		if (err == nil) != tt.ok || (tt.ok && (string(rel) != tt.rel || slash != tt.slash)) {
+			t.Errorf("CleanPath(%q) = %q, %v, %v; want %q, %v, ok=%v", tt.in, rel, slash, err, tt.rel, tt.slash, tt.ok)
+		}
+	}
+}
+
+func TestCleanPathAllocs(t *testing.T) {
+	buf := make([]byte, 0, 64)
+	in := []byte("/models/llama/weights%20v2.bin")
+	if n := testing.AllocsPerRun(100, func() { CleanPath(in, buf) }); n != 0 {
+		t.Errorf("CleanPath allocates %v times", n)
+	}
+}
+
+func TestParseRange(t *testing.T) {
+	tests := []struct {
+		in     string
+		size   int64
+		want   []Range
+		result rangeResult
+	}{
+		{"bytes=0-0", 10, []Range{{0, 1}}, rangeOK},
+		{"bytes=0-", 10, []Range{{0, 10}}, rangeOK},
+		{"bytes=-3", 10, []Range{{7, 3}}, rangeOK},
+		{"bytes=-30", 10, []Range{{0, 10}}, rangeOK},
+		{"bytes=5-100", 10, []Range{{5, 5}}, rangeOK},
+		{"BYTES=1-2", 10, []Range{{1, 2}}, rangeOK},
+		{"bytes=0-1, 4-5,8-", 10, []Range{{0, 2}, {4, 2}, {8, 2}}, rangeOK},
+		{"bytes=0-1,,3-3", 10, []Range{{0, 2}, {3, 1}}, rangeOK},
+		{"bytes=10-", 10, nil, rangeUnsatisfiable},
+		{"bytes=-0", 10, nil, rangeUnsatisfiable},
+		{"bytes=20-30, 40-", 10, nil, rangeUnsatisfiable},
+		{"bytes=20-30, 1-1", 10, []Range{{1, 1}}, rangeOK},
+		{"bytes=3-2", 10, nil, rangeIgnore},
+		{"bytes=a-b", 10, nil, rangeIgnore},
+		{"bytes=1", 10, nil, rangeIgnore},
+		{"bytes=", 10, nil, rangeIgnore},
+		{"bytes=--1", 10, nil, rangeIgnore},
+		{"bytes=+1-2", 10, nil, rangeIgnore},
+		{"items=0-1", 10, nil, rangeIgnore},
+		{"bytes=0-1", 0, nil, rangeIgnore},
+		{"bytes=0-9,0-9,0-9", 10, nil, rangeIgnore}, // more than twice the size
+		{"bytes=0-99999999999999999999", 10, nil, rangeIgnore},
+	}
+	for _, tt := range tests {
+		got, res := ParseRange([]byte(tt.in), tt.size, nil)
+		if res != tt.result || (res == rangeOK && !slices.Equal(got, tt.want)) {
+			t.Errorf("ParseRange(%q, %d) = %v %v, want %v %v", tt.in, tt.size, got, res, tt.want, tt.result)
+		}
+	}
+}
+
+func TestAcceptQ(t *testing.T) {
+	tests := []struct {
+		ae, coding string
+		want       int
+	}{
+		{"br", "br", 1000},
+		{"gzip, br;q=0.5", "br", 500},
+		{"gzip;q=0.123", "gzip", 123},
+		{"gzip;q=1.0", "gzip", 1000},
+		{"gzip;q=0", "gzip", 0},
+		{"x-gzip", "gzip", 1000},
+		{"*", "zstd", 1000},
+		{"*;q=0.2, br;q=0.9", "br", 900},
+		{"*;q=0.2, br;q=0.9", "gzip", 200},
+		{"identity", "br", 0},
+		{"BR", "br", 1000},
+		{"br;q=2", "br", 0},
+		{"br;q=0.5555", "br", 0},
+		{"br ; q=0.3", "br", 300},
+		{"", "br", 0},
+	}
+	for _, tt := range tests {
+		if got := acceptQ([]byte(tt.ae), tt.coding); got != tt.want {
+			t.Errorf("acceptQ(%q, %s) = %d, want %d", tt.ae, tt.coding, got, tt.want)
+		}
+	}
+}
+
+type hdrs map[string]string
+
+func (h hdrs) Get(name string) []byte {
+	if v, ok := h[name]; ok {
+		return []byte(v)
+	}
+	return nil
+}
+
+func TestPreconditions(t *testing.T) {
+	mtime := time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC)
+	etag := `"abc"`
+	lm := httpDate(mtime)
+	before := httpDate(mtime.Add(-time.Second))
+	after := httpDate(mtime.Add(time.Second))
+	tests := []struct {
+		h    hdrs
+		want precondition
+	}{
+		{hdrs{}, condProceed},
+		{hdrs{"if-match": `"abc"`}, condProceed},
+		{hdrs{"if-match": `"x", "abc"`}, condProceed},
+		{hdrs{"if-match": `W/"abc"`}, condFailed},
+		{hdrs{"if-match": `*`}, condProceed},
+		{hdrs{"if-match": `"x"`}, condFailed},
+		{hdrs{"if-match": `garbage`}, condFailed},
+		{hdrs{"if-unmodified-since": lm}, condProceed},
+		{hdrs{"if-unmodified-since": before}, condFailed},
+		{hdrs{"if-unmodified-since": "not a date"}, condProceed},
+		{hdrs{"if-match": `"abc"`, "if-unmodified-since": before}, condProceed}, // If-Match wins
+		{hdrs{"if-none-match": `"abc"`}, condNotModified},
+		{hdrs{"if-none-match": `W/"abc"`}, condNotModified},
+		{hdrs{"if-none-match": `"x"`}, condProceed},
+		{hdrs{"if-modified-since": lm}, condNotModified},
+		{hdrs{"if-modified-since": after}, condNotModified},
+		{hdrs{"if-modified-since": before}, condProceed},
+		{hdrs{"if-modified-since": "Sunday, 06-Nov-94 08:49:37 GMT"}, condProceed},
+		{hdrs{"if-none-match": `"x"`, "if-modified-since": after}, condProceed}, // INM wins
+		{hdrs{"if-match": `"x"`, "if-none-match": `"abc"`}, condFailed},
+	}
+	for _, tt := range tests {
+		if got := evalPreconditions(tt.h, etag, mtime); got != tt.want {
+			t.Errorf("evalPreconditions(%v) = %v, want %v", tt.h, got, tt.want)
+		}
+	}
+	if !ifRangeAllows(hdrs{"if-range": `"abc"`}, etag, lm) || ifRangeAllows(hdrs{"if-range": `W/"abc"`}, etag, lm) ||
+		!ifRangeAllows(hdrs{"if-range": lm}, etag, lm) || ifRangeAllows(hdrs{"if-range": before}, etag, lm) {
+		t.Error("ifRangeAllows")
+	}
+}
+
+func FuzzParseRange(f *testing.F) {
+	for _, s := range []string{"bytes=0-0", "bytes=-5", "bytes=1-,2-3", "bytes=5-1"} {
+		f.Add(s, int64(100))
+	}
+	f.Fuzz(func(t *testing.T, v string, size int64) {
+		if size < 0 {
+			return
+		}
+		rs, res := ParseRange([]byte(v), size, nil)
+		if res != rangeOK {
+			return
+		}
+		var total int64
+		for _, r := range rs {
+			if r.Off < 0 || r.Len <= 0 || r.Off+r.Len > size {
+				t.Fatalf("range %+v outside size %d", r, size)
+			}
+			total += r.Len
+		}
+		if total > 2*size || len(rs) > maxRanges {
+			t.Fatalf("%d ranges, %d bytes of %d", len(rs), total, size)
+		}
+	})
+}
+
+func FuzzCleanPath(f *testing.F) {
+	for _, s := range []string{"/", "/a/b", "/%2e%2e/", "/a%00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		rel, _, err := CleanPath([]byte(p), nil)
+		if err != nil {
+			return
+		}
+		for _, seg := range slices.Collect(func(yield func(string) bool) {
+			start := 0
+			for i := 0; i <= len(rel); i++ {
+				if i == len(rel) || rel[i] == '/' {
+					if !yield(string(rel[start:i])) {
+						return
+					}
+					start = i + 1
+				}
+			}
+		}) {
+			if seg == ".." || seg == "." || (seg == "" && len(rel) > 0) {
+				t.Fatalf("CleanPath(%q) = %q has segment %q", p, rel, seg)
+			}
+		}
+		for _, c := range rel {
+			if c == 0 || c == '\\' {
+				t.Fatalf("CleanPath(%q) = %q", p, rel)
+			}
+		}
+	})
+}

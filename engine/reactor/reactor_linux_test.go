@@ -1,0 +1,130 @@
+package reactor
+
+import (
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// echoHandler answers each chunk of input with the same bytes.
+type echoHandler struct{}
+
+func (echoHandler) Open(c *Conn) {}
+func (echoHandler) Serve(c *Conn) {
+	in := c.Input()
+	if len(in) > 0 {
+		c.Write(in)
+		c.Consume(len(in))
+	}
+	if c.EOF() && !c.Pending() {
+		c.Close()
+	}
+}
+func (echoHandler) Closed(c *Conn) {}
+
+func startGroup(t *testing.T, cfg Config) *Group {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.NewHandler = func(*Loop) Handler { return echoHandler{} }
+	g, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	t.Cleanup(func() {
+		g.Shutdown(t.Context())
+		<-done
+	})
+	return g
+}
+
+func TestEcho(t *testing.T) {
+	g := startGroup(t, Config{Workers: 2})
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := make([]byte, 1<<20) // larger than the input buffer: exercises full-buffer reads
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != string(msg) {
+		t.Fatalf("echo returned %d bytes (err %v), want %d identical", len(got), err, len(msg))
+	}
+}
+
+// TestSteeringByCPU proves the eBPF program: a client pinned to CPU k
+// sends its SYN from CPU k (loopback runs the receive path on the sending
+// CPU), so the connection must land on the loop pinned to CPU k.
+func TestSteeringByCPU(t *testing.T) {
+	cpus := allowedCPUs()
+	if len(cpus) < 2 {
+		t.Skip("needs at least 2 CPUs")
+	}
+	g := startGroup(t, Config{Workers: len(cpus)})
+	if g.Steering() != "eBPF by receiving CPU" {
+		if os.Getenv("ENGINE_REQUIRE_EBPF") != "" {
+			t.Fatalf("eBPF steering required (ENGINE_REQUIRE_EBPF) but not loaded: %s", g.Steering())
+		}
+		t.Skipf("eBPF steering not available here (%s); run as root on a kernel with BPF_PROG_TYPE_SK_REUSEPORT", g.Steering())
+	}
+	const per = 20
+	for k, cpu := range cpus {
+		before := g.loops[k].stats.accepted.Load()
+		done := make(chan error)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var one, old unix.CPUSet
+			unix.SchedGetaffinity(0, &old)
+			defer unix.SchedSetaffinity(0, &old)
+			one.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &one); err != nil {
+				done <- err
+				return
+			}
+			for i := 0; i < per; i++ {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+				if err != nil {
+					done <- err
+					return
+				}
+				err = unix.Connect(fd, &unix.SockaddrInet4{Port: portOf(g.Addr()), Addr: [4]byte{127, 0, 0, 1}})
+				unix.Close(fd)
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for g.loops[k].stats.accepted.Load()-before < per && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := g.loops[k].stats.accepted.Load() - before; got != per {
+			t.Errorf("CPU %d: loop %d accepted %d of %d connections (per loop: %v)", cpu, k, got, per, g.Stats().PerLoop)
+		}
+	}
+}
+
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n := 0
+	for _, c := range p {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
