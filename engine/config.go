@@ -23,6 +23,9 @@ type Config struct {
 	Listen string `toml:"listen"`
 	// Workers is the number of reactors. Zero means one per CPU.
 	Workers int `toml:"workers"`
+	// PinWorkers binds each reactor thread to its CPU. Zero (false) lets
+	// the scheduler place them: better when clients share the host.
+	PinWorkers bool `toml:"pin_workers"`
 	// Root is the default site's document root. Empty means no default
 	// site of its own: the first [[sites]] entry (or the one marked
 	// default) answers requests for unknown hosts.

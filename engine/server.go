@@ -83,6 +83,7 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		NewHandler:  func(l *reactor.Loop) reactor.Handler { return newH1Handler(s, l) },
 		Logger:      log,
 		NoSteering:  disabled("ENGINE_DISABLE_STEERING"),
+		Pin:         cfg.PinWorkers,
 	})
 	if err != nil {
 		s.cache.Close()

@@ -70,7 +70,7 @@ func TestSteeringByCPU(t *testing.T) {
 	if len(cpus) < 2 {
 		t.Skip("needs at least 2 CPUs")
 	}
-	g := startGroup(t, Config{Workers: len(cpus)})
+	g := startGroup(t, Config{Workers: len(cpus), Pin: true})
 	if g.Steering() != "eBPF by receiving CPU" {
 		if os.Getenv("ENGINE_REQUIRE_EBPF") != "" {
 			t.Fatalf("eBPF steering required (ENGINE_REQUIRE_EBPF) but not loaded: %s", g.Steering())
