@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/engine"
 )
 
 // TestSlowReadersBoundedMemory: clients that request a large file and
@@ -391,4 +394,38 @@ func TestAccessLog(t *testing.T) {
 			t.Error("raw control characters in access log")
 		}
 	}
+}
+
+// TestPortInUse: a second server on a port already served fails to start
+// instead of silently sharing it through SO_REUSEPORT.
+func TestPortInUse(t *testing.T) {
+	root := siteRoot(t)
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	cfg, err := engine.ParseConfig("second.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = %q\n", root, ts.addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := engine.New(cfg, nil)
+	if err == nil {
+		srv.Run(canceledContext())
+		t.Fatal("second server started on a port in use")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("error %q does not say the address is in use", err)
+	}
+	// The first server is unharmed.
+	c := dial(t, ts.addr)
+	c.send(get("/alpha.txt"))
+	if resp, _ := c.response("GET"); resp.StatusCode != 200 {
+		t.Errorf("first server: %d", resp.StatusCode)
+	}
+}
+
+func canceledContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

@@ -106,6 +106,7 @@ END {
 		k = rows[i]
 		mn = median(v[k" nginx"]); nlo = lo; nhi = hi
 		me = median(v[k" engine"]); elo = lo; ehi = hi
-		printf "%-14s %-10s %10.1f [%5.0f-%5.0f] %10.1f [%5.0f-%5.0f] %8.3f\n", k, unit[k], mn, nlo, nhi, me, elo, ehi, (mn > 0 ? me / mn : 0)
+		f = (k == "cpu_s_per_gib") ? "%-14s %-10s %10.3f [%.3f-%.3f] %10.3f [%.3f-%.3f] %8.3f\n" : "%-14s %-10s %10.1f [%5.0f-%5.0f] %10.1f [%5.0f-%5.0f] %8.3f\n"
+		printf f, k, unit[k], mn, nlo, nhi, me, elo, ehi, (mn > 0 ? me / mn : 0)
 	}
 }' "$results"

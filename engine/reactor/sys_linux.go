@@ -41,7 +41,7 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 		return nil, "", os.NewSyscallError("eventfd", err)
 	}
 	bound := ""
-	if l.lfd, bound, err = listenReusePort(addr); err != nil {
+	if l.lfd, bound, err = listenReusePort(addr, id == 0); err != nil {
 		l.closeFds()
 		return nil, "", err
 	}
@@ -62,7 +62,8 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 }
 
 // listenReusePort opens a non-blocking listening socket with SO_REUSEPORT.
-func listenReusePort(addr string) (int, string, error) {
+// first is set for the group's first socket.
+func listenReusePort(addr string, first bool) (int, string, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return -1, "", err
@@ -112,6 +113,15 @@ func listenReusePort(addr string) (int, string, error) {
 		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
 		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
 	}
+	if first && port != 0 {
+		// SO_REUSEPORT would let this process share a port another
+		// server (or a second engine) already listens on, silently
+		// splitting its traffic. Refuse, as a plain bind would.
+		if err := portFree(family, sa); err != nil {
+			unix.Close(fd)
+			return -1, "", err
+		}
+	}
 	if err := unix.Bind(fd, sa); err != nil {
 		return fail("bind", err)
 	}
@@ -130,6 +140,25 @@ func listenReusePort(addr string) (int, string, error) {
 		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
 	}
 	return fd, bound.String(), nil
+}
+
+// portFree binds a socket without SO_REUSEPORT (with SO_REUSEADDR, so
+// connections in TIME_WAIT from a previous run do not count) to see
+// whether anything listens on the address already.
+func portFree(family int, sa unix.Sockaddr) error {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if family == unix.AF_INET6 {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return os.NewSyscallError("bind", err)
+	}
+	return nil
 }
 
 func epollAdd(epfd, fd int, slot int32) error {
