@@ -173,6 +173,12 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	default:
 		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}
 		if !h.srv.cache.Serve(&s.files, &fr, &st.files) {
+			if !st.files.Pending() {
+				// Nothing to fetch yet no answer: a bug, not a loop.
+				h.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
+				files.ErrorResponse(resp, 500)
+				break
+			}
 			cache, site := h.srv.cache, &s.files
 			c.Go(func() { st.files.Fetch(cache, site) })
 			return false

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/mediaship/engine/engine"
@@ -118,6 +119,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Error("cannot start", "err", err)
 		return 1
+	}
+	// ENGINE_CPUPROFILE=FILE (unstable, for diagnosis) writes a CPU profile
+	// of the whole run.
+	if p := os.Getenv("ENGINE_CPUPROFILE"); p != "" {
+		if f, err := os.Create(p); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

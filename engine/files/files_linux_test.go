@@ -1,9 +1,12 @@
 package files
 
 import (
+	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCleanPath(t *testing.T) {
@@ -226,4 +229,52 @@ func FuzzCleanPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		err  error
+		want Kind
+	}{
+		{&os.PathError{Op: "openat2", Err: unix.ENOENT}, KindMissing},
+		{&os.PathError{Op: "openat2", Err: unix.ENOTDIR}, KindMissing},
+		{&os.PathError{Op: "openat2", Err: unix.ENAMETOOLONG}, KindMissing},
+		{&os.PathError{Op: "openat2", Err: unix.EACCES}, KindForbidden},
+		{&os.PathError{Op: "openat2", Err: unix.EPERM}, KindForbidden},
+		{errEscapes, KindForbidden},
+		{&os.PathError{Op: "openat2", Err: unix.EIO}, KindError},
+	}
+	for _, tt := range tests {
+		if got := classify(tt.err); got != tt.want {
+			t.Errorf("classify(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// BenchmarkServeHit measures the reactor's part of a cached small-file
+// request: path cleaning, cache lookup, preconditions, the response plan.
+func BenchmarkServeHit(b *testing.B) {
+	dir := b.TempDir()
+	os.WriteFile(dir+"/1k.bin", make([]byte, 1024), 0o644)
+	c := NewCache(Config{})
+	defer c.Close()
+	root, err := NewRoot(dir, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer root.Close()
+	site := &Site{Root: root, Index: []string{"index.html"}, Precompressed: true}
+	req := &Request{Path: []byte("/1k.bin"), Header: hdrs{"accept-encoding": "gzip, br"}}
+	var s Scratch
+	for !c.Serve(site, req, &s) {
+		s.Fetch(c, site)
+	}
+	s.Reset()
+	b.ReportAllocs()
+	for b.Loop() {
+		if !c.Serve(site, req, &s) {
+			b.Fatal("miss after warm-up")
+		}
+		s.Reset()
+	}
 }
