@@ -122,7 +122,7 @@ func (p *Parser) Parse(buf []byte, r *Request) (int, error) {
 		start += 2
 	}
 
-	line, next, err := nextLine(buf, start, lim)
+	line, next, err := nextLine(buf, start)
 	if err != nil {
 		if err == ErrIncomplete && len(buf)-start > lim.MaxTargetBytes+32 {
 			return 0, fail(414, "request line too long")
@@ -138,7 +138,7 @@ func (p *Parser) Parse(buf []byte, r *Request) (int, error) {
 
 	sawCL, sawTE, sawHost := false, false, false
 	for {
-		line, n, err := nextLine(buf, next, lim)
+		line, n, err := nextLine(buf, next)
 		if err != nil {
 			if err == ErrIncomplete && len(buf) >= lim.MaxHeadBytes {
 				return 0, fail(431, "request head too large")
@@ -246,7 +246,7 @@ func (p *Parser) Parse(buf []byte, r *Request) (int, error) {
 
 // nextLine returns the line starting at buf[from:] without its CRLF, and
 // the offset after the CRLF.
-func nextLine(buf []byte, from int, lim Limits) ([]byte, int, error) {
+func nextLine(buf []byte, from int) ([]byte, int, error) {
 	i := bytes.IndexByte(buf[from:], '\n')
 	if i < 0 {
 		if bytes.IndexByte(buf[from:], '\r') >= 0 && buf[len(buf)-1] != '\r' {

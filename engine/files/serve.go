@@ -65,9 +65,9 @@ type Scratch struct {
 	held               []*Entry
 	opened             []opened
 	need               []string
-	listing            []byte
-	listingRel         string
-	needListing        string
+	listing            []byte // a directory listing read by Fetch
+	listingRel         string // the directory it lists
+	needListing        bool   // Fetch must list listingRel
 	ranges             []Range
 	parts              []Part
 	mp                 []byte
@@ -92,12 +92,12 @@ func (s *Scratch) Reset() {
 	clear(s.opened)
 	s.opened = s.opened[:0]
 	s.need = s.need[:0]
-	s.listing, s.listingRel, s.needListing = nil, "", ""
+	s.listing, s.listingRel, s.needListing = nil, "", false
 	s.Resp = Response{}
 }
 
 // Pending reports whether Serve stopped because something must be opened.
-func (s *Scratch) Pending() bool { return len(s.need) > 0 || s.needListing != "" }
+func (s *Scratch) Pending() bool { return len(s.need) > 0 || s.needListing }
 
 // Fetch does the blocking work Serve asked for: opening files and reading
 // a directory. Call it off the reactor, then call Serve again.
@@ -106,10 +106,9 @@ func (s *Scratch) Fetch(c *Cache, site *Site) {
 		s.opened = append(s.opened, opened{rel: rel, e: c.Open(site.Root, rel)})
 	}
 	s.need = s.need[:0]
-	if s.needListing != "" {
-		s.listingRel = s.needListing
-		s.listing = listDirectory(site.Root, strings.TrimPrefix(s.needListing, "\x00"))
-		s.needListing = ""
+	if s.needListing {
+		s.listing = listDirectory(site.Root, s.listingRel)
+		s.needListing = false
 	}
 }
 
@@ -216,12 +215,12 @@ func (c *Cache) serveDir(site *Site, req *Request, s *Scratch, rel []byte) bool 
 		ErrorResponse(r, 404)
 		return true
 	}
-	key := "\x00" + string(rel)
-	if s.listingRel != key {
-		s.needListing = key
+	if s.listing == nil && s.listingRel != string(rel) {
+		s.listingRel = string(rel)
+		s.needListing = true
 		return false
 	}
-	if s.listing == nil {
+	if s.listing == nil || s.listingRel != string(rel) {
 		ErrorResponse(r, 500)
 		return true
 	}
