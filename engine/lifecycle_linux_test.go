@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"golang.org/x/sys/unix"
 )
 
 // TestSlowReadersBoundedMemory: clients that request a large file and
@@ -428,4 +429,63 @@ func canceledContext() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestIdleConnectionMemory: a keep-alive connection between requests holds
+// no buffers, only its state. Clients use raw sockets so the test process's
+// heap holds nothing of theirs.
+func TestIdleConnectionMemory(t *testing.T) {
+	root := siteRoot(t)
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	host, port, _ := net.SplitHostPort(ts.addr)
+	ip := net.ParseIP(host).To4()
+	var p int
+	fmt.Sscan(port, &p)
+	sa := &unix.SockaddrInet4{Port: p}
+	copy(sa.Addr[:], ip)
+	req := []byte(get("/alpha.txt"))
+	buf := make([]byte, 4096)
+	connect := func() int {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Connect(fd, sa); err != nil {
+			t.Fatal(err)
+		}
+		unix.Write(fd, req)
+		if n, err := unix.Read(fd, buf); err != nil || n == 0 || !strings.HasSuffix(string(buf[:n]), "xyz") {
+			t.Fatalf("read %d %v %q", n, err, buf[:max(n, 0)])
+		}
+		return fd
+	}
+	for i := 0; i < 20; i++ { // warm up pools and caches
+		unix.Close(connect())
+	}
+	waitFor(scale(2*time.Second), func() bool { return ts.Stats().Open == 0 })
+	before := heap()
+	const n = 500
+	fds := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		fds = append(fds, connect())
+	}
+	t.Cleanup(func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	})
+	if !waitFor(scale(2*time.Second), func() bool { return ts.Stats().Open == n }) {
+		t.Fatalf("open connections %d, want %d", ts.Stats().Open, n)
+	}
+	per := (int64(heap()) - int64(before)) / n
+	t.Logf("%d bytes of heap per idle keep-alive connection", per)
+	if per > 4096 {
+		t.Errorf("an idle connection holds %d bytes: buffers are kept between requests", per)
+	}
 }
