@@ -12,9 +12,10 @@ import (
 // whole lines and write them in batches; a write of whole lines to a file
 // opened with O_APPEND does not interleave with another loop's.
 type accessLog struct {
-	mu  sync.Mutex
-	f   *os.File
-	own bool // we opened f and close it
+	path string // empty for stdout and stderr
+
+	mu sync.Mutex
+	f  *os.File // guarded by mu
 }
 
 func openAccessLog(dest string) (*accessLog, error) {
@@ -30,7 +31,24 @@ func openAccessLog(dest string) (*accessLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open access log: %w", err)
 	}
-	return &accessLog{f: f, own: true}, nil
+	return &accessLog{path: dest, f: f}, nil
+}
+
+// reopen opens the log file again, for log rotation: the old file was
+// renamed, and lines go to a new file by the configured name.
+func (a *accessLog) reopen() error {
+	if a == nil || a.path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("reopen access log: %w", err)
+	}
+	a.mu.Lock()
+	old := a.f
+	a.f = f
+	a.mu.Unlock()
+	return old.Close()
 }
 
 func (a *accessLog) write(b []byte) {
@@ -43,8 +61,10 @@ func (a *accessLog) write(b []byte) {
 }
 
 func (a *accessLog) close() {
-	if a != nil && a.own {
+	if a != nil && a.path != "" {
+		a.mu.Lock()
 		a.f.Close()
+		a.mu.Unlock()
 	}
 }
 

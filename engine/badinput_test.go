@@ -213,3 +213,27 @@ func TestHalfClose(t *testing.T) {
 		t.Errorf("half-closed client got %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestBadInputIsLogged: refusals leave a log line that says why, without
+// the client seeing anything but the status.
+func TestBadInputIsLogged(t *testing.T) {
+	root := siteRoot(t)
+	var logs syncBuffer
+	ts := startLog(t, fmt.Sprintf("root = %q\n", root), &logs)
+	for _, req := range []string{
+		get("/../etc/passwd"),
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+	} {
+		c := dial(t, ts.addr)
+		c.send(req)
+		_, body := c.response("GET")
+		if strings.Contains(string(body), "Content-Length") || strings.Contains(string(body), "files:") {
+			t.Errorf("internal reason leaked to the client: %s", body)
+		}
+	}
+	for _, want := range []string{`msg="refused path" loop=`, `path=/../etc/passwd`, `msg="bad request"`, `reason="repeated Content-Length"`} {
+		if !waitFor(scale(2*time.Second), func() bool { return strings.Contains(logs.String(), want) }) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -129,6 +130,12 @@ type testServer struct {
 // loopback port unless the text sets it) and stops it at test end.
 func start(t *testing.T, toml string) *testServer {
 	t.Helper()
+	return startLog(t, toml, nil)
+}
+
+// startLog is start with the server's log (from Info up) also written to w.
+func startLog(t *testing.T, toml string, w io.Writer) *testServer {
+	t.Helper()
 	if !strings.Contains(toml, "listen") {
 		toml = "listen = \"127.0.0.1:0\"\n" + toml
 	}
@@ -141,6 +148,9 @@ func start(t *testing.T, toml string) *testServer {
 		t.Fatalf("config: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if w != nil {
+		log = slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, w), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	srv, err := engine.New(cfg, log)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
@@ -166,6 +176,24 @@ func start(t *testing.T, toml string) *testServer {
 	}
 	t.Cleanup(ts.stop)
 	return ts
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's loops to write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // testWriter sends server logs to the test log, and stops after the test.

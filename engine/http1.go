@@ -215,11 +215,11 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	switch {
 	case resp.Status >= 500 && r != nil: // parse errors (501, 505) are the client's
 		h.srv.stats.serverErrors.Add(1)
-		if resp.File == nil {
-			h.log.Warn("server error", "status", resp.Status, "peer", c.Peer())
-		}
+		h.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "err", resp.Err)
 	case resp.Status == 404:
 		h.srv.stats.notFound.Add(1)
+	case (resp.Status == 400 || resp.Status == 403) && r != nil && resp.Err != nil:
+		h.limiter.log(h.log, "refused path", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "reason", resp.Err)
 	}
 	h.srv.stats.requests.Add(1)
 

@@ -389,6 +389,20 @@ func TestAccessLog(t *testing.T) {
 	if !strings.Contains(lines[1], `"GET /nope HTTP/1.1" 404 `) {
 		t.Errorf("line 2: %s", lines[1])
 	}
+	// Log rotation: rename, reopen (SIGUSR1 in engine serve), and lines go
+	// to a new file by the configured name.
+	ts2 := start(t, fmt.Sprintf("root = %q\naccess_log = %q\n", root, logPath))
+	os.Rename(logPath, logPath+".1")
+	if err := ts2.ReopenLogs(); err != nil {
+		t.Fatal(err)
+	}
+	c = dial(t, ts2.addr)
+	c.send(get("/alpha.txt"))
+	c.response("GET")
+	ts2.stop()
+	if fresh, _ := os.ReadFile(logPath); !strings.Contains(string(fresh), "GET /alpha.txt") {
+		t.Errorf("after reopen the new log holds %q", fresh)
+	}
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	for sc.Scan() {
 		if strings.ContainsAny(sc.Text(), "\r") {

@@ -123,6 +123,10 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
+// ReopenLogs reopens the access log file (after logrotate renamed it).
+// engine serve calls it on SIGUSR1, as nginx does.
+func (s *Server) ReopenLogs() error { return s.alog.reopen() }
+
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{

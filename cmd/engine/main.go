@@ -130,6 +130,18 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	go func() {
+		for range usr1 {
+			if err := srv.ReopenLogs(); err != nil {
+				log.Error("SIGUSR1", "err", err)
+			} else {
+				log.Info("access log reopened")
+			}
+		}
+	}()
 	if err := srv.Run(ctx); err != nil {
 		log.Error("server stopped", "err", err)
 		return 1

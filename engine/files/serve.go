@@ -53,6 +53,9 @@ type Response struct {
 	// Bulk is the number of body bytes read from the file, for the bulk
 	// policy (congestion control, kernel TLS promotion).
 	Bulk int64
+	// Err says why a request was refused (400, 403, 500), for the log.
+	// Never sent to the client.
+	Err error
 }
 
 // Scratch is one connection's working memory for the file layer: buffers
@@ -143,6 +146,7 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 	s.rel = rel[:0]
 	if err != nil {
 		ErrorResponse(r, 400)
+		r.Err = err
 		return true
 	}
 	if len(s.opened) > maxOpened {
@@ -159,9 +163,11 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 		return true
 	case KindForbidden:
 		ErrorResponse(r, 403)
+		r.Err = e.Err
 		return true
 	case KindError:
 		ErrorResponse(r, 500)
+		r.Err = e.Err
 		return true
 	case KindDir:
 		if !dirSlash && len(rel) > 0 {
