@@ -5,7 +5,7 @@
 #
 # Rows, each run against both servers in the same loop, alternating which
 # goes first, so drifting machine speed hits both alike:
-#   single  one curl download of a 100 MiB file (MiB/s)
+#   single  one curl download of a 100 MiB file (MiB/s; 5 per repeat)
 #   bulk16  16 connections downloading it for 10 s with wrk (MiB/s)
 #   small   1 KiB file, 64 keep-alive connections, 10 s of wrk (requests/s)
 # plus server CPU seconds per GiB served on the bulk row. Prints medians and
@@ -67,10 +67,16 @@ results="$work/results"
 : >"$results"
 for r in $(seq 1 "$repeats"); do
 	if [ $((r % 2)) = 1 ]; then order="nginx engine"; else order="engine nginx"; fi
+	# A single download takes tens of milliseconds, so one sample is mostly
+	# noise: take five per server per repeat, alternating server each time.
+	for k in 1 2 3 4 5; do
+		for s in $order; do
+			bps=$(curl -s -o /dev/null -w '%{speed_download}' "${url[$s]}/big.bin")
+			echo "single $s $(awk -v b="$bps" 'BEGIN{printf "%.1f", b/1048576}')" >>"$results"
+		done
+	done
 	for s in $order; do
 		u=${url[$s]}
-		bps=$(curl -s -o /dev/null -w '%{speed_download}' "$u/big.bin")
-		echo "single $s $(awk -v b="$bps" 'BEGIN{printf "%.1f", b/1048576}')" >>"$results"
 
 		c0=$(cpu_ticks "$(pid_of $s)")
 		out=$(wrk -t2 -c16 -d10s "$u/big.bin")
