@@ -228,7 +228,11 @@ root = %q
 [[sites]]
 domain = "*.b.example"
 root = %q
-`, c, a, b))
+[[sites]]
+domain = "h2only.example"
+root = %q
+protocols = { h1 = false, h2 = true }
+`, c, a, b, a))
 	for _, tt := range []struct{ host, want string }{
 		{"a.example", "a"}, {"A.Example:8080", "a"}, {"a.example.", "a"},
 		{"x.b.example", "b"}, {"deep.x.b.example", "b"}, {"b.example", "default"},
@@ -239,6 +243,12 @@ root = %q
 		if _, body := conn.response("GET"); string(body) != tt.want {
 			t.Errorf("Host %q served %q, want %q", tt.host, body, tt.want)
 		}
+	}
+	// A site with HTTP/1.1 turned off refuses it with 421.
+	conn0 := dial(t, ts.addr)
+	conn0.send("GET /who HTTP/1.1\r\nHost: h2only.example\r\n\r\n")
+	if resp, _ := conn0.response("GET"); resp.StatusCode != 421 {
+		t.Errorf("h1 disabled: status %d, want 421", resp.StatusCode)
 	}
 	// HTTP/1.0 without Host gets the default site; absolute-form wins over Host.
 	conn := dial(t, ts.addr)

@@ -278,3 +278,15 @@ func BenchmarkServeHit(b *testing.B) {
 		s.Reset()
 	}
 }
+
+func TestErrorResponseKeepsStatus(t *testing.T) {
+	// Every status the engine answers with has its page; an unknown one
+	// would silently become 500.
+	for _, code := range []int{301, 400, 403, 404, 405, 408, 412, 414, 416, 421, 431, 500, 501, 503, 505} {
+		var r Response
+		ErrorResponse(&r, code)
+		if r.Status != code || r.ContentLength != int64(len(r.Parts[0].Mem)) {
+			t.Errorf("ErrorResponse(%d) = status %d, length %d", code, r.Status, r.ContentLength)
+		}
+	}
+}

@@ -395,7 +395,8 @@ var errorPages = func() map[int][]Part {
 	for code, text := range map[int]string{
 		301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
 		405: "Method Not Allowed", 408: "Request Timeout", 412: "Precondition Failed",
-		414: "URI Too Long", 416: "Range Not Satisfiable", 431: "Request Header Fields Too Large",
+		414: "URI Too Long", 416: "Range Not Satisfiable", 421: "Misdirected Request",
+		431: "Request Header Fields Too Large",
 		500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
 		505: "HTTP Version Not Supported",
 	} {
