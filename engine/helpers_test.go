@@ -230,6 +230,16 @@ func (c *rawConn) send(s string) {
 	}
 }
 
+// head reads a response head and leaves its body to the caller.
+func (c *rawConn) head(method string) *http.Response {
+	c.t.Helper()
+	resp, err := http.ReadResponse(c.r, &http.Request{Method: method})
+	if err != nil {
+		c.t.Fatalf("read response: %v", err)
+	}
+	return resp
+}
+
 // response reads one response; method is the request's (HEAD has no body).
 func (c *rawConn) response(method string) (*http.Response, []byte) {
 	c.t.Helper()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -102,10 +101,7 @@ func TestFileShrinksDuringTransfer(t *testing.T) {
 	c := dial(t, ts.addr)
 	c.Conn.(*net.TCPConn).SetReadBuffer(64 << 10)
 	c.send(get("/shrink.bin"))
-	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := c.head("GET")
 	if _, err := io.CopyN(io.Discard, resp.Body, 1<<20); err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +136,7 @@ func TestFileReplacedDuringTransfer(t *testing.T) {
 	ts := start(t, fmt.Sprintf("root = %q\n", root))
 	c := dial(t, ts.addr)
 	c.send(get("/model.bin"))
-	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := c.head("GET")
 	h := sha256.New()
 	if _, err := io.CopyN(h, resp.Body, 1<<20); err != nil {
 		t.Fatal(err)
@@ -296,10 +289,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	busy := dial(t, ts.addr)
 	busy.send(get("/big.bin"))
-	resp, err := http.ReadResponse(busy.r, &http.Request{Method: "GET"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := busy.head("GET")
 	h := sha256.New()
 	io.CopyN(h, resp.Body, 1<<20)
 	stopped := make(chan struct{})
