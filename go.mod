@@ -7,3 +7,5 @@ require (
 	github.com/pelletier/go-toml/v2 v2.4.3
 	golang.org/x/sys v0.50.0
 )
+
+require golang.org/x/crypto v0.59.0 // indirect
