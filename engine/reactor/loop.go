@@ -38,6 +38,8 @@ type Loop struct {
 	now      int64    // monotonic nanoseconds, refreshed each turn
 	draining bool
 	stopped  bool
+	paused   bool      // accepting paused: out of descriptors
+	lastWarn int64     // when the last accept failure was logged
 	clock    time.Time // wall clock at now, for Date headers
 
 	// The queue; the only state other goroutines touch.
@@ -179,8 +181,19 @@ func (l *Loop) acceptAll() {
 	for l.lfd >= 0 {
 		fd, peer, err := accept(l.lfd)
 		if err != nil {
-			if !isAgain(err) && !l.draining {
-				l.log.Warn("accept", "err", err)
+			if isAgain(err) || l.draining {
+				return
+			}
+			// Out of descriptors or memory: the listener stays readable,
+			// so retrying now would spin. Pause until the next sweep,
+			// when connections or cached files may have been released.
+			if l.now-l.lastWarn > int64(time.Second) {
+				l.lastWarn = l.now
+				l.log.Warn("accept failed; pausing new connections briefly (raise the open-files limit or lower max_connections)", "err", err)
+			}
+			l.stats.acceptErrors.Add(1)
+			if pauseListener(l.epfd, l.lfd) == nil {
+				l.paused = true
 			}
 			return
 		}
@@ -414,6 +427,12 @@ type Ticker interface{ Tick() }
 func (l *Loop) sweep() {
 	if t, ok := l.handler.(Ticker); ok {
 		defer t.Tick()
+	}
+	if l.paused && l.lfd >= 0 {
+		if resumeListener(l.epfd, l.lfd) == nil {
+			l.paused = false
+			l.acceptAll()
+		}
 	}
 	send := int64(l.cfg.SendTimeout)
 	for _, c := range l.slots {

@@ -95,11 +95,12 @@ type Stats struct {
 	Timeouts   int64 // connections closed by a deadline
 	Aborted    int64 // connections reset (file shrank, handler abort)
 	WriteError int64 // connections closed on a write error (peer gone)
+	AcceptErr  int64 // accept failures (out of descriptors), each pausing accepts briefly
 	PerLoop    []int64
 }
 
 type counters struct {
-	accepted, rejected, open, bytesMem, bytesFile, timeouts, aborted, writeErr atomic.Int64
+	accepted, rejected, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 }
 
 // ErrClosed is returned by Run after Shutdown.
@@ -255,6 +256,7 @@ func (g *Group) Stats() Stats {
 		s.Timeouts += c.timeouts.Load()
 		s.Aborted += c.aborted.Load()
 		s.WriteError += c.writeErr.Load()
+		s.AcceptErr += c.acceptErrors.Load()
 		s.PerLoop = append(s.PerLoop, c.accepted.Load())
 	}
 	return s

@@ -128,3 +128,52 @@ func portOf(addr string) int {
 	}
 	return n
 }
+
+// TestAcceptOutOfDescriptors: when accept fails with EMFILE the loop
+// pauses accepting instead of spinning on the still-readable listener,
+// and accepts again once descriptors are free.
+func TestAcceptOutOfDescriptors(t *testing.T) {
+	g := startGroup(t, Config{Workers: 1})
+	var old unix.Rlimit
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &old)
+	// Count descriptors in use, and allow only a few more.
+	ents, _ := os.ReadDir("/proc/self/fd")
+	lim := unix.Rlimit{Cur: uint64(len(ents) + 6), Max: old.Max}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	restore := func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &old) }
+	defer restore()
+	var clients []int
+	for i := 0; i < 10; i++ {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			break // the client side ran out first
+		}
+		clients = append(clients, fd)
+		unix.Connect(fd, &unix.SockaddrInet4{Port: portOf(g.Addr()), Addr: [4]byte{127, 0, 0, 1}})
+	}
+	time.Sleep(time.Second)
+	errs := g.Stats().AcceptErr
+	if errs == 0 {
+		t.Fatalf("no accept failure with %d clients against a limit of %d", len(clients), lim.Cur)
+	}
+	if errs > 20 {
+		t.Errorf("%d accept failures in a second: the loop spins on EMFILE", errs)
+	}
+	for _, fd := range clients {
+		unix.Close(fd)
+	}
+	restore()
+	c, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte("ping"))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("after descriptors were freed: %q %v", buf, err)
+	}
+}

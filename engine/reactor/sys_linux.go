@@ -166,6 +166,17 @@ func epollAdd(epfd, fd int, slot int32) error {
 	return os.NewSyscallError("epoll_ctl", unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev))
 }
 
+// pauseListener stops the listener's events; resumeListener restarts them.
+func pauseListener(epfd, lfd int) error {
+	ev := unix.EpollEvent{Events: 0, Fd: tagListener}
+	return unix.EpollCtl(epfd, unix.EPOLL_CTL_MOD, lfd, &ev)
+}
+
+func resumeListener(epfd, lfd int) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: tagListener}
+	return unix.EpollCtl(epfd, unix.EPOLL_CTL_MOD, lfd, &ev)
+}
+
 func epollWait(l *Loop, evs []event, msec int) (int, error) {
 	raw := l.sys.evs[:len(evs)]
 	for {

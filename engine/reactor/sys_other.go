@@ -23,6 +23,8 @@ var errNotLinux = fmt.Errorf("reactor: epoll is Linux-only: %w", errors.ErrUnsup
 
 func newLoop(*Group, int, string, int) (*Loop, string, error) { return nil, "", errNotLinux }
 func epollAdd(int, int, int32) error                          { return errNotLinux }
+func pauseListener(int, int) error                            { return errNotLinux }
+func resumeListener(int, int) error                           { return errNotLinux }
 func epollWait(*Loop, []event, int) (int, error)              { return 0, errNotLinux }
 func accept(int) (int, Addr, error)                           { return -1, Addr{}, errNotLinux }
 func readFd(int, []byte) (int, error)                         { return 0, errNotLinux }
@@ -40,3 +42,6 @@ func isIntr(error) bool                                       { return false }
 func allowedCPUs() []int                                      { return nil }
 func pinToCPU(int, *slog.Logger) func()                       { return func() {} }
 func steer([]int, map[int]int) (*steering, error)             { return nil, errNotLinux }
+
+// ProbeSteering reports that steering needs Linux.
+func ProbeSteering() error { return errNotLinux }
