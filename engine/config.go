@@ -129,7 +129,7 @@ type LimitsConfig struct {
 	// SendTimeout closes a connection whose client accepts no bytes for
 	// this long. Zero means 60s.
 	SendTimeout Duration `toml:"send_timeout"`
-	// MaxConnections bounds open client connections. Zero means 16384.
+	// MaxConnections bounds open client connections. Zero means 8192.
 	MaxConnections int `toml:"max_connections"`
 }
 
@@ -534,7 +534,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if l.MaxConnections == 0 {
-		l.MaxConnections = 16384
+		l.MaxConnections = 8192
 	}
 	if l.MaxConnections < 1 || l.MaxConnections > 1<<24 {
 		add(c.errAt("limits.max_connections", "%d is out of range; expected 1 to 16777216", l.MaxConnections))

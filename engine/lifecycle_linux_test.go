@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -437,12 +436,6 @@ func TestPortInUse(t *testing.T) {
 	if resp, _ := c.response("GET"); resp.StatusCode != 200 {
 		t.Errorf("first server: %d", resp.StatusCode)
 	}
-}
-
-func canceledContext() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
 }
 
 // TestIdleConnectionMemory: a keep-alive connection between requests holds

@@ -11,6 +11,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/preflight"
 )
 
 // Server serves the sites of a Config over HTTP/1.1 from a group of
@@ -19,6 +20,7 @@ type Server struct {
 	// Immutable after New.
 	cfg    *Config
 	log    *slog.Logger
+	prober *preflight.Prober
 	sites  *siteTable
 	cache  *files.Cache
 	group  *reactor.Group
@@ -46,11 +48,17 @@ type Stats struct {
 	CacheMisses      int64
 }
 
-// New validates nothing (Validate did), opens the site roots and binds the
-// listeners. Requests are served once Run is called.
+// New probes the kernel features cfg requires (refusing to go on, before
+// any socket is bound, when one is missing), opens the site roots and binds
+// the listeners. Requests are served once Run is called. cfg must have
+// passed Validate.
 func New(cfg *Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log, prober: &preflight.Prober{}}
+	if err := s.checkKernel(); err != nil {
+		return nil, err
 	}
 	for i := range cfg.Sites {
 		if cfg.Sites[i].TLS.Cert != "" {
@@ -59,7 +67,6 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 				Msg: "TLS serving is not built yet; remove [sites.tls] to serve this site over plain HTTP/1.1"}
 		}
 	}
-	s := &Server{cfg: cfg, log: log}
 	s.limits = h1.Limits{
 		MaxHeadBytes:   int(cfg.Limits.MaxHeaderBytes),
 		MaxHeaders:     cfg.Limits.MaxHeaders,

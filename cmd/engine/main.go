@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/preflight"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -25,11 +26,18 @@ const usage = `engine serves very large files over HTTP, fast, and proves every 
 
 Usage:
   engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--check]
+  engine preflight [-c engine.toml] [--json]
   engine version
   engine help
 
 serve flags override the config file. "engine serve --check -c FILE" validates
 a config and exits, like "nginx -t".
+
+preflight probes the kernel fast paths (kernel TLS, sendfile into it, BBR,
+UDP GSO, socket buffers, eBPF steering, open files) and says what is missing
+and how to fix it. With -c it judges them by what that config requires and
+exits 0 only when all of it is there, 1 when something required is missing,
+2 when it could not run. serve runs the same probes before binding.
 `
 
 func main() {
@@ -44,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
+	case "preflight":
+		return preflightCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0
@@ -117,6 +127,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ce) {
 			return configFailed(stderr, err)
 		}
+		var pe *engine.PreflightError
+		if errors.As(err, &pe) {
+			fmt.Fprintf(stderr, "engine: refusing to start: the configuration requires kernel features this machine lacks.\n\n")
+			pe.Report.WriteText(stderr)
+			return 1
+		}
 		log.Error("cannot start", "err", err)
 		return 1
 	}
@@ -165,4 +181,43 @@ func logLevel(s string) slog.Level {
 		return slog.LevelError
 	}
 	return slog.LevelInfo
+}
+
+func preflightCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("c", "", "judge the probes by what this config requires")
+	fs.StringVar(configPath, "config", "", "judge the probes by what this config requires")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "engine preflight: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	needs := preflight.All()
+	if *configPath != "" {
+		cfg, err := engine.LoadConfig(*configPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "engine: invalid configuration:\n%v\n", err)
+			return 2
+		}
+		needs = engine.PreflightNeeds(cfg)
+		needs.Steering = true
+	}
+	r := new(preflight.Prober).Run(needs)
+	var err error
+	if *asJSON {
+		err = r.WriteJSON(stdout)
+	} else {
+		err = r.WriteText(stdout)
+	}
+	if err != nil {
+		return 2
+	}
+	if !r.OK {
+		return 1
+	}
+	return 0
 }

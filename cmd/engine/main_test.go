@@ -19,6 +19,8 @@ func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.toml")
 	os.WriteFile(good, []byte("root = \".\"\nlisten = \"127.0.0.1:0\"\n"), 0o644)
+	nocc := filepath.Join(dir, "nocc.toml")
+	os.WriteFile(nocc, []byte("root = \".\"\nlisten = \"127.0.0.1:0\"\n[kernel]\nbulk_congestion = \"nosuch_cc\"\nbbr = \"require\"\n"), 0o644)
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("root = \".\"\n[limits]\nidle_timeout = \"soon\"\n"), 0o644)
 
@@ -41,6 +43,11 @@ func TestCheckConfig(t *testing.T) {
 		{[]string{"version"}, 0, "engine ", ""},
 		{[]string{"help"}, 0, "engine serve [-c engine.toml]", ""},
 		{[]string{"frobnicate"}, 2, "", "unknown command \"frobnicate\""},
+		{[]string{"preflight", "-c", bad}, 2, "", "not a duration"},
+		{[]string{"preflight", "-c", nocc}, 1, "TCP congestion control nosuch_cc  FAIL", ""},
+		{[]string{"preflight", "-c", nocc, "--json"}, 1, `"id": "tcp.congestion"`, ""},
+		{[]string{"preflight", "--bogus"}, 2, "", "flag provided but not defined"},
+		{[]string{"serve", "-c", nocc}, 1, "", "refusing to start"},
 		{nil, 2, "", "Usage:"},
 	}
 	for _, tt := range tests {

@@ -68,7 +68,8 @@ type Root struct {
 
 // Config tunes a Cache. The zero value of each field means its default.
 type Config struct {
-	// MaxEntries bounds the number of cached paths. Zero means 16384.
+	// MaxEntries bounds the number of cached paths (and so the files held
+	// open). Zero means DefaultMaxEntries.
 	MaxEntries int
 	// SmallFileBytes is the size up to which a file's content is kept in
 	// memory. Zero means 32 KiB; negative disables it.
@@ -82,6 +83,9 @@ type Config struct {
 	Revalidate time.Duration
 	Logger     *slog.Logger
 }
+
+// DefaultMaxEntries is the cache size when Config.MaxEntries is zero.
+const DefaultMaxEntries = 4096
 
 // Cache maps paths to open files. Lookup is safe from any goroutine and
 // never blocks on the disk; Open blocks and belongs on a worker pool.
@@ -106,7 +110,7 @@ type Cache struct {
 // NewCache starts a cache. Close stops it.
 func NewCache(cfg Config) *Cache {
 	if cfg.MaxEntries <= 0 {
-		cfg.MaxEntries = 16384
+		cfg.MaxEntries = DefaultMaxEntries
 	}
 	if cfg.SmallFileBytes == 0 {
 		cfg.SmallFileBytes = 32 << 10

@@ -100,3 +100,19 @@ func steer(fds []int, cpuLoop map[int]int) (*steering, error) {
 	}
 	return s, nil
 }
+
+// ProbeSteering loads and attaches the steering program to a throwaway
+// listener on 127.0.0.1, for preflight. nil means serve will steer.
+func ProbeSteering() error {
+	fd, _, err := listenReusePort("127.0.0.1:0", false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	s, err := steer([]int{fd}, map[int]int{0: 0})
+	if err != nil {
+		return err
+	}
+	s.close()
+	return nil
+}
