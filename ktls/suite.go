@@ -45,8 +45,9 @@ type Suite struct {
 }
 
 // The TLS 1.3 suites the kernel offers: AES-GCM since Linux 4.13 (commit
-// 3c4d7559159b, TLS 1.3 from 5.1), ChaCha20-Poly1305 since 5.11 (commit
-// 4f336e88a870).
+// 3c4d7559159b "tls: kernel TLS support"; TLS 1.3 from 5.1),
+// ChaCha20-Poly1305 since 5.11 (the "net/tls: add CHACHA20-POLY1305"
+// series).
 var (
 	AES128GCM        = Suite{Name: "TLS_AES_128_GCM_SHA256", ID: 0x1301, KeyLen: 16, kernelCipher: cipherAESGCM128, saltLen: 4}
 	AES256GCM        = Suite{Name: "TLS_AES_256_GCM_SHA384", ID: 0x1302, KeyLen: 32, kernelCipher: cipherAESGCM256, saltLen: 4}

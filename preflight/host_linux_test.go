@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/mediaship/engine/internal/vmtest"
 )
 
 // TestHostProbes runs the real probes on this machine's kernel and checks
@@ -14,7 +16,7 @@ import (
 // machines, built without CONFIG_TLS, must report kTLS missing with the
 // remedy; a kernel with kTLS must report it present.
 func TestHostProbes(t *testing.T) {
-	if isVM() {
+	if vmtest.InVM() {
 		t.Skip("the VM runs TestKernelTLS* instead")
 	}
 	p := &Prober{}

@@ -295,7 +295,8 @@ func (p *Prober) KTLSRecordType() error {
 }
 
 // KTLSRekey probes installing a second TX key on a kernel TLS socket, what
-// answering a client's KeyUpdate needs (Linux 6.14, commit 47069594e67e).
+// answering a client's KeyUpdate needs (Linux 6.14, the "tls: implement
+// rekey for TLS1.3" series).
 // Without it the engine closes such connections cleanly: a warning only.
 func (p *Prober) KTLSRekey() error {
 	k := p.kern()

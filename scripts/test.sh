@@ -9,7 +9,18 @@ go vet ./...
 GOOS=darwin go vet ./...
 
 echo "== tests (race detector on; fuzz targets run their seed corpus)"
-go test -race -count=1 -timeout 15m ./...
+# Tests named TestKernelTLS* need a kernel with kernel TLS; they run in
+# the next step, where their VM timings are shown.
+go test -race -count=1 -timeout 15m -skip '^TestKernelTLS' ./...
+
+echo "== real-kernel tests (kernel TLS: on this kernel if it has it, else in a VM)"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+if ! go test -count=1 -timeout 20m -v -run '^TestKernelTLS' ./... >"$out" 2>&1; then
+	cat "$out"
+	exit 1
+fi
+grep -E '^(ok|---|FAIL)|vmtest summary|SKIP' "$out" | grep -v 'no test files' || true
 
 echo "== benchmarks, once each so they never rot (no timing is asserted)"
 go test -count=1 -run='^$' -bench=. -benchtime=1x ./...
