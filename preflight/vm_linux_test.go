@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mediaship/engine/internal/vmtest"
 	"github.com/mediaship/engine/ktls"
@@ -52,7 +53,8 @@ func TestKernelTLSWithoutModule(t *testing.T) {
 	if !vmtest.InVM() {
 		// Always in the VM: the point is a kernel whose tls.ko is absent.
 		res := vmtest.Run(t, vmtest.Options{Run: vmtest.RunPattern(t), Omit: []string{"tls"}})
-		t.Logf("vmtest summary: %s: %s boot %v, boot to result %v", t.Name(), res.Accel, res.Boot, res.Total)
+		t.Logf("vmtest summary: %s: %s boot %v, boot to result %v", t.Name(), res.Accel,
+			res.Boot.Round(time.Millisecond), res.Total.Round(time.Millisecond))
 		return
 	}
 	p := new(Prober)
