@@ -1,0 +1,229 @@
+package ktls
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Session is what a finished handshake leaves for the record layer.
+type Session struct {
+	Version    uint16 // tls.VersionTLS13
+	Suite      Suite
+	ALPN       string
+	ServerName string
+	Resumed    bool
+
+	// Read protects client-to-server records, Write server-to-client. The
+	// secrets are kept for KeyUpdate.
+	Read, Write             Keys
+	ReadSecret, WriteSecret []byte
+	// WriteSeq is the sequence number of the server's next record: the
+	// handshake may already have written records under the application
+	// key (NewSessionTicket), found by decrypting what it wrote.
+	WriteSeq uint64
+}
+
+// HandshakeIO is how the handshake goroutine reaches its connection. Its
+// methods are called from that goroutine and must not block on the
+// reactor; they hand work over (Loop.Post).
+type HandshakeIO interface {
+	// Want asks for the next record from the client: the handshake has
+	// used everything it was given.
+	Want()
+	// Send writes handshake bytes to the client, in order. p is the
+	// callee's to keep.
+	Send(p []byte)
+	// Done reports the end of the handshake, once.
+	Done(s *Session, err error)
+}
+
+// Handshake drives a crypto/tls server handshake that crypto/tls believes
+// runs over a net.Conn, while the bytes really come from the reactor one
+// record at a time, so it never reads past the record that ends the
+// handshake: what follows is application data for our record layer.
+type Handshake struct {
+	// Immutable after construction.
+	io     HandshakeIO
+	config *tls.Config // from ServerConfig
+	keys   keyLog      // filled by the per-connection clone's KeyLogWriter
+	local  net.Addr
+	remote net.Addr
+
+	in      chan []byte // records from the reactor; closed to abort
+	abort   sync.Once
+	written []byte // everything Send was given, owned by the goroutine
+}
+
+// ServerConfig prepares a server's tls.Config for handshakes run by
+// StartHandshake: every connection gets a clone with its own key log (that
+// is where the record layer's keys come from), while session ticket keys
+// stay those of the returned config, shared by all connections so tickets
+// resume anywhere. A GetConfigForClient on base still chooses the config
+// (SNI); it must not set a KeyLogWriter.
+func ServerConfig(base *tls.Config) *tls.Config {
+	shared := base.Clone()
+	choose := base.GetConfigForClient
+	shared.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		hc, ok := hello.Conn.(*hsConn)
+		if !ok {
+			return nil, errors.New("ktls: handshake not started by StartHandshake")
+		}
+		var c *tls.Config
+		if choose != nil {
+			var err error
+			if c, err = choose(hello); err != nil {
+				return nil, err
+			}
+		}
+		if c == nil {
+			c = base
+		}
+		c = c.Clone()
+		c.GetConfigForClient = nil
+		c.KeyLogWriter = &hc.h.keys
+		return c, nil
+	}
+	return shared
+}
+
+// StartHandshake starts the handshake goroutine with a config made by
+// ServerConfig.
+func StartHandshake(config *tls.Config, io HandshakeIO, local, remote net.Addr) *Handshake {
+	h := &Handshake{io: io, config: config, local: local, remote: remote, in: make(chan []byte, 1)}
+	go h.run()
+	return h
+}
+
+// Feed hands the handshake the next record, after a Want. It never
+// blocks: there is at most one outstanding Want.
+func (h *Handshake) Feed(record []byte) {
+	select {
+	case h.in <- record:
+	default:
+		// A Feed without a Want is a caller bug; dropping would hang the
+		// handshake, so fail it.
+		h.Abort()
+	}
+}
+
+// Abort ends the handshake: the client went away or timed out.
+func (h *Handshake) Abort() { h.abort.Do(func() { close(h.in) }) }
+
+func (h *Handshake) run() {
+	conn := &hsConn{h: h}
+	tc := tls.Server(conn, h.config)
+	// The reactor's timeouts end a stalled handshake by calling Abort.
+	err := tc.HandshakeContext(context.Background())
+	if err != nil {
+		h.io.Done(nil, err)
+		return
+	}
+	s, err := h.session(tc.ConnectionState())
+	h.io.Done(s, err)
+}
+
+// session builds the record layer's keys from the key log and finds the
+// server's next sequence number.
+func (h *Handshake) session(cs tls.ConnectionState) (*Session, error) {
+	if cs.Version != tls.VersionTLS13 {
+		return nil, fmt.Errorf("ktls: TLS version %#x: only TLS 1.3 is handed to the record layer", cs.Version)
+	}
+	suite, ok := SuiteByID(cs.CipherSuite)
+	if !ok {
+		return nil, fmt.Errorf("ktls: cipher suite %#x has no record layer here", cs.CipherSuite)
+	}
+	s := &Session{Version: cs.Version, Suite: suite, ALPN: cs.NegotiatedProtocol, ServerName: cs.ServerName, Resumed: cs.DidResume}
+	s.ReadSecret = h.keys.get("CLIENT_TRAFFIC_SECRET_0")
+	s.WriteSecret = h.keys.get("SERVER_TRAFFIC_SECRET_0")
+	if s.ReadSecret == nil || s.WriteSecret == nil {
+		return nil, errNoSecret
+	}
+	var err error
+	if s.Read, err = TrafficKeys(suite, s.ReadSecret); err != nil {
+		return nil, err
+	}
+	if s.Write, err = TrafficKeys(suite, s.WriteSecret); err != nil {
+		return nil, err
+	}
+	if s.WriteSeq, err = countRecords(s.Write, h.written); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// countRecords returns how many of the encrypted records in wire are
+// protected by k: those come last (after the handshake-key records), at
+// sequence numbers 0, 1, ...
+func countRecords(k Keys, wire []byte) (uint64, error) {
+	var n uint64
+	for len(wire) >= 5 {
+		size := 5 + int(binary.BigEndian.Uint16(wire[3:5]))
+		if size > len(wire) {
+			return 0, errors.New("ktls: handshake output ends in a partial record")
+		}
+		rec := wire[:size]
+		wire = wire[size:]
+		if rec[0] != RecordApplicationData {
+			continue // ServerHello, ChangeCipherSpec: plaintext
+		}
+		o, err := NewOpener(k, n)
+		if err != nil {
+			return 0, err
+		}
+		if r, err := o.Open(rec); err == nil && r != nil {
+			n++
+		} else if n > 0 {
+			return 0, errors.New("ktls: a record after the first application-key record does not decrypt with it")
+		}
+	}
+	return n, nil
+}
+
+// hsConn is the net.Conn crypto/tls sees.
+type hsConn struct {
+	h   *Handshake
+	cur []byte
+}
+
+func (c *hsConn) Read(p []byte) (int, error) {
+	if len(c.cur) == 0 {
+		c.h.io.Want()
+		rec, ok := <-c.h.in
+		if !ok {
+			return 0, io.EOF
+		}
+		c.cur = rec
+	}
+	n := copy(p, c.cur)
+	c.cur = c.cur[n:]
+	return n, nil
+}
+
+func (c *hsConn) Write(p []byte) (int, error) {
+	c.h.written = append(c.h.written, p...)
+	c.h.io.Send(append([]byte(nil), p...))
+	return len(p), nil
+}
+
+func (c *hsConn) Close() error                     { return nil }
+func (c *hsConn) LocalAddr() net.Addr              { return c.h.local }
+func (c *hsConn) RemoteAddr() net.Addr             { return c.h.remote }
+func (c *hsConn) SetDeadline(time.Time) error      { return nil }
+func (c *hsConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *hsConn) SetWriteDeadline(time.Time) error { return nil }
+
+// RecordLen returns the length of the TLS record at the start of b, or 0
+// when b does not yet hold its header. It does not check the content.
+func RecordLen(b []byte) int {
+	if len(b) < 5 {
+		return 0
+	}
+	return 5 + int(binary.BigEndian.Uint16(b[3:5]))
+}

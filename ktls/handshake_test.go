@@ -1,0 +1,231 @@
+package ktls
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
+	"net"
+	"testing"
+	"time"
+)
+
+// testCert is a self-signed P-256 certificate for "localhost".
+func testCert(t testing.TB) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// event is one call from the handshake goroutine, delivered in order, as
+// Loop.Post delivers them to a reactor.
+type event struct {
+	kind string // "want", "send", "done"
+	data []byte
+	s    *Session
+	err  error
+}
+
+type chanIO chan event
+
+func (c chanIO) Want()                      { c <- event{kind: "want"} }
+func (c chanIO) Send(p []byte)              { c <- event{kind: "send", data: p} }
+func (c chanIO) Done(s *Session, err error) { c <- event{kind: "done", s: s, err: err} }
+
+// serveOne plays the reactor for one connection: it feeds whole records to
+// the handshake, then answers each application record with its upper-case
+// copy through our record layer.
+func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
+	raw := make(chan []byte, 16)
+	go func() {
+		for {
+			b := make([]byte, 4096)
+			n, err := conn.Read(b)
+			if n > 0 {
+				raw <- b[:n]
+			}
+			if err != nil {
+				close(raw)
+				return
+			}
+		}
+	}()
+	ev := make(chanIO, 64)
+	h := StartHandshake(cfg, ev, conn.LocalAddr(), conn.RemoteAddr())
+	var buf []byte
+	wanted := false
+	var s *Session
+	for s == nil {
+		select {
+		case e := <-ev:
+			switch e.kind {
+			case "want":
+				wanted = true
+			case "send":
+				conn.Write(e.data)
+			case "done":
+				if e.err != nil {
+					t.Errorf("handshake: %v", e.err)
+					return nil
+				}
+				s = e.s
+			}
+		case b, ok := <-raw:
+			if !ok {
+				h.Abort()
+				t.Error("client closed during the handshake")
+				return nil
+			}
+			buf = append(buf, b...)
+		}
+		if n := RecordLen(buf); wanted && n > 0 && len(buf) >= n {
+			h.Feed(bytes.Clone(buf[:n]))
+			buf = buf[n:]
+			wanted = false
+		}
+	}
+	// Whatever followed the handshake is application data: ours.
+	open, _ := NewOpener(s.Read, 0)
+	seal, _ := NewSealer(s.Write, s.WriteSeq)
+	for {
+		rec, err := open.Open(buf)
+		if err != nil {
+			t.Errorf("open: %v", err)
+			return s
+		}
+		if rec == nil {
+			b, ok := <-raw
+			if !ok {
+				return s
+			}
+			buf = append(buf, b...)
+			continue
+		}
+		buf = buf[rec.Wire:]
+		out, _ := seal.Seal(nil, RecordApplicationData, bytes.ToUpper(rec.Data))
+		conn.Write(out)
+	}
+}
+
+// TestHandshakeKeys runs real crypto/tls clients against the handshake
+// driver and our record layer: the keys from the key log and the sequence
+// number found after the session tickets must let both sides talk, first
+// handshake and resumed alike.
+func TestHandshakeKeys(t *testing.T) {
+	cert, pool := testCert(t)
+	cfg := ServerConfig(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
+		NextProtos: []string{"http/1.1"}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sessions := make(chan *Session, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); sessions <- serveOne(t, c, cfg) }()
+		}
+	}()
+	cache := tls.NewLRUClientSessionCache(4)
+	for i, want := range []bool{false, true, true} {
+		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "localhost",
+			ClientSessionCache: cache, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		for _, msg := range []string{"ping", "second record", string(bytes.Repeat([]byte("x"), 40000))} {
+			c.Write([]byte(msg))
+			got := make([]byte, len(msg))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != string(bytes.ToUpper([]byte(msg))) {
+				t.Fatalf("connection %d: echo of %d bytes: %v", i, len(msg), err)
+			}
+		}
+		if c.ConnectionState().DidResume != want {
+			t.Errorf("connection %d: resumed = %v, want %v", i, c.ConnectionState().DidResume, want)
+		}
+		c.Close()
+		s := <-sessions
+		if s == nil {
+			t.Fatal("no session")
+		}
+		if s.Resumed != want || s.ALPN != "http/1.1" || s.ServerName != "localhost" {
+			t.Errorf("session %d: %+v", i, s)
+		}
+		t.Logf("connection %d: %s, resumed %v, server's next sequence number %d", i, s.Suite.Name, s.Resumed, s.WriteSeq)
+	}
+}
+
+func TestHandshakeGarbage(t *testing.T) {
+	cert, _ := testCert(t)
+	cfg := ServerConfig(&tls.Config{Certificates: []tls.Certificate{cert}})
+	ev := make(chanIO, 16)
+	h := StartHandshake(cfg, ev, nil, nil)
+	if e := <-ev; e.kind != "want" {
+		t.Fatalf("first event %q", e.kind)
+	}
+	h.Feed([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	for e := range ev {
+		if e.kind == "done" {
+			if e.err == nil {
+				t.Fatal("handshake accepted plain HTTP")
+			}
+			return
+		}
+	}
+}
+
+func TestExpandLabel(t *testing.T) {
+	// RFC 8448 §3 (Simple 1-RTT Handshake): server handshake traffic
+	// secret -> key and iv for TLS_AES_128_GCM_SHA256.
+	secret := mustHex("b6 7b 7d 69 0c c1 6c 4e 75 e5 42 13 cb 2d 37 b4 e9 c9 12 bc de d9 10 5d 42 be fd 59 d3 91 ad 38")
+	k, err := TrafficKeys(AES128GCM, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mustHex("3f ce 51 60 09 c2 17 27 d0 f2 e4 e8 6e e4 03 bc"); !bytes.Equal(k.Key, want) {
+		t.Errorf("key % x, want % x", k.Key, want)
+	}
+	if want := mustHex("5d 31 3e b2 67 12 76 ee 13 00 0b 30"); !bytes.Equal(k.IV[:], want) {
+		t.Errorf("iv % x, want % x", k.IV, want)
+	}
+}
+
+func mustHex(s string) []byte {
+	var out []byte
+	for _, f := range bytes.Fields([]byte(s)) {
+		var b byte
+		for _, c := range f {
+			b <<= 4
+			switch {
+			case c >= '0' && c <= '9':
+				b |= c - '0'
+			default:
+				b |= c - 'a' + 10
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
