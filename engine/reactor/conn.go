@@ -49,13 +49,31 @@ type Conn struct {
 	inReady         bool
 }
 
-// seg is a piece of queued output: memory, or n bytes of file fd from off.
+// seg is a piece of queued output: memory (with a control message when
+// oob is set), n bytes of file fd from off, bytes a Source produces, or a
+// control function run once everything before it is written.
 type seg struct {
 	mem  []byte
+	oob  []byte
 	fd   int
 	off  int64
 	n    int64
 	file bool
+	src  Source
+	ctrl func(fd int) error
+}
+
+// Source produces output that must be computed rather than copied (TLS
+// records sealed from a file, for instance), a batch at a time as the
+// socket takes it.
+type Source interface {
+	// Next returns the next bytes to write, about max at most, or nil
+	// when the source is done. The slice stays valid until the next call.
+	// An error resets the connection.
+	Next(max int) ([]byte, error)
+	// Release is called once, when the source is done or the connection
+	// closed.
+	Release()
 }
 
 // Loop returns the loop that owns c.
@@ -135,6 +153,22 @@ func (c *Conn) queue(s seg) {
 		c.outStore = c.out[:0]
 	}
 	c.progress++
+}
+
+// WriteSource queues output produced by src.
+func (c *Conn) WriteSource(src Source) { c.queue(seg{src: src}) }
+
+// Control queues fn, to run with the socket's descriptor once everything
+// queued before it has been written to the socket, and before anything
+// queued after it. An error from fn resets the connection. This is how a
+// connection changes socket state in step with its output (handing TLS
+// transmission to the kernel between two records).
+func (c *Conn) Control(fn func(fd int) error) { c.queue(seg{ctrl: fn}) }
+
+// WriteOOB queues a copy of p sent with the control message oob (one
+// sendmsg).
+func (c *Conn) WriteOOB(p, oob []byte) {
+	c.queue(seg{mem: append([]byte(nil), p...), oob: append([]byte(nil), oob...)})
 }
 
 // Sent returns the number of bytes written to the socket so far.
@@ -236,6 +270,63 @@ func (l *Loop) flush(c *Conn) bool {
 			return false
 		}
 		s := &c.out[0]
+		switch {
+		case s.ctrl != nil:
+			fn := s.ctrl
+			s.ctrl = nil
+			c.out = c.out[1:]
+			if err := fn(c.fd); err != nil {
+				l.log.Warn("connection control failed; connection reset", "peer", c.peer, "err", err)
+				l.closeConn(c, true)
+				return false
+			}
+			continue
+		case s.src != nil:
+			if len(s.mem) == 0 {
+				chunk, err := s.src.Next(budget)
+				if err != nil {
+					l.log.Error("output source failed; connection reset", "peer", c.peer, "err", err)
+					l.closeConn(c, true)
+					return false
+				}
+				if chunk == nil {
+					s.src.Release()
+					s.src = nil
+					c.out = c.out[1:]
+					continue
+				}
+				s.mem = chunk
+			}
+			n, err := writev(l, c.fd, [][]byte{s.mem}, false)
+			if n > 0 {
+				budget -= n
+				c.lastProgress = l.now
+				c.sent += int64(n)
+				l.stats.bytesMem.Add(int64(n))
+				s.mem = s.mem[n:]
+				continue
+			}
+			if err != nil && !l.writeFailed(c, err, "write") {
+				return false
+			}
+			continue
+		case s.oob != nil:
+			n, err := sendOOB(c.fd, s.mem, s.oob)
+			if n > 0 {
+				c.lastProgress = l.now
+				c.sent += int64(n)
+				l.stats.bytesMem.Add(int64(n))
+				s.mem = s.mem[n:]
+				if len(s.mem) == 0 {
+					c.out = c.out[1:]
+				}
+				continue
+			}
+			if err != nil && !l.writeFailed(c, err, "sendmsg") {
+				return false
+			}
+			continue
+		}
 		if s.file {
 			chunk := int(min(s.n, int64(budget)))
 			n, err := sendfile(c.fd, s.fd, s.off, chunk)
@@ -264,7 +355,7 @@ func (l *Loop) flush(c *Conn) bool {
 		// Gather the memory segments up to the next file segment.
 		bufs := l.sys.bufs[:0]
 		i := 0
-		for i < len(c.out) && !c.out[i].file && len(bufs) < maxIov {
+		for i < len(c.out) && c.out[i].plain() && len(bufs) < maxIov {
 			bufs = append(bufs, c.out[i].mem)
 			i++
 		}
@@ -321,3 +412,18 @@ func (l *Loop) writeFailed(c *Conn, err error, op string) bool {
 }
 
 const maxIov = 64
+
+// plain reports whether s is bare memory, which may be gathered with its
+// neighbours into one writev.
+func (s *seg) plain() bool { return !s.file && s.src == nil && s.ctrl == nil && s.oob == nil }
+
+// releaseOutput drops queued output, releasing sources.
+func (c *Conn) releaseOutput() {
+	for i := range c.out {
+		if c.out[i].src != nil {
+			c.out[i].src.Release()
+		}
+	}
+	clear(c.out)
+	c.out = c.out[:0]
+}

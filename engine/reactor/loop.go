@@ -408,7 +408,7 @@ func (l *Loop) closeConn(c *Conn, abort bool) {
 		l.stats.aborted.Add(1)
 	}
 	closeFd(c.fd)
-	c.out = c.out[:0]
+	c.releaseOutput()
 	l.stats.open.Add(-1)
 	if c.busy {
 		c.closedLater = true // a worker still uses the handler's state

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,5 +176,81 @@ func TestAcceptOutOfDescriptors(t *testing.T) {
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
 		t.Errorf("after descriptors were freed: %q %v", buf, err)
+	}
+}
+
+// chunks is a Source of fixed chunks.
+type chunks struct {
+	left     [][]byte
+	released *bool
+}
+
+func (s *chunks) Next(int) ([]byte, error) {
+	if len(s.left) == 0 {
+		return nil, nil
+	}
+	b := s.left[0]
+	s.left = s.left[1:]
+	return b, nil
+}
+func (s *chunks) Release() { *s.released = true }
+
+// orderHandler queues, on the first input, memory, a source, a control
+// function and more memory, and records what the control saw.
+type orderHandler struct {
+	sentAtCtrl chan int64
+	released   bool
+}
+
+func (h *orderHandler) Open(c *Conn) {}
+func (h *orderHandler) Serve(c *Conn) {
+	if len(c.Input()) == 0 {
+		return
+	}
+	c.Consume(len(c.Input()))
+	c.Write([]byte("head|"))
+	big := make([]byte, 300<<10)
+	for i := range big {
+		big[i] = 'x'
+	}
+	c.WriteSource(&chunks{left: [][]byte{[]byte("a|"), big, []byte("|b|")}, released: &h.released})
+	c.Control(func(fd int) error {
+		h.sentAtCtrl <- c.Sent()
+		return nil
+	})
+	c.Write([]byte("tail"))
+	c.CloseAfterFlush()
+}
+func (h *orderHandler) Closed(c *Conn) {}
+
+func TestSourceAndControlOrder(t *testing.T) {
+	h := &orderHandler{sentAtCtrl: make(chan int64, 1)}
+	cfg := Config{Workers: 1, Addr: "127.0.0.1:0", NewHandler: func(*Loop) Handler { return h }}
+	g, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	defer func() { g.Shutdown(t.Context()); <-done }()
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("go"))
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "head|a|" + strings.Repeat("x", 300<<10) + "|b|tail"
+	if string(got) != want {
+		t.Fatalf("got %d bytes, want %d in order", len(got), len(want))
+	}
+	if at := <-h.sentAtCtrl; at != int64(len(want)-len("tail")) {
+		t.Errorf("control ran after %d bytes, want %d (everything queued before it)", at, len(want)-len("tail"))
+	}
+	if !h.released {
+		t.Error("source not released")
 	}
 }

@@ -259,6 +259,15 @@ func writev(l *Loop, fd int, bufs [][]byte, more bool) (int, error) {
 	return int(n), nil
 }
 
+// sendOOB sends p with the control message oob in one sendmsg.
+func sendOOB(fd int, p, oob []byte) (int, error) {
+	n, err := unix.SendmsgN(fd, p, oob, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 // sendfile sends up to n bytes of file in from offset off. It returns 0
 // and no error when the file has no bytes at off (it shrank).
 func sendfile(out, in int, off int64, n int) (int, error) {

@@ -29,6 +29,7 @@ func epollWait(*Loop, []event, int) (int, error)              { return 0, errNot
 func accept(int) (int, Addr, error)                           { return -1, Addr{}, errNotLinux }
 func readFd(int, []byte) (int, error)                         { return 0, errNotLinux }
 func writev(*Loop, int, [][]byte, bool) (int, error)          { return 0, errNotLinux }
+func sendOOB(int, []byte, []byte) (int, error)                { return 0, errNotLinux }
 func sendfile(int, int, int64, int) (int, error)              { return 0, errNotLinux }
 func setCongestion(int, string) error                         { return errNotLinux }
 func setPacing(int, uint64) error                             { return errNotLinux }
