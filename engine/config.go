@@ -45,6 +45,9 @@ type Config struct {
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
+	// selfSigned is serve --self-signed: sites without a certificate get
+	// an in-memory self-signed one, and the listener speaks TLS.
+	selfSigned bool
 }
 
 // SiteConfig is one virtual host.
@@ -319,6 +322,9 @@ func (c *Config) SetFlag(flag string, value string) error {
 	case "listen":
 		c.Listen = value
 		c.src.flags["listen"] = "--listen"
+	case "self-signed":
+		c.selfSigned = value == "true"
+		c.src.flags["self-signed"] = "--self-signed"
 	case "workers":
 		n, err := strconv.Atoi(value)
 		if err != nil {
@@ -494,6 +500,11 @@ func (c *Config) Validate() error {
 	}
 	if c.HasTLS() && k.KTLS == "" {
 		k.KTLS = "require"
+		if c.selfSigned {
+			// --self-signed is for trying the server out: on a kernel
+			// without kTLS it serves in userspace (and says so).
+			k.KTLS = "auto"
+		}
 	}
 	if k.BBR == "" && k.BulkCongestion == "bbr" {
 		k.BBR = "require"
@@ -555,8 +566,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// HasTLS reports whether any site has a certificate.
+// HasTLS reports whether the listener speaks TLS: a site has a
+// certificate, or serve --self-signed made one.
 func (c *Config) HasTLS() bool {
+	if c.selfSigned {
+		return true
+	}
 	for i := range c.Sites {
 		if c.Sites[i].TLS.Cert != "" {
 			return true

@@ -33,6 +33,7 @@ type h1Handler struct {
 
 // h1Conn is one connection's HTTP/1.1 state.
 type h1Conn struct {
+	s           stream
 	files       files.Scratch
 	skip        h1.BodySkipper
 	skipping    bool // discarding a request body
@@ -62,17 +63,21 @@ func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
 }
 
 func (h *h1Handler) Open(c *reactor.Conn) {
-	c.State = &h1Conn{}
+	c.State = &h1Conn{s: plainStream{c}}
 	c.SetReadDeadline(h.srv.cfg.Limits.HeaderTimeout.D())
 }
 
 func (h *h1Handler) Closed(c *reactor.Conn) {
-	st := c.State.(*h1Conn)
+	h.closed(c, c.State.(*h1Conn))
+	c.State = nil
+}
+
+// closed releases what a connection's HTTP/1.1 state holds.
+func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 	if st.sending {
 		h.logResponse(c, st) // a response cut short: log what was sent
 	}
 	st.files.Reset()
-	c.State = nil
 }
 
 func (h *h1Handler) Tick() {
@@ -83,41 +88,45 @@ func (h *h1Handler) Tick() {
 	h.limiter.flush(h.log)
 }
 
-func (h *h1Handler) Serve(c *reactor.Conn) {
-	st := c.State.(*h1Conn)
+func (h *h1Handler) Serve(c *reactor.Conn) { h.serve(c, c.State.(*h1Conn)) }
+
+// serve runs HTTP/1.1 over st's stream as far as it can go.
+func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 	lim := &h.srv.cfg.Limits
+	s := st.s
 	for {
+		s.pump()
 		if st.sending {
-			if c.Pending() {
+			if s.busy() {
 				return
 			}
 			h.logResponse(c, st)
 			st.sending = false
 			st.files.Reset()
 			if st.closeAfter {
-				c.CloseAfterFlush()
+				s.closeGracefully()
 				return
 			}
 		}
 		if st.skipping {
-			n, err := st.skip.Skip(c.Input())
-			c.Consume(n)
+			n, err := st.skip.Skip(s.input())
+			s.consume(n)
 			if err != nil {
 				h.limiter.log(h.log, "bad request body framing; closing", "peer", c.Peer(), "err", err)
 				c.Close()
 				return
 			}
 			if !st.skip.Done() {
-				if c.EOF() || st.skip.Consumed() > maxSkipBody {
+				if s.eof() || st.skip.Consumed() > maxSkipBody {
 					c.Close()
 				}
 				return
 			}
 			st.skipping = false
 		}
-		in := c.Input()
+		in := s.input()
 		if len(in) == 0 {
-			if c.EOF() || h.loop.Draining() {
+			if s.eof() || h.loop.Draining() {
 				c.Close()
 				return
 			}
@@ -131,7 +140,7 @@ func (h *h1Handler) Serve(c *reactor.Conn) {
 		}
 		n, err := h.parser.Parse(in, &h.req)
 		if err == h1.ErrIncomplete {
-			if c.EOF() {
+			if s.eof() {
 				c.Close() // the client gave up mid-head
 			}
 			return
@@ -187,7 +196,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	if isHead {
 		resp.NoBody = true
 	}
-	c.Consume(n)
+	st.s.consume(n)
 	st.headStarted = false
 	c.SetReadDeadline(0)
 	if r.HasBody() {
@@ -209,6 +218,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 // nil for requests that could not be parsed.
 func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	resp := &st.files.Resp
+	st.s.startResponse()
 	if h.loop.Draining() {
 		st.closeAfter = true
 	}
@@ -265,15 +275,15 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	}
 	b = append(b, "\r\n"...)
 	h.head = b
-	c.Write(b)
-	st.logStart = c.Sent() + int64(len(b))
+	st.s.write(b)
+	st.logStart = st.s.sent() + int64(len(b))
 
 	if !resp.NoBody {
 		for _, p := range resp.Parts {
 			if p.Mem != nil {
-				c.WriteRef(p.Mem)
+				st.s.writeRef(p.Mem)
 			} else {
-				c.SendFile(resp.File.Fd(), p.Off, p.Len)
+				st.s.writeFile(resp.File.Fd(), p.Off, p.Len)
 			}
 		}
 	}
@@ -360,7 +370,7 @@ func (h *h1Handler) logResponse(c *reactor.Conn, st *h1Conn) {
 		}
 	}
 	h.logBuf = append(h.logBuf, line...)
-	h.logBuf = strconv.AppendInt(h.logBuf, max(c.Sent()-st.logStart, 0), 10)
+	h.logBuf = strconv.AppendInt(h.logBuf, max(st.s.sent()-st.logStart, 0), 10)
 	if tail != nil {
 		h.logBuf = append(h.logBuf, ' ')
 		h.logBuf = append(h.logBuf, tail...)

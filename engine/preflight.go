@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"strings"
+
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/preflight"
 )
@@ -61,8 +63,21 @@ func (s *Server) checkKernel() error {
 	if !r.OK {
 		return &PreflightError{Report: r}
 	}
+	ok := map[string]bool{}
+	for _, c := range r.Checks {
+		ok[c.ID] = c.Status == preflight.OK
+	}
+	s.ktlsOK = ok["ktls.ulp"] && ok["ktls.sendfile"]
+	s.ktlsRekey = s.ktlsOK && ok["ktls.rekey"]
 	for _, c := range r.Warnings() {
-		s.log.Warn("kernel feature missing; running degraded", "check", c.ID, "reason", c.Reason, "fix", c.Remedy)
+		if strings.HasPrefix(c.Reason, "not tried:") {
+			continue // follows from a line already logged
+		}
+		msg := "kernel feature missing; running degraded"
+		if c.ID == "ktls.ulp" {
+			msg = "kernel TLS unavailable; TLS is served from userspace"
+		}
+		s.log.Warn(msg, "check", c.ID, "reason", c.Reason, "fix", c.Remedy)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -27,11 +29,20 @@ type Server struct {
 	alog   *accessLog
 	limits h1.Limits
 
+	// TLS, when any site has a certificate (or serve --self-signed).
+	certs     *certStore
+	tlsConfig *tls.Config // from ktls.ServerConfig
+	ktlsOK    bool        // preflight found kernel TLS usable: promote
+	ktlsRekey bool        // and able to rekey (KeyUpdate after promotion)
+
 	stats serverCounters
 }
 
 type serverCounters struct {
 	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
+
+	tlsHandshakes, tlsHandshakeErrors, tlsRecordErrors, tlsAlertsReceived, tlsKeyUpdates atomic.Int64
+	tlsUserBytes, tlsKernelBytes, tlsPromotions, tlsPromoteFailures                      atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -46,6 +57,16 @@ type Stats struct {
 	CacheEntries     int
 	CacheHits        int64
 	CacheMisses      int64
+
+	TLSHandshakes      int64 // completed
+	TLSHandshakeErrors int64 // failed, or not TLS at all
+	TLSRecordErrors    int64 // bad records, unexpected messages: each closed its connection
+	TLSAlertsReceived  int64 // fatal alerts from clients
+	TLSKeyUpdates      int64 // KeyUpdate messages from clients
+	TLSUserBytes       int64 // response bytes sealed in userspace
+	TLSKernelBytes     int64 // response bytes handed to kernel TLS
+	Promotions         int64 // connections whose transmission moved to the kernel
+	PromoteFailures    int64 // promotions that failed (the connection stayed in userspace)
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -60,11 +81,9 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 	if err := s.checkKernel(); err != nil {
 		return nil, err
 	}
-	for i := range cfg.Sites {
-		if cfg.Sites[i].TLS.Cert != "" {
-			return nil, &ConfigError{File: cfg.src.file, Line: cfg.src.lines[fmt.Sprintf("sites[%d].tls", i)],
-				Key: fmt.Sprintf("sites[%d].tls", i),
-				Msg: "TLS serving is not built yet; remove [sites.tls] to serve this site over plain HTTP/1.1"}
+	if cfg.HasTLS() {
+		if err := s.setupTLS(); err != nil {
+			return nil, err
 		}
 	}
 	s.limits = h1.Limits{
@@ -87,10 +106,16 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		MaxConns:    cfg.Limits.MaxConnections,
 		ReadBuffer:  int(cfg.Limits.MaxHeaderBytes) + 4<<10,
 		SendTimeout: cfg.Limits.SendTimeout.D(),
-		NewHandler:  func(l *reactor.Loop) reactor.Handler { return newH1Handler(s, l) },
-		Logger:      log,
-		NoSteering:  disabled("ENGINE_DISABLE_STEERING"),
-		Pin:         cfg.PinWorkers,
+		NewHandler: func(l *reactor.Loop) reactor.Handler {
+			h := newH1Handler(s, l)
+			if s.tlsConfig != nil {
+				return newTLSHandler(h)
+			}
+			return h
+		},
+		Logger:     log,
+		NoSteering: disabled("ENGINE_DISABLE_STEERING"),
+		Pin:        cfg.PinWorkers,
 	})
 	if err != nil {
 		s.cache.Close()
@@ -130,6 +155,46 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
+// setupTLS loads the certificates and builds the TLS configuration: TLS
+// 1.3 (1.2 where a site allows it), ALPN http/1.1, session tickets on.
+func (s *Server) setupTLS() error {
+	s.certs = &certStore{}
+	if s.cfg.selfSigned {
+		cert, err := selfSignedCert()
+		if err != nil {
+			return fmt.Errorf("self-signed certificate: %w", err)
+		}
+		s.certs.selfSigned = cert
+	}
+	t, err := loadCertTable(s.cfg, s.certs.selfSigned)
+	if err != nil {
+		return err
+	}
+	s.certs.cur.Store(t)
+	base := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		NextProtos:     []string{"http/1.1"},
+		GetCertificate: s.certs.getCertificate,
+	}
+	s.tlsConfig = ktls.ServerConfig(base)
+	return nil
+}
+
+// ReloadCertificates reads every site's certificate files again (SIGHUP).
+// Connections keep going; new handshakes use the new certificates. On an
+// error the old ones stay in use.
+func (s *Server) ReloadCertificates() error {
+	if s.certs == nil {
+		return nil
+	}
+	t, err := loadCertTable(s.cfg, s.certs.selfSigned)
+	if err != nil {
+		return err
+	}
+	s.certs.cur.Store(t)
+	return nil
+}
+
 // ReopenLogs reopens the access log file (after logrotate renamed it).
 // engine serve calls it on SIGUSR1, as nginx does.
 func (s *Server) ReopenLogs() error { return s.alog.reopen() }
@@ -144,9 +209,19 @@ func (s *Server) Stats() Stats {
 		ServerErrors:     s.stats.serverErrors.Load(),
 		Bulk:             s.stats.bulk.Load(),
 		CongestionErrors: s.stats.congestionErrors.Load(),
-		CacheEntries:     s.cache.Len(),
-		CacheHits:        s.cache.Hits.Load(),
-		CacheMisses:      s.cache.Misses.Load(),
+
+		TLSHandshakes:      s.stats.tlsHandshakes.Load(),
+		TLSHandshakeErrors: s.stats.tlsHandshakeErrors.Load(),
+		TLSRecordErrors:    s.stats.tlsRecordErrors.Load(),
+		TLSAlertsReceived:  s.stats.tlsAlertsReceived.Load(),
+		TLSKeyUpdates:      s.stats.tlsKeyUpdates.Load(),
+		TLSUserBytes:       s.stats.tlsUserBytes.Load(),
+		TLSKernelBytes:     s.stats.tlsKernelBytes.Load(),
+		Promotions:         s.stats.tlsPromotions.Load(),
+		PromoteFailures:    s.stats.tlsPromoteFailures.Load(),
+		CacheEntries:       s.cache.Len(),
+		CacheHits:          s.cache.Hits.Load(),
+		CacheMisses:        s.cache.Misses.Load(),
 	}
 }
 

@@ -49,12 +49,7 @@ func setsockoptBytes(fd, level, opt int, b []byte, op string) error {
 // post-handshake handshake message) on a socket whose transmit side the
 // kernel owns, with a TLS_SET_RECORD_TYPE control message.
 func SendRecord(fd int, typ byte, data []byte) error {
-	oob := make([]byte, unix.CmsgSpace(1))
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-	h.Level = solTLS
-	h.Type = tlsSetRecordType
-	h.SetLen(unix.CmsgLen(1))
-	oob[unix.CmsgLen(0)] = typ
+	oob := RecordTypeOOB(typ)
 	for {
 		n, err := unix.SendmsgN(fd, data, oob, nil, unix.MSG_NOSIGNAL)
 		if err == unix.EINTR {
@@ -68,4 +63,35 @@ func SendRecord(fd int, typ byte, data []byte) error {
 		}
 		return nil
 	}
+}
+
+// preadFull reads len(p) bytes at off, or fewer at the end of the file.
+func preadFull(fd int, p []byte, off int64) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := unix.Pread(fd, p[done:], off+int64(done))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return done, os.NewSyscallError("pread", err)
+		}
+		if n == 0 {
+			break
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// RecordTypeOOB is the control message that makes the next sendmsg one
+// record of content type typ on a kernel TLS socket.
+func RecordTypeOOB(typ byte) []byte {
+	oob := make([]byte, unix.CmsgSpace(1))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	h.Level = solTLS
+	h.Type = tlsSetRecordType
+	h.SetLen(unix.CmsgLen(1))
+	oob[unix.CmsgLen(0)] = typ
+	return oob
 }

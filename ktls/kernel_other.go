@@ -13,3 +13,8 @@ func EnableULP(int) error                { return errNoKernelTLS }
 func SetTX(int, Keys, uint64) error      { return errNoKernelTLS }
 func SetRX(int, Keys, uint64) error      { return errNoKernelTLS }
 func SendRecord(int, byte, []byte) error { return errNoKernelTLS }
+
+func preadFull(int, []byte, int64) (int, error) { return 0, errNoKernelTLS }
+
+// RecordTypeOOB has no meaning without kernel TLS.
+func RecordTypeOOB(byte) []byte { return nil }

@@ -92,6 +92,19 @@ func (o *Opener) Open(b []byte) (*Record, error) {
 	return &Record{Type: pt[i], Data: pt[:i], Wire: 5 + n}, nil
 }
 
+// OpenInPlace is Open decrypting within b itself: Data aliases b, which
+// the caller consumes anyway. No buffer of the opener's is used.
+func (o *Opener) OpenInPlace(b []byte) (*Record, error) {
+	saved := o.buf
+	o.buf = nil
+	if len(b) >= 5 {
+		o.buf = b[5:5]
+	}
+	rec, err := o.Open(b)
+	o.buf = saved
+	return rec, err
+}
+
 // Sealer encrypts TLS 1.3 records with one key.
 type Sealer struct {
 	aead  cipher.AEAD
@@ -133,6 +146,33 @@ func (s *Sealer) Seal(dst []byte, typ byte, data []byte) ([]byte, error) {
 	s.seq++
 	return dst[:hdr+5+len(sealed)], nil
 }
+
+// SealAt seals one record in place: dst[start+5:start+5+n] already holds
+// the plaintext (the 5 bytes before it are for the header). It returns dst
+// ending after the sealed record; dst needs capacity for the content type
+// and the tag (Overhead bytes), or it is grown.
+func (s *Sealer) SealAt(dst []byte, start, n int, typ byte) ([]byte, error) {
+	if n > MaxPlaintext {
+		return dst, fmt.Errorf("ktls: %d bytes do not fit one record", n)
+	}
+	if s.seq >= recordLimit {
+		return dst, ErrRecordLimit
+	}
+	size := n + 1 + s.aead.Overhead()
+	dst = slices.Grow(dst[:start+5+n], 1+s.aead.Overhead())
+	dst = append(dst, typ)
+	dst[start], dst[start+1], dst[start+2] = RecordApplicationData, 3, 3
+	dst[start+3], dst[start+4] = byte(size>>8), byte(size)
+	s.nonce = nonceFor(s.iv, s.seq)
+	body := dst[start+5:]
+	sealed := s.aead.Seal(body[:0], s.nonce[:], body, dst[start:start+5])
+	s.seq++
+	return dst[:start+5+len(sealed)], nil
+}
+
+// Overhead is what sealing adds to a record's plaintext: the header, the
+// content type and the tag.
+func (s *Sealer) Overhead() int { return 5 + 1 + s.aead.Overhead() }
 
 // nonceFor is the per-record nonce: the IV XOR the sequence number,
 // left-padded to 12 bytes (RFC 8446 §5.3).

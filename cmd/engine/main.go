@@ -25,7 +25,7 @@ var version = "dev"
 const usage = `engine serves very large files over HTTP, fast, and proves every byte.
 
 Usage:
-  engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--check]
+  engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--self-signed] [--check]
   engine preflight [-c engine.toml] [--json]
   engine version
   engine help
@@ -82,6 +82,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "address to listen on, host:port (overrides listen; default :8080)")
 	workers := fs.String("workers", "", "number of reactors (overrides workers; default one per CPU)")
 	check := fs.Bool("check", false, "validate the configuration and exit")
+	selfSigned := fs.Bool("self-signed", false, "serve TLS with an in-memory self-signed certificate (for trying it out)")
 	fs.Usage = func() { fmt.Fprint(stderr, usage, "\nserve flags:\n"); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -99,6 +100,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		cfg = &engine.Config{}
+	}
+	if *selfSigned {
+		cfg.SetFlag("self-signed", "true")
 	}
 	for _, f := range []struct{ name, v string }{{"root", *root}, {"listen", *listen}, {"workers", *workers}} {
 		if f.v == "" {
@@ -146,15 +150,24 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	defer signal.Stop(usr1)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	go func() {
-		for range usr1 {
-			if err := srv.ReopenLogs(); err != nil {
-				log.Error("SIGUSR1", "err", err)
-			} else {
-				log.Info("access log reopened")
+		for sig := range sigs {
+			switch sig {
+			case syscall.SIGUSR1:
+				if err := srv.ReopenLogs(); err != nil {
+					log.Error("SIGUSR1: reopening the access log", "err", err)
+				} else {
+					log.Info("access log reopened")
+				}
+			case syscall.SIGHUP:
+				if err := srv.ReloadCertificates(); err != nil {
+					log.Error("SIGHUP: certificates not reloaded; the old ones stay in use", "err", err)
+				} else {
+					log.Info("certificates reloaded")
+				}
 			}
 		}
 	}()

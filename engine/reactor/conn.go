@@ -231,6 +231,23 @@ func (c *Conn) Go(work func()) {
 	})
 }
 
+// Post runs fn on c's loop, from any goroutine, and then lets the
+// connection make progress (flush what fn queued, call Serve). Nothing
+// runs if the connection has closed by then.
+func (c *Conn) Post(fn func()) {
+	l := c.loop
+	l.Post(func() {
+		if c.closed {
+			return
+		}
+		fn()
+		if !c.closed {
+			c.progress++
+			l.process(c)
+		}
+	})
+}
+
 // SetCongestion sets the socket's TCP congestion control ("bbr") if it
 // differs from what this connection last set.
 func (c *Conn) SetCongestion(name string) error {

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// certTable chooses a certificate by SNI: exact name, then wildcard, then
+// the default (the default site's, or the first site's).
+type certTable struct {
+	exact     map[string]*tls.Certificate
+	wildcards []wildcardCert
+	def       *tls.Certificate
+}
+
+type wildcardCert struct {
+	suffix string // ".example.com"
+	cert   *tls.Certificate
+}
+
+// certStore holds the current table; SIGHUP swaps in a reloaded one, and
+// handshakes already running keep the certificate they picked.
+type certStore struct {
+	cur        atomic.Pointer[certTable]
+	selfSigned *tls.Certificate // when serve --self-signed made one
+}
+
+// loadCertTable reads every site's PEM files. Errors name the file and
+// the config key.
+func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error) {
+	t := &certTable{exact: map[string]*tls.Certificate{}}
+	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so sites sharing files share it
+	for i := range cfg.Sites {
+		sc := &cfg.Sites[i]
+		var cert *tls.Certificate
+		switch {
+		case sc.TLS.Cert != "":
+			cert = loaded[sc.TLS.Cert+"\x00"+sc.TLS.Key]
+			if cert == nil {
+				c, err := tls.LoadX509KeyPair(sc.TLS.Cert, sc.TLS.Key)
+				if err != nil {
+					return nil, &ConfigError{File: cfg.src.file, Line: cfg.src.lines[fmt.Sprintf("sites[%d].tls.cert", i)],
+						Key: fmt.Sprintf("sites[%d].tls", i),
+						Msg: fmt.Sprintf("cannot load certificate %s with key %s: %v", sc.TLS.Cert, sc.TLS.Key, err)}
+				}
+				cert = &c
+				loaded[sc.TLS.Cert+"\x00"+sc.TLS.Key] = cert
+			}
+		case selfSigned != nil:
+			cert = selfSigned
+		default:
+			continue
+		}
+		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
+		switch {
+		case d == "*":
+		case strings.HasPrefix(d, "*."):
+			t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
+		default:
+			t.exact[d] = cert
+		}
+		if t.def == nil || sc.Default {
+			t.def = cert
+		}
+	}
+	if t.def == nil {
+		t.def = selfSigned
+	}
+	if t.def == nil {
+		return nil, &ConfigError{File: cfg.src.file, Key: "sites", Msg: "no certificate to serve TLS with; add [sites.tls] cert and key, or run serve --self-signed"}
+	}
+	return t, nil
+}
+
+// getCertificate is tls.Config.GetCertificate.
+func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	t := s.cur.Load()
+	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
+	if c := t.exact[name]; c != nil {
+		return c, nil
+	}
+	for _, w := range t.wildcards {
+		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
+			return w.cert, nil
+		}
+	}
+	return t.def, nil
+}
+
+// selfSignedCert makes an in-memory ECDSA P-256 certificate for trying
+// the server out: localhost, the loopback addresses and this host's name.
+func selfSignedCert() (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	names := []string{"localhost"}
+	if h, err := os.Hostname(); err == nil && h != "" && h != "localhost" {
+		names = append(names, h)
+	}
+	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "engine self-signed", Organization: []string{"engine --self-signed"}},
+		DNSNames:     names,
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(30 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
