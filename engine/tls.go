@@ -135,7 +135,11 @@ func (th *tlsHandler) handshake(t *tlsConn) {
 	c := t.c
 	raw := c.Input()
 	n := ktls.RecordLen(raw)
-	if n > maxCiphertext || (len(raw) > 0 && raw[0] != ktls.RecordHandshake && t.hs == nil) {
+	// Only a record the handshake is waiting for is judged here: one that
+	// arrives after the client's Finished, before the handshake goroutine
+	// has reported, belongs to the record layer.
+	first := t.hs == nil && len(raw) > 0
+	if (first || t.wanted) && (n > maxCiphertext || first && raw[0] != ktls.RecordHandshake) {
 		// Not TLS (plain HTTP to the TLS port), or a record larger than
 		// TLS allows: an alert in the clear, as TLS does before keys.
 		th.srv.stats.tlsHandshakeErrors.Add(1)

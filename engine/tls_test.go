@@ -1,0 +1,265 @@
+package engine_test
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testPKI is a CA and a server certificate for localhost, written as PEM.
+type testPKI struct {
+	pool     *x509.CertPool
+	certFile string
+	keyFile  string
+	caFile   string
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newPKI makes a CA and a leaf for the given names in dir.
+func newPKI(t *testing.T, dir string, names ...string) *testPKI {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "engine test CA"},
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]},
+		DNSNames: names, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalPKCS8PrivateKey(key)
+	p := &testPKI{pool: x509.NewCertPool(), certFile: filepath.Join(dir, names[0]+".pem"),
+		keyFile: filepath.Join(dir, names[0]+"-key.pem"), caFile: filepath.Join(dir, names[0]+"-ca.pem")}
+	p.pool.AddCert(caCert)
+	writePEM(t, p.certFile, "CERTIFICATE", der)
+	writePEM(t, p.keyFile, "PRIVATE KEY", keyDER)
+	writePEM(t, p.caFile, "CERTIFICATE", caDER)
+	return p
+}
+
+// startTLS serves root over TLS with a fresh certificate for localhost.
+func startTLS(t *testing.T, root, extra string) (*testServer, *testPKI) {
+	t.Helper()
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s",
+		root, root, pki.certFile, pki.keyFile, extra))
+	return ts, pki
+}
+
+func (p *testPKI) client(cache tls.ClientSessionCache) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: p.pool, ServerName: "localhost", ClientSessionCache: cache},
+		ForceAttemptHTTP2: false,
+	}}
+}
+
+func sha256File(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	io.Copy(h, f)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func getSHA(t *testing.T, c *http.Client, url string) (string, int64, *http.Response) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
+	if err != nil {
+		t.Fatalf("%s after %d bytes: %v", url, n, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, resp
+}
+
+// TestTLSUserspaceDownload: with kernel TLS off everything goes through
+// our record layer: a 100 MiB download, byte for byte, with resumption.
+func TestTLSUserspaceDownload(t *testing.T) {
+	root := siteRoot(t)
+	_, want := linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"off\"\n")
+	url := "https://localhost:" + portOf(ts.addr)
+	cache := tls.NewLRUClientSessionCache(8)
+	for i := 0; i < 2; i++ {
+		c := pki.client(cache) // a new transport: a new connection, resumed the second time
+		got, n, resp := getSHA(t, c, url+"/big.bin")
+		if got != want || n != 100<<20 {
+			t.Fatalf("download %d: %d bytes, sha256 %s, want %s", i, n, got, want)
+		}
+		if resp.TLS.Version != tls.VersionTLS13 || resp.TLS.DidResume != (i == 1) {
+			t.Errorf("download %d: version %x resumed %v", i, resp.TLS.Version, resp.TLS.DidResume)
+		}
+		c.CloseIdleConnections()
+	}
+	st := ts.Stats()
+	if st.Promotions != 0 || st.TLSUserBytes < 200<<20 || st.TLSHandshakes != 2 {
+		t.Errorf("stats: promotions %d, userspace bytes %d, handshakes %d", st.Promotions, st.TLSUserBytes, st.TLSHandshakes)
+	}
+}
+
+// TestTLSKeepAlive: many responses on one connection (small, large,
+// ranges past 1 MiB, sidecars, HEAD, 404), pipelined, each checked.
+func TestTLSKeepAlive(t *testing.T) {
+	root := siteRoot(t)
+	big, _ := linkBig(t, root, "big.bin")
+	disk, _ := os.ReadFile(big)
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
+	conn, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(scale(60 * time.Second)))
+	r := bufio.NewReaderSize(conn, 64<<10)
+	type want struct {
+		method string
+		status int
+		body   []byte
+	}
+	reqs := []struct {
+		raw string
+		w   want
+	}{
+		{get("/alpha.txt"), want{"GET", 200, []byte("abcdefghijklmnopqrstuvwxyz")}},
+		{get("/big.bin", "Range: bytes=3000000-5999999\r\n"), want{"GET", 206, disk[3000000:6000000]}},
+		{get("/app.js", "Accept-Encoding: br\r\n"), want{"GET", 200, []byte("BROTLI-BYTES")}},
+		{"HEAD /big.bin HTTP/1.1\r\nHost: x\r\n\r\n", want{"HEAD", 200, nil}},
+		{get("/missing"), want{"GET", 404, nil}},
+		{get("/big.bin"), want{"GET", 200, disk}},
+		{get("/alpha.txt", "Range: bytes=0-2\r\n"), want{"GET", 206, []byte("abc")}},
+	}
+	// Pipelined: everything written before anything is read.
+	go func() {
+		for _, q := range reqs {
+			io.WriteString(conn, q.raw)
+		}
+	}()
+	for i, q := range reqs {
+		resp, err := http.ReadResponse(r, &http.Request{Method: q.w.method})
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("response %d body: %v", i, err)
+		}
+		if resp.StatusCode != q.w.status || (q.w.body != nil && string(body) != string(q.w.body)) {
+			t.Errorf("response %d: status %d, %d bytes; want %d, %d bytes", i, resp.StatusCode, len(body), q.w.status, len(q.w.body))
+		}
+	}
+}
+
+// TestTLSCurlSuites: curl (OpenSSL) downloads with each TLS 1.3 suite.
+func TestTLSCurlSuites(t *testing.T) {
+	curl := requireTool(t, "curl")
+	root := siteRoot(t)
+	_, want := linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
+	url := "https://localhost:" + portOf(ts.addr) + "/big.bin"
+	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} {
+		out := filepath.Join(t.TempDir(), "got")
+		cmd := exec.Command(curl, "-sS", "--fail", "--tlsv1.3", "--tls13-ciphers", suite, "--cacert", pki.caFile,
+			"--resolve", "localhost:"+portOf(ts.addr)+":127.0.0.1", "-o", out, "-w", "%{ssl_verify_result}", url)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl %s: %v\n%s", suite, err, b)
+		}
+		if got := sha256File(t, out); got != want {
+			t.Errorf("curl %s: sha256 %s, want %s", suite, got, want)
+		}
+	}
+}
+
+// TestTLSOpenSSLKeyUpdate: openssl s_client asks for a KeyUpdate between
+// two requests on one connection ("K": update_requested); both responses
+// must arrive, so the server updated its read key and answered with its
+// own KeyUpdate before switching keys.
+func TestTLSOpenSSLKeyUpdate(t *testing.T) {
+	openssl := requireTool(t, "openssl")
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
+	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} {
+		cmd := exec.Command(openssl, "s_client", "-connect", ts.addr, "-servername", "localhost", "-tls1_3",
+			"-ciphersuites", suite, "-CAfile", pki.caFile, "-crlf", "-verify_return_error")
+		stdin, _ := cmd.StdinPipe()
+		var out strings.Builder
+		var mu sync.Mutex
+		cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		seen := func(s string, n int) bool {
+			return waitFor(scale(10*time.Second), func() bool { mu.Lock(); defer mu.Unlock(); return strings.Count(out.String(), s) >= n })
+		}
+		if !seen("Verify return code: 0", 1) {
+			t.Fatalf("%s: no verified handshake:\n%s", suite, out.String())
+		}
+		io.WriteString(stdin, "GET /alpha.txt HTTP/1.1\nHost: localhost\n\n")
+		if !seen("abcdefghijklmnopqrstuvwxyz", 1) {
+			t.Fatalf("%s: first response missing:\n%s", suite, out.String())
+		}
+		io.WriteString(stdin, "K\n")
+		seen("KEYUPDATE", 1)
+		io.WriteString(stdin, "GET /docs/index.html HTTP/1.1\nHost: localhost\n\n")
+		if !seen("docs index", 1) {
+			t.Errorf("%s: no response after KeyUpdate:\n%s", suite, out.String())
+		}
+		stdin.Close()
+		cmd.Wait()
+	}
+	if ts.Stats().TLSKeyUpdates < 3 {
+		t.Errorf("KeyUpdates counted: %d, want 3", ts.Stats().TLSKeyUpdates)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func portOf(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
