@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/internal/vmtest"
 )
 
 // scale stretches test timeouts on slow machines: ENGINE_TEST_TIMEOUT_SCALE=3.
@@ -71,8 +72,10 @@ var bigFile = sync.OnceValues(func() (string, string) {
 	return p, hex.EncodeToString(h.Sum(nil))
 })
 
+// TestMain runs the tests; the TestKernelTLS* ones may boot a VM with
+// this binary as its /init (internal/vmtest).
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := vmtest.RunMain(m)
 	if p, _ := bigFile(); p != "" {
 		os.RemoveAll(filepath.Dir(p))
 	}

@@ -23,6 +23,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/vmtest"
+	"github.com/mediaship/engine/preflight"
 )
 
 // testPKI is a CA and a server certificate for localhost, written as PEM.
@@ -263,3 +266,31 @@ func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
 }
+
+// TestTLSAutoWithoutKTLS: on a kernel without kTLS, ktls = "auto" serves
+// everything in userspace and says so once, at start.
+func TestTLSAutoWithoutKTLS(t *testing.T) {
+	if vmtest.InVM() || hostHasKTLS() {
+		t.Skip("this kernel has kernel TLS")
+	}
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	pki := newPKI(t, t.TempDir(), "localhost")
+	var logs syncBuffer
+	ts := startLog(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"auto\"\n",
+		root, root, pki.certFile, pki.keyFile), &logs)
+	c := pki.client(nil)
+	for i := 0; i < 3; i++ {
+		if _, n, _ := getSHA(t, c, "https://localhost:"+portOf(ts.addr)+"/big.bin"); n != 100<<20 {
+			t.Fatalf("download %d: %d bytes", i, n)
+		}
+	}
+	if n := strings.Count(logs.String(), "kernel TLS unavailable; TLS is served from userspace"); n != 1 {
+		t.Errorf("the userspace fallback was announced %d times, want once:\n%s", n, logs.String())
+	}
+	if st := ts.Stats(); st.Promotions != 0 || st.PromoteFailures != 0 {
+		t.Errorf("promotions %d, failures %d: nothing should be tried without kTLS", st.Promotions, st.PromoteFailures)
+	}
+}
+
+func hostHasKTLS() bool { return new(preflight.Prober).TLSULP() == nil }

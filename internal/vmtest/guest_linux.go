@@ -46,6 +46,7 @@ func guestMain(m *testing.M) {
 		powerOff()
 	}()
 	os.Setenv("HOME", "/tmp")
+	os.Setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
 	os.Setenv("TMPDIR", "/tmp")
 	os.Chdir("/tmp")
 	os.Args = []string{os.Args[0], "-test.v", "-test.run=" + run, fmt.Sprintf("-test.timeout=%ds", max(watchdog-5, 5))}

@@ -126,8 +126,12 @@ func Run(t *testing.T, o Options) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	extra, err := binaryFiles(o.Binaries)
+	if err != nil {
+		unavailable(t, "cannot copy "+strings.Join(o.Binaries, ", ")+" into the VM: "+err.Error())
+	}
 	initrd := filepath.Join(t.TempDir(), "initramfs.cpio.gz")
-	if err := writeInitramfs(initrd, init, mods); err != nil {
+	if err := writeInitramfs(initrd, init, mods, extra...); err != nil {
 		t.Fatal(err)
 	}
 

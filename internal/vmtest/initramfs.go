@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -149,13 +150,77 @@ func (w *cpio) pad() {
 	}
 }
 
+// hostFile is a file copied from the host into the VM at the same path.
+type hostFile struct {
+	path string
+	data []byte
+	mode uint32
+}
+
+// binaryFiles returns the programs and the shared libraries ldd lists for
+// them (the dynamic loader included).
+func binaryFiles(bins []string) ([]hostFile, error) {
+	seen := map[string]bool{}
+	var out []hostFile
+	add := func(p string) error {
+		if seen[p] {
+			return nil
+		}
+		seen[p] = true
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out = append(out, hostFile{path: p, data: data, mode: 0o100755})
+		return nil
+	}
+	for _, b := range bins {
+		if err := add(b); err != nil {
+			return nil, err
+		}
+		ldd, err := exec.Command("ldd", b).Output()
+		if err != nil {
+			continue // static
+		}
+		for _, line := range strings.Split(string(ldd), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+				if err := add(f[2]); err != nil {
+					return nil, err
+				}
+			case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+				if err := add(f[0]); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // writeInitramfs builds a gzip'ed cpio with init as /init (also
-// /sbin/modprobe, for the kernel's request_module), dev/console, and the
-// modules with a load list, an alias table and a dependency table.
-func writeInitramfs(out string, init []byte, mods []*module) error {
+// /sbin/modprobe, for the kernel's request_module), dev/console, the
+// modules with a load list, an alias table and a dependency table, and
+// any host files.
+func writeInitramfs(out string, init []byte, mods []*module, extra ...hostFile) error {
 	w := &cpio{}
+	dirs := map[string]bool{}
 	for _, d := range []string{"dev", "proc", "sys", "tmp", "sbin", "modules"} {
 		w.node(d, 0o040755, nil, 0, 0)
+		dirs[d] = true
+	}
+	for _, f := range extra {
+		rel := strings.TrimPrefix(f.path, "/")
+		parts := strings.Split(filepath.Dir(rel), "/")
+		for i := range parts {
+			d := strings.Join(parts[:i+1], "/")
+			if d != "." && !dirs[d] {
+				dirs[d] = true
+				w.node(d, 0o040755, nil, 0, 0)
+			}
+		}
+		w.node(rel, f.mode, f.data, 0, 0)
 	}
 	// The kernel opens /dev/console for init's standard streams before
 	// running it: without this node /init starts with no fds 0-2.

@@ -40,6 +40,9 @@ type Options struct {
 	Omit []string
 	// Params reach the guest as Param(key).
 	Params map[string]string
+	// Binaries are host programs (openssl, say) copied into the VM at the
+	// same paths, with the shared libraries ldd says they need.
+	Binaries []string
 	// Timeout bounds the whole guest run. Zero means 10 minutes.
 	Timeout time.Duration
 }
@@ -83,11 +86,15 @@ func Param(key string) string {
 // Main is a TestMain for packages with VM tests: inside the VM it sets
 // the machine up, runs the selected tests and powers off; elsewhere it
 // runs the tests as usual.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(RunMain(m)) }
+
+// RunMain is Main for a TestMain with work of its own after the tests:
+// inside the VM it does not return; elsewhere it returns m.Run()'s code.
+func RunMain(m *testing.M) int {
 	if isGuest() {
 		guestMain(m) // does not return
 	}
-	os.Exit(m.Run())
+	return m.Run()
 }
 
 // Markers on the serial console.

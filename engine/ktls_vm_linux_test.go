@@ -1,0 +1,162 @@
+package engine_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/internal/vmtest"
+)
+
+// tlsStat reads a counter from /proc/net/tls_stat, the kernel's own count
+// of kernel TLS contexts: proof that a connection really used it.
+func tlsStat(t *testing.T, name string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tls_stat")
+	if err != nil {
+		t.Fatalf("read /proc/net/tls_stat: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == name {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/net/tls_stat:\n%s", name, b)
+	return 0
+}
+
+// randomFile writes n pseudo-random bytes and returns them.
+func randomFile(t *testing.T, p string, n int, seed byte) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{seed}).Read(b)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// TestKernelTLSPromotion serves files over TLS with ktls = "require" on a
+// kernel with kernel TLS (in the VM when this one has none): responses
+// switch to the kernel after promote_after, keep-alive continues on the
+// kernel's key, and the kernel's counters say it did the work. The client
+// reads several responses after the promotion, so a sequence number off by
+// one would fail them.
+func TestKernelTLSPromotion(t *testing.T) {
+	openssl, _ := exec.LookPath("openssl")
+	var bins []string
+	if openssl != "" {
+		bins = []string{openssl}
+	}
+	if !vmtest.OnKTLSKernel(t, vmtest.Options{Binaries: bins}) {
+		return
+	}
+	root := t.TempDir()
+	big := randomFile(t, filepath.Join(root, "big.bin"), 3<<20+12345, 1)
+	writeFile(t, filepath.Join(root, "small.txt"), "small response")
+	writeFile(t, filepath.Join(root, "app.js"), strings.Repeat("x", 100))
+	writeFile(t, filepath.Join(root, "app.js.br"), "BR")
+
+	for _, promote := range []string{"1MiB", "0B"} {
+		t.Run("promote_after="+promote, func(t *testing.T) {
+			ts, pki := startTLS(t, root, fmt.Sprintf("[kernel]\nktls = \"require\"\npromote_after = %q\n", promote))
+			txBefore := tlsStat(t, "TlsTxSw")
+			c, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Minute))
+			r := bufio.NewReaderSize(c, 64<<10)
+			steps := []struct {
+				req  string
+				want []byte
+			}{
+				{get("/small.txt"), []byte("small response")}, // userspace, before promotion
+				{get("/big.bin"), big},                         // promoted mid-response
+				{get("/small.txt"), []byte("small response")}, // plaintext into the kernel
+				{get("/big.bin", "Range: bytes=2000000-2999999\r\n"), big[2000000:3000000]},
+				{get("/app.js", "Accept-Encoding: br\r\n"), []byte("BR")},
+				{get("/big.bin"), big},
+				{get("/small.txt"), []byte("small response")},
+			}
+			for i, s := range steps {
+				io.WriteString(c, s.req)
+				resp, err := http.ReadResponse(r, &http.Request{Method: "GET"})
+				if err != nil {
+					t.Fatalf("response %d: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				if err != nil || !bytes.Equal(body, s.want) {
+					t.Fatalf("response %d: %d bytes (sha %s), want %d (sha %s), err %v",
+						i, len(body), digest(body), len(s.want), digest(s.want), err)
+				}
+			}
+			st := ts.Stats()
+			if st.Promotions != 1 || st.PromoteFailures != 0 || st.TLSKernelBytes < int64(len(big)) {
+				t.Errorf("promotions %d, failures %d, kernel bytes %d", st.Promotions, st.PromoteFailures, st.TLSKernelBytes)
+			}
+			if promote == "1MiB" && st.TLSUserBytes < 1<<20 {
+				t.Errorf("userspace bytes %d: the first MiB should have gone through our record layer", st.TLSUserBytes)
+			}
+			if got := tlsStat(t, "TlsTxSw") - txBefore; got != 1 {
+				t.Errorf("TlsTxSw grew by %d, want 1 (one connection promoted)", got)
+			}
+			t.Logf("promotions %d, kernel bytes %d, userspace bytes %d", st.Promotions, st.TLSKernelBytes, st.TLSUserBytes)
+		})
+	}
+
+	// The other two suites, which Go's client never negotiates: openssl.
+	if openssl == "" {
+		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
+			t.Fatal("openssl is required (ENGINE_REQUIRE_TOOLS) for the AES-256 and ChaCha20 promotion tests")
+		}
+		t.Skip("openssl not installed: the AES-256-GCM and ChaCha20-Poly1305 promotions are not tested")
+	}
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"require\"\npromote_after = \"1MiB\"\n")
+	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} {
+		before := ts.Stats().Promotions
+		req := get("/small.txt") + get("/big.bin") + get("/small.txt") + get("/big.bin", "Connection: close\r\n")
+		cmd := exec.Command(openssl, "s_client", "-connect", ts.addr, "-servername", "localhost", "-tls1_3",
+			"-ciphersuites", suite, "-CAfile", pki.caFile, "-quiet", "-verify_return_error")
+		cmd.Stdin = strings.NewReader(req)
+		out, err := cmd.Output()
+		if err != nil && len(out) == 0 {
+			t.Fatalf("%s: openssl: %v", suite, err)
+		}
+		r := bufio.NewReader(bytes.NewReader(out))
+		for i, want := range [][]byte{[]byte("small response"), big, []byte("small response"), big} {
+			resp, err := http.ReadResponse(r, &http.Request{Method: "GET"})
+			if err != nil {
+				t.Fatalf("%s: response %d: %v", suite, i, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if !bytes.Equal(body, want) {
+				t.Fatalf("%s: response %d: %d bytes, want %d", suite, i, len(body), len(want))
+			}
+		}
+		if got := ts.Stats().Promotions - before; got != 1 {
+			t.Errorf("%s: %d promotions, want 1", suite, got)
+		}
+	}
+}
