@@ -22,11 +22,35 @@ type certTable struct {
 	exact     map[string]*tls.Certificate
 	wildcards []wildcardCert
 	def       *tls.Certificate
+	// TLS 1.2: the names (and wildcard suffixes) of sites with
+	// min_version = "1.2", and whether the default site is one.
+	v12   map[string]bool
+	def12 bool
 }
 
 type wildcardCert struct {
 	suffix string // ".example.com"
 	cert   *tls.Certificate
+}
+
+// allow12 reports whether any site accepts TLS 1.2.
+func (t *certTable) allow12() bool { return t.def12 || len(t.v12) > 0 }
+
+// allows12 reports whether the site a client names in SNI accepts TLS 1.2.
+func (t *certTable) allows12(serverName string) bool {
+	name := strings.ToLower(strings.TrimSuffix(serverName, "."))
+	if v, ok := t.v12[name]; ok {
+		return v
+	}
+	if _, ok := t.exact[name]; ok {
+		return false
+	}
+	for _, w := range t.wildcards {
+		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
+			return t.v12[w.suffix]
+		}
+	}
+	return t.def12
 }
 
 // certStore holds the current table; SIGHUP swaps in a reloaded one, and
@@ -39,7 +63,7 @@ type certStore struct {
 // loadCertTable reads every site's PEM files. Errors name the file and
 // the config key.
 func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error) {
-	t := &certTable{exact: map[string]*tls.Certificate{}}
+	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}}
 	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so sites sharing files share it
 	for i := range cfg.Sites {
 		sc := &cfg.Sites[i]
@@ -63,15 +87,19 @@ func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error)
 			continue
 		}
 		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
+		v12 := sc.TLS.MinVersion == "1.2"
 		switch {
 		case d == "*":
 		case strings.HasPrefix(d, "*."):
 			t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
+			t.v12[d[1:]] = v12
 		default:
 			t.exact[d] = cert
+			t.v12[d] = v12
 		}
-		if t.def == nil || sc.Default {
+		if t.def == nil || sc.Default || d == "*" {
 			t.def = cert
+			t.def12 = v12
 		}
 	}
 	if t.def == nil {

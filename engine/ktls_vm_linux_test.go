@@ -93,7 +93,7 @@ func TestKernelTLSPromotion(t *testing.T) {
 				want []byte
 			}{
 				{get("/small.txt"), []byte("small response")}, // userspace, before promotion
-				{get("/big.bin"), big},                         // promoted mid-response
+				{get("/big.bin"), big},                        // promoted mid-response
 				{get("/small.txt"), []byte("small response")}, // plaintext into the kernel
 				{get("/big.bin", "Range: bytes=2000000-2999999\r\n"), big[2000000:3000000]},
 				{get("/app.js", "Accept-Encoding: br\r\n"), []byte("BR")},

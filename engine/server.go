@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -175,6 +176,26 @@ func (s *Server) setupTLS() error {
 		MinVersion:     tls.VersionTLS13,
 		NextProtos:     []string{"http/1.1"},
 		GetCertificate: s.certs.getCertificate,
+	}
+	if t.allow12() {
+		// Some site accepts TLS 1.2: offer it (ECDHE with AEAD ciphers
+		// only) to clients without 1.3, for those sites, with session
+		// tickets off since crypto/tls logs no keys for resumed 1.2
+		// sessions.
+		base.MinVersion = tls.VersionTLS12
+		base.CipherSuites = ktls.TLS12SuiteIDs()
+		base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
+				return nil, nil
+			}
+			c := base.Clone()
+			c.GetConfigForClient = nil
+			c.SessionTicketsDisabled = true
+			if !s.certs.cur.Load().allows12(hello.ServerName) {
+				c.MinVersion = tls.VersionTLS13 // this site is 1.3 only: the handshake fails
+			}
+			return c, nil
+		}
 	}
 	s.tlsConfig = ktls.ServerConfig(base)
 	return nil

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 
@@ -186,7 +187,7 @@ func (t *tlsConn) handshakeDone(s *ktls.Session, err error) {
 	th.srv.stats.tlsHandshakes.Add(1)
 	t.sess = s
 	t.writeKeys = s.Write
-	if t.open, err = ktls.NewOpener(s.Read, 0); err == nil {
+	if t.open, err = ktls.NewOpener(s.Read, s.ReadSeq); err == nil {
 		t.seal, err = ktls.NewSealer(s.Write, s.WriteSeq)
 	}
 	if err != nil {
@@ -279,7 +280,7 @@ func (t *tlsConn) postHandshake(b []byte) bool {
 		body := b[4 : 4+size]
 		b = b[4+size:]
 		const keyUpdate = 24
-		if typ != keyUpdate || size != 1 || body[0] > 1 {
+		if typ != keyUpdate || size != 1 || body[0] > 1 || t.sess.Version != tls.VersionTLS13 {
 			t.fatal(alertUnexpectedMessage, "handshake message after the handshake")
 			return false
 		}
@@ -528,8 +529,10 @@ func (t *tlsConn) kernelSent(n int64) {
 
 func (t *tlsConn) promoteAfter() int64 { return int64(*t.th.srv.cfg.Kernel.PromoteAfter) }
 
+// canPromote: kernel TLS works here, this connection has not failed to
+// promote, and it speaks TLS 1.3 (1.2 connections stay in userspace).
 func (t *tlsConn) canPromote() bool {
-	return t.th.srv.ktlsOK && !t.promoteFailed && !t.promoted
+	return t.th.srv.ktlsOK && !t.promoteFailed && !t.promoted && t.sess.Version == tls.VersionTLS13
 }
 
 // promote hands transmission to the kernel, between two records: it runs

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -294,3 +295,185 @@ func TestTLSAutoWithoutKTLS(t *testing.T) {
 }
 
 func hostHasKTLS() bool { return new(preflight.Prober).TLSULP() == nil }
+
+// TestTLS12: a site with min_version = "1.2" serves TLS 1.2 clients from
+// userspace with the 1.2 record layer (explicit nonces for AES-GCM, none
+// for ChaCha20); sites without it refuse them; 1.2 sessions do not resume.
+func TestTLS12(t *testing.T) {
+	root := siteRoot(t)
+	_, want := linkBig(t, root, "big.bin")
+	dir := t.TempDir()
+	old := newPKI(t, dir, "old.example")
+	modern := newPKI(t, dir, "new.example")
+	ts := start(t, fmt.Sprintf(`
+[[sites]]
+domain = "old.example"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+min_version = "1.2"
+[[sites]]
+domain = "new.example"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[kernel]
+ktls = "auto"
+`, root, old.certFile, old.keyFile, root, modern.certFile, modern.keyFile))
+	cache := tls.NewLRUClientSessionCache(8)
+	client := func(pki *testPKI, name string) *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, ServerName: name,
+			MaxVersion: tls.VersionTLS12, ClientSessionCache: cache}}}
+	}
+	for i := 0; i < 2; i++ {
+		c := client(old, "old.example")
+		got, n, resp := getSHA(t, c, "https://127.0.0.1:"+portOf(ts.addr)+"/big.bin")
+		if got != want || n != 100<<20 || resp.TLS.Version != tls.VersionTLS12 || resp.TLS.DidResume {
+			t.Fatalf("TLS 1.2 download %d: %d bytes, version %x, resumed %v, sha ok %v", i, n, resp.TLS.Version, resp.TLS.DidResume, got == want)
+		}
+		c.CloseIdleConnections()
+	}
+	if _, err := client(modern, "new.example").Get("https://127.0.0.1:" + portOf(ts.addr) + "/alpha.txt"); err == nil {
+		t.Error("a TLS 1.3-only site accepted a TLS 1.2 client")
+	}
+	// TLS 1.3 clients of the 1.2 site still get 1.3.
+	c13 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: old.pool, ServerName: "old.example"}}}
+	if _, _, resp := getSHA(t, c13, "https://127.0.0.1:"+portOf(ts.addr)+"/alpha.txt"); resp.TLS.Version != tls.VersionTLS13 {
+		t.Errorf("version %x for a TLS 1.3 client", resp.TLS.Version)
+	}
+
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		return
+	}
+	for _, cipher := range []string{"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305"} {
+		out := filepath.Join(t.TempDir(), "got")
+		b, err := exec.Command(curl, "-sS", "--fail", "--tlsv1.2", "--tls-max", "1.2", "--ciphers", cipher,
+			"--cacert", old.caFile, "--resolve", "old.example:"+portOf(ts.addr)+":127.0.0.1",
+			"-o", out, "https://old.example:"+portOf(ts.addr)+"/big.bin").CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl %s: %v\n%s", cipher, err, b)
+		}
+		if got := sha256File(t, out); got != want {
+			t.Errorf("curl TLS 1.2 %s: sha256 %s", cipher, got)
+		}
+	}
+}
+
+// TestTLSSNIAndReload: each site gets its own certificate by SNI; after
+// the files change, ReloadCertificates (SIGHUP) serves the new one to new
+// handshakes while an open connection goes on.
+func TestTLSSNIAndReload(t *testing.T) {
+	root := siteRoot(t)
+	dir := t.TempDir()
+	a := newPKI(t, dir, "a.example")
+	b := newPKI(t, dir, "b.example")
+	ts := start(t, fmt.Sprintf(`
+[[sites]]
+domain = "a.example"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[[sites]]
+domain = "b.example"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[kernel]
+ktls = "auto"
+`, root, a.certFile, a.keyFile, root, b.certFile, b.keyFile))
+	leaf := func(name string, pool *x509.CertPool) (*tls.Conn, error) {
+		return tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: pool, ServerName: name})
+	}
+	for _, tt := range []struct {
+		name string
+		pki  *testPKI
+	}{{"a.example", a}, {"b.example", b}} {
+		c, err := leaf(tt.name, tt.pki.pool)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got := c.ConnectionState().PeerCertificates[0].Subject.CommonName; got != tt.name {
+			t.Errorf("SNI %s got the certificate of %s", tt.name, got)
+		}
+		c.Close()
+	}
+	// An open connection, then new files for a.example and a reload.
+	open, err := leaf("a.example", a.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	a2 := newPKI(t, t.TempDir(), "a.example")
+	copyFile(t, a2.certFile, a.certFile)
+	copyFile(t, a2.keyFile, a.keyFile)
+	if err := ts.ReloadCertificates(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf("a.example", a.pool); err == nil {
+		t.Error("a new handshake still got the old certificate")
+	}
+	c, err := leaf("a.example", a2.pool)
+	if err != nil {
+		t.Fatalf("new certificate not served: %v", err)
+	}
+	c.Close()
+	io.WriteString(open, get("/alpha.txt"))
+	resp, err := http.ReadResponse(bufio.NewReader(open), &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("the connection open across the reload: %v", err)
+	}
+	// A broken file keeps the old certificates in use.
+	os.WriteFile(a.keyFile, []byte("not a key"), 0o600)
+	if err := ts.ReloadCertificates(); err == nil || !strings.Contains(err.Error(), a.certFile) {
+		t.Errorf("reload of a broken key: %v", err)
+	}
+	if c, err := leaf("a.example", a2.pool); err != nil {
+		t.Errorf("after a failed reload: %v", err)
+	} else {
+		c.Close()
+	}
+}
+
+// TestTLSSlowReaders: TLS clients that stop reading a large file hold at
+// most a batch of sealed records each, never the file.
+func TestTLSSlowReaders(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse
+	}
+	before := heap()
+	const clients = 16
+	for i := 0; i < clients; i++ {
+		raw, err := net.Dial("tcp", ts.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.(*net.TCPConn).SetReadBuffer(8192)
+		c := tls.Client(raw, &tls.Config{RootCAs: pki.pool, ServerName: "localhost"})
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, get("/big.bin"))
+	}
+	var last int64
+	waitFor(scale(5*time.Second), func() bool {
+		time.Sleep(100 * time.Millisecond)
+		cur := ts.Stats().TLSUserBytes
+		same := cur == last && cur > 0
+		last = cur
+		return same
+	})
+	grew := int64(heap()) - int64(before)
+	t.Logf("heap grew %d KiB for %d stalled TLS downloads", grew>>10, clients)
+	if grew > clients*(512<<10) {
+		t.Errorf("heap grew %d MiB for %d stalled TLS downloads", grew>>20, clients)
+	}
+}

@@ -50,10 +50,11 @@ func (f *FileSealer) Next(max int) ([]byte, error) {
 			f.first = false
 		}
 		start := len(batch)
-		if cap(batch)-start < 5+n+f.s.Overhead() {
+		if cap(batch)-start < n+f.s.Overhead() {
 			break
 		}
-		got, err := preadFull(f.fd, batch[start+5:start+5+n], f.off)
+		p := start + f.s.Prefix()
+		got, err := preadFull(f.fd, batch[p:p+n], f.off)
 		if err != nil {
 			return nil, err
 		}

@@ -26,8 +26,10 @@ type Session struct {
 	ReadSecret, WriteSecret []byte
 	// WriteSeq is the sequence number of the server's next record: the
 	// handshake may already have written records under the application
-	// key (NewSessionTicket), found by decrypting what it wrote.
-	WriteSeq uint64
+	// key (NewSessionTicket), found by decrypting what it wrote. ReadSeq
+	// is the client's next: 0 in TLS 1.3, 1 in TLS 1.2 (its Finished used
+	// the key already).
+	WriteSeq, ReadSeq uint64
 }
 
 // HandshakeIO is how the handshake goroutine reaches its connection. Its
@@ -132,14 +134,14 @@ func (h *Handshake) run() {
 // session builds the record layer's keys from the key log and finds the
 // server's next sequence number.
 func (h *Handshake) session(cs tls.ConnectionState) (*Session, error) {
-	if cs.Version != tls.VersionTLS13 {
-		return nil, fmt.Errorf("ktls: TLS version %#x: only TLS 1.3 is handed to the record layer", cs.Version)
-	}
 	suite, ok := SuiteByID(cs.CipherSuite)
-	if !ok {
-		return nil, fmt.Errorf("ktls: cipher suite %#x has no record layer here", cs.CipherSuite)
+	if !ok || suite.v12 != (cs.Version == tls.VersionTLS12) || (cs.Version != tls.VersionTLS12 && cs.Version != tls.VersionTLS13) {
+		return nil, fmt.Errorf("ktls: TLS %#x with cipher suite %#x has no record layer here", cs.Version, cs.CipherSuite)
 	}
 	s := &Session{Version: cs.Version, Suite: suite, ALPN: cs.NegotiatedProtocol, ServerName: cs.ServerName, Resumed: cs.DidResume}
+	if cs.Version == tls.VersionTLS12 {
+		return h.session12(s)
+	}
 	s.ReadSecret = h.keys.get("CLIENT_TRAFFIC_SECRET_0")
 	s.WriteSecret = h.keys.get("SERVER_TRAFFIC_SECRET_0")
 	if s.ReadSecret == nil || s.WriteSecret == nil {
@@ -156,6 +158,53 @@ func (h *Handshake) session(cs tls.ConnectionState) (*Session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// session12 derives TLS 1.2 keys from the master secret in the key log,
+// the client random beside it and the server random in our ServerHello.
+// The server has written one record under its key (Finished), the client
+// one too. Resumed 1.2 sessions log no keys, which is why tickets are off
+// for 1.2.
+func (h *Handshake) session12(s *Session) (*Session, error) {
+	master := h.keys.get("CLIENT_RANDOM")
+	if master == nil || s.Resumed {
+		return nil, errNoSecret
+	}
+	serverRandom, afterCCS, err := scan12(h.written)
+	if err != nil {
+		return nil, err
+	}
+	if s.Read, s.Write, err = keys12(s.Suite, master, h.keys.clientRandom, serverRandom); err != nil {
+		return nil, err
+	}
+	s.WriteSeq, s.ReadSeq = afterCCS, 1
+	return s, nil
+}
+
+// scan12 finds the server random in the ServerHello and counts the
+// records written after ChangeCipherSpec (under the new key).
+func scan12(wire []byte) (serverRandom []byte, afterCCS uint64, err error) {
+	ccs := false
+	for len(wire) >= 5 {
+		size := 5 + int(binary.BigEndian.Uint16(wire[3:5]))
+		if size > len(wire) {
+			return nil, 0, errors.New("ktls: handshake output ends in a partial record")
+		}
+		rec := wire[5:size]
+		switch {
+		case ccs:
+			afterCCS++
+		case wire[0] == 20:
+			ccs = true
+		case wire[0] == RecordHandshake && serverRandom == nil && len(rec) >= 4+2+32 && rec[0] == 2:
+			serverRandom = rec[4+2 : 4+2+32]
+		}
+		wire = wire[size:]
+	}
+	if serverRandom == nil {
+		return nil, 0, errors.New("ktls: no ServerHello in the handshake output")
+	}
+	return serverRandom, afterCCS, nil
 }
 
 // countRecords returns how many of the encrypted records in wire are

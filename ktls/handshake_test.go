@@ -102,7 +102,7 @@ func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
 		}
 	}
 	// Whatever followed the handshake is application data: ours.
-	open, _ := NewOpener(s.Read, 0)
+	open, _ := NewOpener(s.Read, s.ReadSeq)
 	seal, _ := NewSealer(s.Write, s.WriteSeq)
 	for {
 		rec, err := open.Open(buf)
@@ -229,3 +229,48 @@ func mustHex(s string) []byte {
 	}
 	return out
 }
+
+// TestHandshakeKeys12 is TestHandshakeKeys for TLS 1.2 clients: keys from
+// the master secret, the server random from our ServerHello, the explicit
+// nonce of AES-GCM and the implicit one of ChaCha20.
+func TestHandshakeKeys12(t *testing.T) {
+	cert, pool := testCert(t)
+	cfg := ServerConfig(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		CipherSuites: TLS12SuiteIDs(), SessionTicketsDisabled: true})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sessions := make(chan *Session, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); sessions <- serveOne(t, c, cfg) }()
+		}
+	}()
+	for _, id := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256} {
+		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "localhost",
+			MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{id}})
+		if err != nil {
+			t.Fatalf("%s: %v", tls.CipherSuiteName(id), err)
+		}
+		for _, msg := range []string{"ping", string(bytes.Repeat([]byte("y"), 40000))} {
+			c.Write([]byte(msg))
+			got := make([]byte, len(msg))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(c, got); err != nil || string(got) != string(bytes.ToUpper([]byte(msg))) {
+				t.Fatalf("%s: echo of %d bytes: %v", tls.CipherSuiteName(id), len(msg), err)
+			}
+		}
+		c.Close()
+		if s := <-sessions; s == nil || s.Suite.ID != id || s.Version != tls.VersionTLS12 {
+			t.Errorf("%s: session %+v", tls.CipherSuiteName(id), s)
+		}
+	}
+}
+

@@ -15,7 +15,7 @@ import (
 
 // hash is the suite's transcript and HKDF hash (RFC 8446 §B.4).
 func (s Suite) hash() crypto.Hash {
-	if s.ID == AES256GCM.ID {
+	if s.ID == AES256GCM.ID || s.sha384 {
 		return crypto.SHA384
 	}
 	return crypto.SHA256
@@ -61,8 +61,9 @@ func NextSecret(s Suite, secret []byte) ([]byte, error) {
 // keyLog collects the secrets crypto/tls writes to a KeyLogWriter, in the
 // NSS key log format: "LABEL <client random hex> <secret hex>\n".
 type keyLog struct {
-	mu      sync.Mutex
-	secrets map[string][]byte // label -> secret
+	mu           sync.Mutex
+	secrets      map[string][]byte // label -> secret
+	clientRandom []byte
 }
 
 func (k *keyLog) Write(line []byte) (int, error) {
@@ -80,6 +81,9 @@ func (k *keyLog) Write(line []byte) (int, error) {
 		k.secrets = map[string][]byte{}
 	}
 	k.secrets[string(f[0])] = secret
+	if r, err := hex.DecodeString(string(f[1])); err == nil {
+		k.clientRandom = r
+	}
 	return len(line), nil
 }
 

@@ -21,20 +21,27 @@ const recordLimit = 1 << 24
 // bad_record_mac (or decode_error) and close.
 var ErrBadRecord = errors.New("ktls: bad record")
 
-// Record is one decrypted TLS 1.3 record.
+// Record is one decrypted record.
 type Record struct {
-	Type byte   // inner content type
+	Type byte   // content type (TLS 1.3: the inner one)
 	Data []byte // plaintext, without the content type and padding
 	Wire int    // bytes the record took on the wire
 }
 
-// Opener decrypts TLS 1.3 records protected with one key.
+// Opener decrypts records protected with one key. TLS 1.3 records carry
+// their content type inside; TLS 1.2 AEAD records (the suites the engine
+// allows for 1.2) put it in the header and authenticate it with the
+// sequence number as additional data, with an explicit nonce for AES-GCM
+// (RFC 5288) and none for ChaCha20-Poly1305 (RFC 7905).
 type Opener struct {
-	aead  cipher.AEAD
-	iv    [12]byte
-	nonce [12]byte // scratch: a local array would escape through the interface call
-	seq   uint64
-	buf   []byte
+	aead     cipher.AEAD
+	iv       [12]byte
+	nonce    [12]byte // scratch: a local array would escape through the interface call
+	aad      [13]byte // scratch, TLS 1.2
+	seq      uint64
+	buf      []byte
+	v12      bool
+	explicit bool
 }
 
 // NewOpener returns an opener whose next record has sequence number seq.
@@ -43,7 +50,7 @@ func NewOpener(k Keys, seq uint64) (*Opener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Opener{aead: a, iv: k.IV, seq: seq}, nil
+	return &Opener{aead: a, iv: k.IV, seq: seq, v12: k.Suite.tls12(), explicit: k.Suite.explicitNonce()}, nil
 }
 
 // Seq returns the sequence number of the next record.
@@ -52,17 +59,33 @@ func (o *Opener) Seq() uint64 { return o.seq }
 // Open decrypts the record at the start of b. It returns (nil, nil) when b
 // does not yet hold a whole record. Data aliases an internal buffer valid
 // until the next Open.
-func (o *Opener) Open(b []byte) (*Record, error) {
+func (o *Opener) Open(b []byte) (*Record, error) { return o.open(b, false) }
+
+// OpenInPlace is Open decrypting within b itself: Data aliases b, which
+// the caller consumes anyway. No buffer of the opener's is used.
+func (o *Opener) OpenInPlace(b []byte) (*Record, error) { return o.open(b, true) }
+
+func (o *Opener) open(b []byte, inPlace bool) (*Record, error) {
 	if len(b) < 5 {
 		return nil, nil
 	}
 	// RFC 8446 §5.2: TLSCiphertext is opaque_type 23, legacy version
-	// 0x0303, and at most 2^14 + 256 bytes of encrypted record.
-	if b[0] != RecordApplicationData || b[1] != 3 || b[2] != 3 {
+	// 0x0303, and at most 2^14 + 256 bytes of encrypted record. TLS 1.2
+	// (RFC 5246 §6.2.3) allows 2^14 + 2048 and any content type.
+	typ := b[0]
+	if b[1] != 3 || b[2] != 3 || (!o.v12 && typ != RecordApplicationData) ||
+		(o.v12 && typ != RecordApplicationData && typ != RecordAlert && typ != RecordHandshake) {
 		return nil, fmt.Errorf("%w: header % x", ErrBadRecord, b[:3])
 	}
 	n := int(binary.BigEndian.Uint16(b[3:5]))
-	if n > MaxPlaintext+256 || n < o.aead.Overhead()+1 {
+	minLen, maxLen := o.aead.Overhead()+1, MaxPlaintext+256
+	if o.v12 {
+		minLen, maxLen = o.aead.Overhead(), MaxPlaintext+2048
+		if o.explicit {
+			minLen += 8
+		}
+	}
+	if n > maxLen || n < minLen {
 		return nil, fmt.Errorf("%w: length %d", ErrBadRecord, n)
 	}
 	if len(b) < 5+n {
@@ -71,13 +94,40 @@ func (o *Opener) Open(b []byte) (*Record, error) {
 	if o.seq >= recordLimit {
 		return nil, ErrRecordLimit
 	}
-	o.nonce = nonceFor(o.iv, o.seq)
-	pt, err := o.aead.Open(o.buf[:0], o.nonce[:], b[5:5+n], b[:5])
+	ct, aad := b[5:5+n], b[:5]
+	if o.v12 {
+		if o.explicit {
+			copy(o.nonce[:4], o.iv[:4])
+			copy(o.nonce[4:], ct[:8])
+			ct = ct[8:]
+		} else {
+			o.nonce = nonceFor(o.iv, o.seq)
+		}
+		binary.BigEndian.PutUint64(o.aad[:8], o.seq)
+		o.aad[8], o.aad[9], o.aad[10] = typ, 3, 3
+		binary.BigEndian.PutUint16(o.aad[11:], uint16(len(ct)-o.aead.Overhead()))
+		aad = o.aad[:]
+	} else {
+		o.nonce = nonceFor(o.iv, o.seq)
+	}
+	dst := o.buf[:0]
+	if inPlace {
+		dst = ct[:0]
+	}
+	pt, err := o.aead.Open(dst, o.nonce[:], ct, aad)
 	if err != nil {
 		return nil, fmt.Errorf("%w: authentication failed at sequence %d", ErrBadRecord, o.seq)
 	}
-	o.buf = pt
+	if !inPlace {
+		o.buf = pt
+	}
 	o.seq++
+	if o.v12 {
+		if len(pt) > MaxPlaintext {
+			return nil, fmt.Errorf("%w: plaintext of %d bytes", ErrBadRecord, len(pt))
+		}
+		return &Record{Type: typ, Data: pt, Wire: 5 + n}, nil
+	}
 	// Strip zero padding; the last non-zero byte is the content type.
 	i := len(pt) - 1
 	for i >= 0 && pt[i] == 0 {
@@ -92,25 +142,16 @@ func (o *Opener) Open(b []byte) (*Record, error) {
 	return &Record{Type: pt[i], Data: pt[:i], Wire: 5 + n}, nil
 }
 
-// OpenInPlace is Open decrypting within b itself: Data aliases b, which
-// the caller consumes anyway. No buffer of the opener's is used.
-func (o *Opener) OpenInPlace(b []byte) (*Record, error) {
-	saved := o.buf
-	o.buf = nil
-	if len(b) >= 5 {
-		o.buf = b[5:5]
-	}
-	rec, err := o.Open(b)
-	o.buf = saved
-	return rec, err
-}
-
-// Sealer encrypts TLS 1.3 records with one key.
+// Sealer encrypts records with one key (TLS 1.3, or TLS 1.2 as Opener
+// describes).
 type Sealer struct {
-	aead  cipher.AEAD
-	iv    [12]byte
-	nonce [12]byte // scratch, as in Opener
-	seq   uint64
+	aead     cipher.AEAD
+	iv       [12]byte
+	nonce    [12]byte // scratch, as in Opener
+	aad      [13]byte
+	seq      uint64
+	v12      bool
+	explicit bool
 }
 
 // NewSealer returns a sealer whose next record has sequence number seq.
@@ -119,11 +160,29 @@ func NewSealer(k Keys, seq uint64) (*Sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sealer{aead: a, iv: k.IV, seq: seq}, nil
+	return &Sealer{aead: a, iv: k.IV, seq: seq, v12: k.Suite.tls12(), explicit: k.Suite.explicitNonce()}, nil
 }
 
 // Seq returns the sequence number of the next record.
 func (s *Sealer) Seq() uint64 { return s.seq }
+
+// Prefix is where a record's plaintext starts: after the header, and in
+// TLS 1.2 AES-GCM after the explicit nonce.
+func (s *Sealer) Prefix() int {
+	if s.explicit {
+		return 5 + 8
+	}
+	return 5
+}
+
+// Overhead is what sealing adds to a record's plaintext: the prefix, the
+// TLS 1.3 content type, and the tag.
+func (s *Sealer) Overhead() int {
+	if s.v12 {
+		return s.Prefix() + s.aead.Overhead()
+	}
+	return 5 + 1 + s.aead.Overhead()
+}
 
 // Seal appends one record of content type typ carrying data (at most
 // MaxPlaintext bytes) to dst.
@@ -131,26 +190,17 @@ func (s *Sealer) Seal(dst []byte, typ byte, data []byte) ([]byte, error) {
 	if len(data) > MaxPlaintext {
 		return dst, fmt.Errorf("ktls: %d bytes do not fit one record", len(data))
 	}
-	if s.seq >= recordLimit {
-		return dst, ErrRecordLimit
-	}
-	n := len(data) + 1 + s.aead.Overhead()
-	dst = slices.Grow(dst, 5+n) // seal in place, without a second buffer
-	hdr := len(dst)
-	dst = append(dst, RecordApplicationData, 3, 3, byte(n>>8), byte(n))
+	dst = slices.Grow(dst, len(data)+s.Overhead()) // seal in place, without a second buffer
+	start := len(dst)
+	dst = dst[:start+s.Prefix()]
 	dst = append(dst, data...)
-	dst = append(dst, typ)
-	s.nonce = nonceFor(s.iv, s.seq)
-	body := dst[hdr+5:]
-	sealed := s.aead.Seal(body[:0], s.nonce[:], body, dst[hdr:hdr+5])
-	s.seq++
-	return dst[:hdr+5+len(sealed)], nil
+	return s.SealAt(dst, start, len(data), typ)
 }
 
-// SealAt seals one record in place: dst[start+5:start+5+n] already holds
-// the plaintext (the 5 bytes before it are for the header). It returns dst
-// ending after the sealed record; dst needs capacity for the content type
-// and the tag (Overhead bytes), or it is grown.
+// SealAt seals one record in place: dst[start+Prefix():][:n] already holds
+// the plaintext (the bytes before it are for the header). It returns dst
+// ending after the sealed record; dst needs capacity for the rest of the
+// overhead, or it is grown.
 func (s *Sealer) SealAt(dst []byte, start, n int, typ byte) ([]byte, error) {
 	if n > MaxPlaintext {
 		return dst, fmt.Errorf("ktls: %d bytes do not fit one record", n)
@@ -158,21 +208,38 @@ func (s *Sealer) SealAt(dst []byte, start, n int, typ byte) ([]byte, error) {
 	if s.seq >= recordLimit {
 		return dst, ErrRecordLimit
 	}
-	size := n + 1 + s.aead.Overhead()
-	dst = slices.Grow(dst[:start+5+n], 1+s.aead.Overhead())
-	dst = append(dst, typ)
-	dst[start], dst[start+1], dst[start+2] = RecordApplicationData, 3, 3
+	p := s.Prefix()
+	dst = slices.Grow(dst[:start+p+n], s.Overhead()-p)
+	hdrType, size := byte(RecordApplicationData), n+1+s.aead.Overhead()
+	var aad []byte
+	if s.v12 {
+		hdrType, size = typ, p-5+n+s.aead.Overhead()
+		if s.explicit {
+			// The explicit nonce is the sequence number: unique per key.
+			copy(s.nonce[:4], s.iv[:4])
+			binary.BigEndian.PutUint64(s.nonce[4:], s.seq)
+			copy(dst[start+5:start+13], s.nonce[4:])
+		} else {
+			s.nonce = nonceFor(s.iv, s.seq)
+		}
+		binary.BigEndian.PutUint64(s.aad[:8], s.seq)
+		s.aad[8], s.aad[9], s.aad[10] = typ, 3, 3
+		binary.BigEndian.PutUint16(s.aad[11:], uint16(n))
+		aad = s.aad[:]
+	} else {
+		dst = append(dst, typ)
+		s.nonce = nonceFor(s.iv, s.seq)
+	}
+	dst[start], dst[start+1], dst[start+2] = hdrType, 3, 3
 	dst[start+3], dst[start+4] = byte(size>>8), byte(size)
-	s.nonce = nonceFor(s.iv, s.seq)
-	body := dst[start+5:]
-	sealed := s.aead.Seal(body[:0], s.nonce[:], body, dst[start:start+5])
+	if aad == nil {
+		aad = dst[start : start+5]
+	}
+	body := dst[start+p:]
+	sealed := s.aead.Seal(body[:0], s.nonce[:], body, aad)
 	s.seq++
-	return dst[:start+5+len(sealed)], nil
+	return dst[:start+p+len(sealed)], nil
 }
-
-// Overhead is what sealing adds to a record's plaintext: the header, the
-// content type and the tag.
-func (s *Sealer) Overhead() int { return 5 + 1 + s.aead.Overhead() }
 
 // nonceFor is the per-record nonce: the IV XOR the sequence number,
 // left-padded to 12 bytes (RFC 8446 §5.3).

@@ -42,7 +42,15 @@ type Suite struct {
 	// salt (first saltLen bytes) and iv (the rest). ChaCha20 keeps all 12
 	// in iv and has no salt.
 	saltLen int
+	// v12 marks a TLS 1.2 suite (userspace only here); sha384 its PRF hash.
+	v12    bool
+	sha384 bool
 }
+
+func (s Suite) tls12() bool { return s.v12 }
+
+// explicitNonce: TLS 1.2 AES-GCM sends 8 bytes of nonce in each record.
+func (s Suite) explicitNonce() bool { return s.v12 && s.saltLen == 4 }
 
 // The TLS 1.3 suites the kernel offers: AES-GCM since Linux 4.13 (commit
 // 3c4d7559159b "tls: kernel TLS support"; TLS 1.3 from 5.1),
@@ -57,9 +65,10 @@ var (
 // Suites lists the TLS 1.3 suites in the order they are probed.
 func Suites() []Suite { return []Suite{AES128GCM, AES256GCM, ChaCha20Poly1305} }
 
-// SuiteByID returns the suite with a TLS cipher suite number.
+// SuiteByID returns the suite with a TLS cipher suite number (TLS 1.3, or
+// one of the TLS 1.2 AEAD suites).
 func SuiteByID(id uint16) (Suite, bool) {
-	for _, s := range Suites() {
+	for _, s := range append(Suites(), TLS12Suites()...) {
 		if s.ID == id {
 			return s, true
 		}
@@ -93,6 +102,9 @@ func cryptoInfo(k Keys, seq uint64) ([]byte, error) {
 	if err := k.check(); err != nil {
 		return nil, err
 	}
+	if k.Suite.v12 {
+		return nil, fmt.Errorf("ktls: %s: TLS 1.2 connections stay in userspace", k.Suite.Name)
+	}
 	s := k.Suite
 	b := make([]byte, 0, 4+12+s.KeyLen+8)
 	b = binary.NativeEndian.AppendUint16(b, version13)
@@ -107,7 +119,7 @@ func newAEAD(k Keys) (cipher.AEAD, error) {
 	if err := k.check(); err != nil {
 		return nil, err
 	}
-	if k.Suite.ID == ChaCha20Poly1305.ID {
+	if k.Suite.kernelCipher == cipherChaCha20Poly1305 {
 		return chacha20poly1305.New(k.Key)
 	}
 	block, err := aes.NewCipher(k.Key)
