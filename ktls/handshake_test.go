@@ -273,4 +273,3 @@ func TestHandshakeKeys12(t *testing.T) {
 		}
 	}
 }
-
