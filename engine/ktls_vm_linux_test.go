@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/internal/vmtest"
+	"github.com/mediaship/engine/ktls"
 )
 
 // tlsStat reads a counter from /proc/net/tls_stat, the kernel's own count
@@ -159,4 +160,63 @@ func TestKernelTLSPromotion(t *testing.T) {
 			t.Errorf("%s: %d promotions, want 1", suite, got)
 		}
 	}
+}
+
+// TestKernelTLSBigAndKeyUpdate: a 100 MiB download promoted after 1 MiB,
+// compared byte for byte; then a KeyUpdate asking for the server's after
+// promotion, answered by rekeying the kernel where it can (Linux 6.14) or
+// else by a clean close once the queued response is out.
+func TestKernelTLSBigAndKeyUpdate(t *testing.T) {
+	if !vmtest.OnKTLSKernel(t, vmtest.Options{}) {
+		return
+	}
+	root := t.TempDir()
+	big := randomFile(t, filepath.Join(root, "big.bin"), 100<<20, 7)
+	want := digest(big)
+	big = nil
+	writeFile(t, filepath.Join(root, "small.txt"), "small response")
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"require\"\npromote_after = \"1MiB\"\n")
+
+	c := dialRawTLS(t, ts.addr, pki)
+	c.raw.SetDeadline(time.Now().Add(10 * time.Minute))
+	c.inject(23, []byte(get("/big.bin")))
+	resp, err := http.ReadResponse(c.r, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if n, err := io.Copy(h, resp.Body); err != nil || n != 100<<20 || hex.EncodeToString(h.Sum(nil)) != want {
+		t.Fatalf("100 MiB after promotion: %d bytes, err %v, sha ok %v", n, err, hex.EncodeToString(h.Sum(nil)) == want)
+	}
+	if ts.Stats().Promotions != 1 {
+		t.Fatalf("promotions %d", ts.Stats().Promotions)
+	}
+
+	// KeyUpdate(update_requested), then a request under the next key.
+	c.inject(22, []byte{24, 0, 0, 1, 1})
+	next, _ := ktls.NextSecret(c.keys.Suite, c.sec)
+	k, _ := ktls.TrafficKeys(c.keys.Suite, next)
+	c.seal, _ = ktls.NewSealer(k, 0)
+	c.inject(23, []byte(get("/small.txt")))
+	if _, err := c.r.Peek(1); err != nil {
+		// No kernel rekey: a clean end (close_notify makes crypto/tls
+		// report io.EOF), not a broken record or a bare FIN.
+		if err != io.EOF {
+			t.Errorf("without kernel rekey the connection should end with close_notify, got %v", err)
+		}
+		t.Logf("no kernel rekey here: the connection ended with close_notify")
+		return
+	}
+	resp, err = http.ReadResponse(c.r, &http.Request{Method: "GET"})
+	if err == nil {
+		// The kernel rekeyed: the response came under the server's next
+		// key, which crypto/tls switched to on the server's KeyUpdate.
+		body, _ := io.ReadAll(resp.Body)
+		if string(body) != "small response" {
+			t.Errorf("after a kernel rekey: %q", body)
+		}
+		t.Logf("kernel rekey: the response arrived under the server's next key")
+		return
+	}
+	t.Errorf("after the KeyUpdate: %v", err)
 }

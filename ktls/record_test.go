@@ -128,12 +128,20 @@ func BenchmarkSeal16K(b *testing.B) {
 
 func FuzzRecord(f *testing.F) {
 	k := testKeys(ChaCha20Poly1305, 2)
+	k12 := testKeys(ecdheECDSAAES128GCM, 3)
 	s, _ := NewSealer(k, 0)
 	good, _ := s.Seal(nil, RecordApplicationData, []byte("seed"))
-	f.Add(good)
-	f.Add([]byte{23, 3, 3, 0, 17})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		o, _ := NewOpener(k, 0)
+	s12, _ := NewSealer(k12, 0)
+	good12, _ := s12.Seal(nil, RecordHandshake, []byte("seed 1.2"))
+	f.Add(good, false)
+	f.Add(good12, true)
+	f.Add([]byte{23, 3, 3, 0, 17}, false)
+	f.Fuzz(func(t *testing.T, b []byte, v12 bool) {
+		key := k
+		if v12 {
+			key = k12
+		}
+		o, _ := NewOpener(key, 0)
 		for len(b) > 0 {
 			rec, err := o.Open(b)
 			if err != nil || rec == nil {

@@ -106,7 +106,7 @@ for r in $(seq 1 "$repeats"); do
 done
 
 echo
-echo "machine: $(nproc) CPUs, $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*\///'), caddy $("$caddy" version | awk '{print $1}'), $("$work/engine" version); engine ktls = \"$ktls\""
+echo "machine: $(nproc) CPUs, $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*\///'), caddy $("$caddy" version 2>&1 | head -1) (built from v2.11.9 unless CADDY says otherwise), $("$work/engine" version); engine ktls = \"$ktls\""
 grep -m1 -o 'kernel TLS unavailable[^"]*' "$work/logs/engine.log" || true
 echo "repeats: $repeats (rotating order); values are medians [min-max]"
 awk '
