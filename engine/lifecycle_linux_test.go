@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,13 +23,7 @@ func TestSlowReadersBoundedMemory(t *testing.T) {
 	root := t.TempDir()
 	linkBig(t, root, "big.bin")
 	ts := start(t, fmt.Sprintf("root = %q\n", root))
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse
-	}
-	before := heap()
+	before := heapInUse()
 	const clients = 32
 	conns := make([]*rawConn, clients)
 	for i := range conns {
@@ -48,7 +41,7 @@ func TestSlowReadersBoundedMemory(t *testing.T) {
 		last = cur
 		return same
 	})
-	grew := int64(heap()) - int64(before)
+	grew := int64(heapInUse()) - int64(before)
 	t.Logf("heap grew %d KiB for %d stalled 100 MiB downloads; %d MiB in socket buffers", grew>>10, clients, last>>20)
 	if grew > 8<<20 {
 		t.Errorf("heap grew %d MiB for %d stalled downloads: file content is being buffered", grew>>20, clients)
@@ -444,12 +437,6 @@ func TestPortInUse(t *testing.T) {
 func TestIdleConnectionMemory(t *testing.T) {
 	root := siteRoot(t)
 	ts := start(t, fmt.Sprintf("root = %q\n", root))
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse
-	}
 	host, port, _ := net.SplitHostPort(ts.addr)
 	ip := net.ParseIP(host).To4()
 	var p int
@@ -476,7 +463,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 		unix.Close(connect())
 	}
 	waitFor(scale(2*time.Second), func() bool { return ts.Stats().Open == 0 })
-	before := heap()
+	before := heapInUse()
 	const n = 500
 	fds := make([]int, 0, n)
 	for i := 0; i < n; i++ {
@@ -490,7 +477,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 	if !waitFor(scale(2*time.Second), func() bool { return ts.Stats().Open == n }) {
 		t.Fatalf("open connections %d, want %d", ts.Stats().Open, n)
 	}
-	per := (int64(heap()) - int64(before)) / n
+	per := (int64(heapInUse()) - int64(before)) / n
 	t.Logf("%d bytes of heap per idle keep-alive connection", per)
 	if per > 4096 {
 		t.Errorf("an idle connection holds %d bytes: buffers are kept between requests", per)

@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -445,13 +444,7 @@ func TestTLSSlowReaders(t *testing.T) {
 	root := siteRoot(t)
 	linkBig(t, root, "big.bin")
 	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
-	heap := func() uint64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapInuse
-	}
-	before := heap()
+	before := heapInUse()
 	const clients = 16
 	for i := 0; i < clients; i++ {
 		raw, err := net.Dial("tcp", ts.addr)
@@ -471,7 +464,7 @@ func TestTLSSlowReaders(t *testing.T) {
 		last = cur
 		return same
 	})
-	grew := int64(heap()) - int64(before)
+	grew := int64(heapInUse()) - int64(before)
 	t.Logf("heap grew %d KiB for %d stalled TLS downloads", grew>>10, clients)
 	if grew > clients*(512<<10) {
 		t.Errorf("heap grew %d MiB for %d stalled TLS downloads", grew>>20, clients)

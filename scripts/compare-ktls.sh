@@ -12,6 +12,7 @@
 # the VM the tests use proves correctness but emulates the CPU, so measure
 # on real hardware). Needs wrk, curl and openssl.
 set -euo pipefail
+. "$(dirname "$0")/measure-lib.sh"
 repeats=${1:-3}
 here=$(cd "$(dirname "$0")/.." && pwd)
 for tool in wrk curl openssl; do
@@ -44,10 +45,7 @@ for m in kernel userspace; do
 	pids+=($!)
 done
 sleep 1
-cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 hz=$(getconf CLK_TCK)
-to_mib() { awk '{v=$1; u=$1; sub(/[0-9.]+/,"",u); sub(/[A-Za-z]+/,"",v);
-	m=(u=="GB")?1024:(u=="MB")?1:(u=="KB")?1/1024:1/1048576; printf "%.1f\n", v*m}'; }
 results="$work/results"
 : >"$results"
 for r in $(seq 1 "$repeats"); do
@@ -59,21 +57,16 @@ for r in $(seq 1 "$repeats"); do
 		done
 	done
 	for m in $order; do
-		c0=$(cpu "${pid[$m]}")
+		c0=$(cpu_ticks "${pid[$m]}")
 		mib=$(wrk -t2 -c16 -d10s "https://127.0.0.1:${port[$m]}/big.bin" | awk '/Transfer\/sec/{print $2}' | to_mib)
-		c1=$(cpu "${pid[$m]}")
+		c1=$(cpu_ticks "${pid[$m]}")
 		echo "bulk16 $m $mib" >>"$results"
 		echo "cpu_s_per_gib $m $(awk -v c=$((c1 - c0)) -v hz=$hz -v m="$mib" 'BEGIN{printf "%.3f", (c/hz)/(m*10/1024)}')" >>"$results"
 	done
 done
 echo "machine: $(nproc) CPUs, $(uname -r); $("$work/engine" version); repeats: $repeats, medians"
-awk '
+awk "$MEDIAN_AWK"'
 { v[$1" "$2] = v[$1" "$2] " " $3 }
-function median(list,   a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
 END {
 	printf "%-14s %12s %12s %8s\n", "row", "kernel", "userspace", "ratio"
 	split("single bulk16 cpu_s_per_gib", rows, " ")

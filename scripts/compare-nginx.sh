@@ -13,6 +13,7 @@
 # curl). nginx is configured from shared/peers/nginx.conf.tmpl (sendfile on,
 # access log off).
 set -euo pipefail
+. "$(dirname "$0")/measure-lib.sh"
 repeats=${1:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
 tmpl=${NGINX_TMPL:-$here/../shared/peers/nginx.conf.tmpl}
@@ -48,20 +49,9 @@ for s in nginx engine; do
 	curl -sf -o /dev/null "${url[$s]}/1k.bin" || { echo "$s is not answering" >&2; exit 1; }
 done
 
-# cpu_ticks PID: utime+stime of PID and its children processes (clock ticks).
-cpu_ticks() {
-	local total=0 p
-	for p in $1 $(pgrep -P "$1" || true); do
-		total=$((total + $(awk '{print $14+$15}' /proc/$p/stat)))
-	done
-	echo $total
-}
 pid_of() { [ "$1" = nginx ] && echo $npid || echo $epid; }
 hz=$(getconf CLK_TCK)
 
-# wrk prints "Transfer/sec: 1.23GB" and "Requests/sec: 123.45".
-to_mib() { awk '{v=$1; u=$1; sub(/[0-9.]+/,"",u); sub(/[A-Za-z]+/,"",v);
-	m=(u=="GB")?1024:(u=="MB")?1:(u=="KB")?1/1024:1/1048576; printf "%.1f\n", v*m}'; }
 
 results="$work/results"
 : >"$results"
@@ -96,14 +86,8 @@ done
 echo
 echo "machine: $(nproc) CPUs, $(uname -r), nginx $(nginx -v 2>&1 | sed 's/.*\///'), $("$work/engine" version)"
 echo "repeats: $repeats (interleaved); values are medians, [min-max]"
-awk '
+awk "$MEDIAN_AWK"'
 { v[$1" "$2] = v[$1" "$2] " " $3 }
-function median(list,   a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-	lo = a[1]; hi = a[n]
-	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
 END {
 	split("single bulk16 small cpu_s_per_gib", rows, " ")
 	unit["single"] = "MiB/s"; unit["bulk16"] = "MiB/s"; unit["small"] = "req/s"; unit["cpu_s_per_gib"] = "CPU s/GiB"

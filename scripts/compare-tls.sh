@@ -14,6 +14,7 @@
 # a caddy binary (CADDY=path, or on PATH; build it with
 # GOBIN=DIR go install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9).
 set -euo pipefail
+. "$(dirname "$0")/measure-lib.sh"
 repeats=${1:-3}
 here=$(cd "$(dirname "$0")/.." && pwd)
 peers=${PEERS:-$here/../shared/peers}
@@ -69,16 +70,7 @@ for s in nginx caddy engine; do
 		{ echo "$s is not answering; logs in $work/logs" >&2; cat "$work/logs/"*.log >&2; exit 1; }
 done
 
-cpu_ticks() {
-	local total=0 p
-	for p in $1 $(pgrep -P "$1" || true); do
-		total=$((total + $(awk '{print $14+$15}' /proc/$p/stat)))
-	done
-	echo $total
-}
 hz=$(getconf CLK_TCK)
-to_mib() { awk '{v=$1; u=$1; sub(/[0-9.]+/,"",u); sub(/[A-Za-z]+/,"",v);
-	m=(u=="GB")?1024:(u=="MB")?1:(u=="KB")?1/1024:1/1048576; printf "%.1f\n", v*m}'; }
 
 results="$work/results"
 : >"$results"
@@ -109,14 +101,8 @@ echo
 echo "machine: $(nproc) CPUs, $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*\///'), caddy $("$caddy" version 2>&1 | head -1) (built from v2.11.9 unless CADDY says otherwise), $("$work/engine" version); engine ktls = \"$ktls\""
 grep -m1 -o 'kernel TLS unavailable[^"]*' "$work/logs/engine.log" || true
 echo "repeats: $repeats (rotating order); values are medians [min-max]"
-awk '
+awk "$MEDIAN_AWK"'
 { v[$1" "$2] = v[$1" "$2] " " $3 }
-function median(list,   a, n, i, j, t) {
-	n = split(list, a, " ")
-	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
-	lo = a[1]; hi = a[n]
-	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-}
 END {
 	split("single bulk16 cpu_s_per_gib", rows, " ")
 	printf "%-14s %22s %22s %22s %9s %9s\n", "row", "nginx", "caddy", "engine", "e/nginx", "e/caddy"
