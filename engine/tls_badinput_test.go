@@ -200,3 +200,46 @@ func TestTLSNotTLS(t *testing.T) {
 		t.Errorf("connections still open: %d", ts.Stats().Open)
 	}
 }
+
+// corruptingConn flips a byte in the client's second write: its Finished.
+type corruptingConn struct {
+	net.Conn
+	writes int
+}
+
+func (c *corruptingConn) Write(p []byte) (int, error) {
+	c.writes++
+	if c.writes == 2 && len(p) > 10 {
+		q := bytes.Clone(p)
+		q[len(q)-3] ^= 0xff
+		return c.Conn.Write(q)
+	}
+	return c.Conn.Write(p)
+}
+
+// TestTLSGarbageInHandshake: a client whose Finished is corrupted gets an
+// alert from crypto/tls and a close; it is counted, and nothing of the
+// site is sent.
+func TestTLSGarbageInHandshake(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
+	raw, err := net.Dial("tcp", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(scale(10 * time.Second)))
+	c := tls.Client(&corruptingConn{Conn: raw}, &tls.Config{RootCAs: pki.pool, ServerName: "localhost"})
+	c.Handshake() // the client's side completes; the server's does not
+	io.WriteString(c, get("/alpha.txt"))
+	b, err := io.ReadAll(c)
+	if err == nil || len(b) > 0 {
+		t.Errorf("after a corrupted Finished the client read %q, err %v", b, err)
+	}
+	if !waitFor(scale(3*time.Second), func() bool { return ts.Stats().TLSHandshakeErrors == 1 }) {
+		t.Errorf("TLSHandshakeErrors = %d", ts.Stats().TLSHandshakeErrors)
+	}
+	if ts.Stats().Requests != 0 {
+		t.Error("a request was answered on a failed handshake")
+	}
+}
