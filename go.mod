@@ -8,4 +8,8 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require golang.org/x/crypto v0.59.0 // indirect
+require (
+	github.com/klauspost/cpuid/v2 v2.0.12 // indirect
+	github.com/zeebo/blake3 v0.2.4 // indirect
+	golang.org/x/crypto v0.59.0 // indirect
+)

@@ -38,10 +38,11 @@ type Config struct {
 	// SIGTERM or SIGINT. Zero means 30s.
 	ShutdownGrace Duration `toml:"shutdown_grace"`
 
-	Sites   []SiteConfig  `toml:"sites"`
-	Kernel  KernelConfig  `toml:"kernel"`
-	Limits  LimitsConfig  `toml:"limits"`
-	Runtime RuntimeConfig `toml:"runtime"`
+	Sites     []SiteConfig    `toml:"sites"`
+	Integrity IntegrityConfig `toml:"integrity"`
+	Kernel    KernelConfig    `toml:"kernel"`
+	Limits    LimitsConfig    `toml:"limits"`
+	Runtime   RuntimeConfig   `toml:"runtime"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
@@ -76,8 +77,36 @@ type SiteConfig struct {
 	// per second with SO_MAX_PACING_RATE. Zero means unlimited.
 	LimitRate Size `toml:"limit_rate"`
 
-	Protocols ProtocolsConfig `toml:"protocols"`
-	TLS       TLSConfig       `toml:"tls"`
+	Protocols ProtocolsConfig     `toml:"protocols"`
+	TLS       TLSConfig           `toml:"tls"`
+	Integrity SiteIntegrityConfig `toml:"integrity"`
+}
+
+// SiteIntegrityConfig overrides [integrity] for one site.
+type SiteIntegrityConfig struct {
+	// Mode is "serve" or "require"; zero means [integrity] mode.
+	Mode string `toml:"mode"`
+}
+
+// IntegrityConfig governs the BLAKE3 digests of served files.
+type IntegrityConfig struct {
+	// Mode is "serve" (the zero value: a file is served at once, with
+	// Repr-Digest once it has been hashed) or "require" (503 with
+	// Retry-After until it has been).
+	Mode string `toml:"mode"`
+	// Cache is a file the digest cache is saved to (every minute and at
+	// shutdown) and loaded from, so a restart does not rehash everything.
+	// Zero: not persisted.
+	Cache string `toml:"cache"`
+	// Manifest is the b3sum-format file read at each site root. Zero
+	// means "B3SUMS"; "off" reads none.
+	Manifest string `toml:"manifest"`
+	// OnMismatch is what happens when a file's bytes contradict the
+	// manifest: "serve" (the zero value: serve them, with their true
+	// digest) or "refuse" (500). Either way it is logged as an error.
+	OnMismatch string `toml:"on_mismatch"`
+	// Workers hash files in the background. Zero means 1.
+	Workers int `toml:"workers"`
 }
 
 // ProtocolsConfig enables protocols per site. Nil means enabled.
@@ -471,6 +500,49 @@ func (c *Config) Validate() error {
 	}
 	if defaults > 0 && c.Root != "" {
 		add(&ConfigError{File: c.src.file, Key: "sites", Msg: "a site has default = true but the top-level root already makes the default site; remove one"})
+	}
+
+	ig := &c.Integrity
+	for _, m := range []struct{ key, v string }{{"integrity.mode", ig.Mode}} {
+		switch m.v {
+		case "", "serve", "require":
+		default:
+			add(c.errAt(m.key, "%q is not a mode; expected \"serve\" or \"require\"", m.v))
+		}
+	}
+	if ig.Mode == "" {
+		ig.Mode = "serve"
+	}
+	for i := range c.Sites {
+		switch m := c.Sites[i].Integrity.Mode; m {
+		case "":
+			c.Sites[i].Integrity.Mode = ig.Mode
+		case "serve", "require":
+		default:
+			add(c.errAt(fmt.Sprintf("sites[%d].integrity.mode", i), "%q is not a mode; expected \"serve\" or \"require\"", m))
+		}
+	}
+	switch ig.OnMismatch {
+	case "", "serve", "refuse":
+	default:
+		add(c.errAt("integrity.on_mismatch", "%q is not a policy; expected \"serve\" or \"refuse\"", ig.OnMismatch))
+	}
+	if ig.Manifest == "" {
+		ig.Manifest = "B3SUMS"
+	} else if ig.Manifest != "off" && (strings.ContainsAny(ig.Manifest, "/\\") || ig.Manifest == "." || ig.Manifest == "..") {
+		add(c.errAt("integrity.manifest", "%q is not a file name; expected a name such as \"B3SUMS\" (looked for at each site root) or \"off\"", ig.Manifest))
+	}
+	if ig.Cache != "" {
+		ig.Cache = c.resolvePath("integrity.cache", ig.Cache)
+		if st, err := os.Stat(filepath.Dir(ig.Cache)); err != nil || !st.IsDir() {
+			add(c.errAt("integrity.cache", "directory of %q does not exist; expected a file in an existing directory", ig.Cache))
+		}
+	}
+	if ig.Workers == 0 {
+		ig.Workers = 1
+	}
+	if ig.Workers < 1 || ig.Workers > 256 {
+		add(c.errAt("integrity.workers", "%d is out of range; expected 1 to 256", ig.Workers))
 	}
 
 	k := &c.Kernel

@@ -267,6 +267,12 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	if resp.Allow {
 		b = append(b, "Allow: GET, HEAD\r\n"...)
 	}
+	if resp.ReprDigest != "" {
+		b = h1.AppendHeader(b, "Repr-Digest", resp.ReprDigest)
+	}
+	if resp.RetryAfter > 0 {
+		b = h1.AppendHeaderInt(b, "Retry-After", int64(resp.RetryAfter))
+	}
 	switch {
 	case st.closeAfter:
 		b = append(b, "Connection: close\r\n"...)
@@ -289,6 +295,9 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	}
 	if s != nil && !resp.NoBody {
 		h.bulkPolicy(c, resp, s)
+	}
+	if resp.NeedDigest != nil && s != nil {
+		h.srv.digests.request(s.files.Root, resp.NeedDigest)
 	}
 	if h.srv.alog != nil {
 		h.startLogLine(c, st, r, resp.Status)

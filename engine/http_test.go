@@ -155,9 +155,15 @@ func TestFileResponses(t *testing.T) {
 		resp, _ := c.response("GET")
 		return resp.Header.Get("ETag")
 	}
+	// The first response has the size-and-time ETag and queues hashing;
+	// once hashed, the ETag is derived from the digest.
 	et := etag("/alpha.txt")
 	if et == "" || et[0] != '"' {
 		t.Fatalf("ETag %q is not a strong entity-tag", et)
+	}
+	waitFor(scale(3*time.Second), func() bool { et = etag("/alpha.txt"); return strings.HasPrefix(et, `"b3-`) })
+	if !strings.HasPrefix(et, `"b3-`) {
+		t.Fatalf("ETag %q not digest-derived after hashing", et)
 	}
 	past := st.ModTime().Add(-time.Hour).UTC().Format(http.TimeFormat)
 	future := st.ModTime().Add(time.Hour).UTC().Format(http.TimeFormat)

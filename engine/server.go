@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
@@ -21,14 +22,15 @@ import (
 // reactors.
 type Server struct {
 	// Immutable after New.
-	cfg    *Config
-	log    *slog.Logger
-	prober *preflight.Prober
-	sites  *siteTable
-	cache  *files.Cache
-	group  *reactor.Group
-	alog   *accessLog
-	limits h1.Limits
+	cfg     *Config
+	log     *slog.Logger
+	prober  *preflight.Prober
+	sites   *siteTable
+	cache   *files.Cache
+	digests *digests
+	group   *reactor.Group
+	alog    *accessLog
+	limits  h1.Limits
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
@@ -68,6 +70,12 @@ type Stats struct {
 	TLSKernelBytes     int64 // response bytes handed to kernel TLS
 	Promotions         int64 // connections whose transmission moved to the kernel
 	PromoteFailures    int64 // promotions that failed (the connection stayed in userspace)
+
+	FilesHashed        int64         // digests computed in the background
+	BytesHashed        int64         // bytes they covered
+	HashTime           time.Duration // time the hashing workers spent (CPU-bound: about their CPU time)
+	ManifestMismatches int64         // files whose bytes contradicted the manifest
+	DigestsKnown       int           // digests in the cache
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -100,7 +108,12 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		s.sites.close()
 		return nil, err
 	}
-	s.cache = files.NewCache(files.Config{Logger: log})
+	if s.digests, err = newDigests(cfg, s.sites.roots, log); err != nil {
+		s.sites.close()
+		s.alog.close()
+		return nil, err
+	}
+	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.known})
 	s.group, err = reactor.Listen(reactor.Config{
 		Addr:        cfg.Listen,
 		Workers:     cfg.Workers,
@@ -120,6 +133,7 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 	})
 	if err != nil {
 		s.cache.Close()
+		s.digests.close()
 		s.sites.close()
 		s.alog.close()
 		return nil, err
@@ -138,6 +152,8 @@ func (s *Server) Run(ctx context.Context) error {
 		"sites", s.sites.describe())
 	errc := make(chan error, 1)
 	go func() { errc <- s.group.Run() }()
+	stopSaving := make(chan struct{})
+	go s.digests.saveLoop(stopSaving)
 	var err error
 	select {
 	case err = <-errc:
@@ -150,6 +166,8 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 		err = <-errc
 	}
+	close(stopSaving)
+	s.digests.close()
 	s.cache.Close()
 	s.sites.close()
 	s.alog.close()
@@ -240,6 +258,12 @@ func (s *Server) Stats() Stats {
 		TLSKernelBytes:     s.stats.tlsKernelBytes.Load(),
 		Promotions:         s.stats.tlsPromotions.Load(),
 		PromoteFailures:    s.stats.tlsPromoteFailures.Load(),
+
+		FilesHashed:        s.digests.files.Load(),
+		BytesHashed:        s.digests.bytes.Load(),
+		HashTime:           time.Duration(s.digests.nanos.Load()),
+		ManifestMismatches: s.digests.mismatches.Load(),
+		DigestsKnown:       s.digests.cache.Len(),
 		CacheEntries:       s.cache.Len(),
 		CacheHits:          s.cache.Hits.Load(),
 		CacheMisses:        s.cache.Misses.Load(),

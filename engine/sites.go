@@ -56,7 +56,8 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true}, h1: true}
+		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true,
+			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true}
 		t.all = append(t.all, t.def)
 	}
 	for i := range cfg.Sites {
@@ -77,7 +78,7 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 		s := &site{
 			name: sc.Domain,
 			files: files.Site{Root: r, Index: idx, Listing: sc.DirectoryListing,
-				Precompressed: on(sc.Precompressed)},
+				Precompressed: on(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require"},
 			limitRate: uint64(sc.LimitRate),
 			h1:        on(sc.Protocols.H1),
 		}

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/mediaship/engine/engine/reactor"
+import (
+	"io"
+
+	"github.com/mediaship/engine/engine/reactor"
+)
 
 // stream is one connection's plaintext byte stream, as the HTTP/1.1
 // driver sees it: the TCP socket itself (plainStream), or TLS over it
@@ -39,3 +43,5 @@ func (p plainStream) pump()                          {}
 func (p plainStream) busy() bool                     { return p.c.Pending() }
 func (p plainStream) closeGracefully()               { p.c.CloseAfterFlush() }
 func (p plainStream) sent() int64                    { return p.c.Sent() }
+
+var ioEOF = io.EOF

@@ -40,10 +40,52 @@ type Entry struct {
 	dev  uint64
 	ino  uint64
 	key  string
+	rel  string
 	dir  string // directory watched for changes to this entry
 	abs  string // dir + "/" + base name: what inotify events name
 	refs atomic.Int32
 	gone atomic.Bool // removed from the cache; the last Release closes fd
+
+	// Set once the content's digest is known (from a digest cache, a
+	// manifest, or hashing); read by any goroutine.
+	digest atomic.Pointer[Digest]
+}
+
+// Digest is what the integrity layer learned about an entry's content.
+type Digest struct {
+	Sum    [32]byte
+	ETag   string // strong, derived from Sum: replicas agree on it
+	Header string // Repr-Digest value: "blake3=:...:"
+	// Corrupt marks content that contradicts a trusted manifest under
+	// the "refuse" policy: answered with 500.
+	Corrupt bool
+}
+
+// Digest returns the entry's digest, or nil while it is not known.
+func (e *Entry) Digest() *Digest { return e.digest.Load() }
+
+// SetDigest records the entry's digest.
+func (e *Entry) SetDigest(d *Digest) { e.digest.Store(d) }
+
+// Ref takes another reference, for work that outlives the request (hashing
+// the file in the background). Release it when done.
+func (e *Entry) Ref() { e.refs.Add(1) }
+
+// Identity returns what identifies the entry's content without reading it.
+func (e *Entry) Identity() (dev, ino uint64, size, mtimeNs int64) {
+	return e.dev, e.ino, e.Size, e.ModTime.UnixNano()
+}
+
+// Rel returns the entry's path relative to its root.
+func (e *Entry) Rel() string { return e.rel }
+
+// currentETag is the digest-derived ETag once known, else the one from
+// size and modification time.
+func (e *Entry) currentETag() string {
+	if d := e.digest.Load(); d != nil {
+		return d.ETag
+	}
+	return e.ETag
 }
 
 // Fd returns the open descriptor of a KindFile entry.
@@ -81,7 +123,10 @@ type Config struct {
 	// stat, catching changes inotify cannot see (a parent directory
 	// renamed, a symlink target changed). Zero means 5s.
 	Revalidate time.Duration
-	Logger     *slog.Logger
+	// KnownDigest, when set, is asked (on a worker, at open) for a digest
+	// already known for a file: from a digest cache or a manifest.
+	KnownDigest func(root *Root, e *Entry) *Digest
+	Logger      *slog.Logger
 }
 
 // DefaultMaxEntries is the cache size when Config.MaxEntries is zero.
@@ -200,7 +245,12 @@ func (c *Cache) Open(root *Root, rel string) *Entry {
 		watched = c.w.add(dir) == nil
 	}
 	e := openEntry(root, rel, c.cfg.SmallFileBytes)
-	e.key, e.dir, e.abs = key, dir, root.Dir+"/"+rel
+	e.key, e.rel, e.dir, e.abs = key, rel, dir, root.Dir+"/"+rel
+	if e.Kind == KindFile && c.cfg.KnownDigest != nil {
+		if d := c.cfg.KnownDigest(root, e); d != nil {
+			e.digest.Store(d)
+		}
+	}
 	e.refs.Store(1) // the caller's
 	if !watched || e.Kind == KindError {
 		if watched {

@@ -23,9 +23,13 @@ type Headers interface {
 // evalPreconditions applies RFC 9110 §13.2.2 in its order: If-Match, then
 // If-Unmodified-Since (only without If-Match), then If-None-Match, then
 // If-Modified-Since (only without If-None-Match).
-func evalPreconditions(h Headers, etag string, mtime time.Time) precondition {
+//
+// etag is the current entity-tag; old, the size-and-time one the file had
+// before its digest was known, still matches so caches holding it are not
+// invalidated by the digest arriving.
+func evalPreconditions(h Headers, etag, old string, mtime time.Time) precondition {
 	if im := h.Get("if-match"); im != nil {
-		if !etagListMatch(im, etag, true) {
+		if !etagListMatch(im, etag, true) && !etagListMatch(im, old, true) {
 			return condFailed
 		}
 	} else if ius := h.Get("if-unmodified-since"); ius != nil {
@@ -34,7 +38,7 @@ func evalPreconditions(h Headers, etag string, mtime time.Time) precondition {
 		}
 	}
 	if inm := h.Get("if-none-match"); inm != nil {
-		if etagListMatch(inm, etag, false) {
+		if etagListMatch(inm, etag, false) || etagListMatch(inm, old, false) {
 			return condNotModified
 		}
 	} else if ims := h.Get("if-modified-since"); ims != nil {
@@ -48,14 +52,14 @@ func evalPreconditions(h Headers, etag string, mtime time.Time) precondition {
 // ifRangeAllows reports whether a Range may be honoured given If-Range
 // (RFC 9110 §13.1.5): the validator must match the current representation,
 // an entity-tag by strong comparison or a date exactly.
-func ifRangeAllows(h Headers, etag, lastModified string) bool {
+func ifRangeAllows(h Headers, etag, old, lastModified string) bool {
 	ir := h.Get("if-range")
 	if ir == nil {
 		return true
 	}
 	ir = trimOWS(ir)
 	if len(ir) > 0 && (ir[0] == '"' || bytes.HasPrefix(ir, []byte("W/"))) {
-		return strongMatch(ir, etag)
+		return strongMatch(ir, etag) || strongMatch(ir, old)
 	}
 	return string(ir) == lastModified
 }

@@ -164,12 +164,12 @@ func TestPreconditions(t *testing.T) {
 		{hdrs{"if-match": `"x"`, "if-none-match": `"abc"`}, condFailed},
 	}
 	for _, tt := range tests {
-		if got := evalPreconditions(tt.h, etag, mtime); got != tt.want {
+		if got := evalPreconditions(tt.h, etag, `"old"`, mtime); got != tt.want {
 			t.Errorf("evalPreconditions(%v) = %v, want %v", tt.h, got, tt.want)
 		}
 	}
-	if !ifRangeAllows(hdrs{"if-range": `"abc"`}, etag, lm) || ifRangeAllows(hdrs{"if-range": `W/"abc"`}, etag, lm) ||
-		!ifRangeAllows(hdrs{"if-range": lm}, etag, lm) || ifRangeAllows(hdrs{"if-range": before}, etag, lm) {
+	if !ifRangeAllows(hdrs{"if-range": `"abc"`}, etag, `"old"`, lm) || ifRangeAllows(hdrs{"if-range": `W/"abc"`}, etag, `"old"`, lm) ||
+		!ifRangeAllows(hdrs{"if-range": lm}, etag, `"old"`, lm) || ifRangeAllows(hdrs{"if-range": before}, etag, `"old"`, lm) {
 		t.Error("ifRangeAllows")
 	}
 }

@@ -1,6 +1,8 @@
 package files
 
 import (
+	"bytes"
+	"errors"
 	"html"
 	"net/url"
 	"os"
@@ -15,6 +17,9 @@ type Site struct {
 	Index         []string // file names tried for a directory; empty means none
 	Listing       bool     // list directories without an index file
 	Precompressed bool     // serve .br/.zst/.gz sidecars to clients that accept them
+	// RequireDigest answers 503 (with Retry-After) for a file whose
+	// digest is not known yet, instead of serving it without one.
+	RequireDigest bool
 }
 
 // Request is what the file layer needs of a GET or HEAD request.
@@ -56,6 +61,14 @@ type Response struct {
 	// Err says why a request was refused (400, 403, 500), for the log.
 	// Never sent to the client.
 	Err error
+	// ReprDigest is the Repr-Digest field value, when the digest of the
+	// whole representation is known (and the client did not refuse it).
+	ReprDigest string
+	// NeedDigest is the entry whose digest is not known yet: the caller
+	// queues hashing it.
+	NeedDigest *Entry
+	// RetryAfter is the Retry-After value in seconds for a 503.
+	RetryAfter int
 }
 
 // Scratch is one connection's working memory for the file layer: buffers
@@ -275,29 +288,47 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 		}
 	}
 
+	dg := sel.Digest()
+	if dg == nil {
+		r.NeedDigest = sel
+		if site.RequireDigest {
+			// An artifact host serves nothing it cannot vouch for.
+			ErrorResponse(r, 503)
+			r.NeedDigest, r.RetryAfter = sel, retryAfter(sel.Size)
+			return true
+		}
+	} else if dg.Corrupt {
+		ErrorResponse(r, 500)
+		r.Err = errCorrupt
+		return true
+	}
+	etag := sel.currentETag()
 	r.ContentType = e.ContentType
 	r.ContentEncoding = coding
 	r.Vary = vary
-	r.ETag = sel.ETag
+	r.ETag = etag
 	r.LastModified = sel.LastModified
 	r.AcceptRanges = true
 	r.File = sel
+	if dg != nil && wantsBLAKE3(req.Header.Get("want-repr-digest")) {
+		r.ReprDigest = dg.Header
+	}
 
-	switch evalPreconditions(req.Header, sel.ETag, sel.ModTime) {
+	switch evalPreconditions(req.Header, etag, sel.ETag, sel.ModTime) {
 	case condNotModified:
 		r.Status = 304
 		r.NoBody = true
 		return true
 	case condFailed:
 		ErrorResponse(r, 412)
-		r.ETag, r.LastModified = sel.ETag, sel.LastModified
+		r.ETag, r.LastModified = etag, sel.LastModified
 		return true
 	}
 
 	size := sel.Size
 	ranges := s.ranges[:0]
 	result := rangeIgnore
-	if rh := req.Header.Get("range"); rh != nil && !req.Head && ifRangeAllows(req.Header, sel.ETag, sel.LastModified) {
+	if rh := req.Header.Get("range"); rh != nil && !req.Head && ifRangeAllows(req.Header, etag, sel.ETag, sel.LastModified) {
 		ranges, result = ParseRange(rh, size, ranges)
 		s.ranges = ranges
 	}
@@ -308,7 +339,7 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 		ErrorResponse(r, 416)
 		r.ContentRange = append(append(s.mp[:0], "bytes */"...), strconv.FormatInt(size, 10)...)
 		s.mp = r.ContentRange
-		r.ETag, r.LastModified, r.AcceptRanges = sel.ETag, sel.LastModified, true
+		r.ETag, r.LastModified, r.AcceptRanges = etag, sel.LastModified, true
 		return true
 	case rangeOK:
 		r.Status = 206
@@ -337,6 +368,36 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 	s.parts = parts
 	r.Parts = parts
 	return true
+}
+
+var errCorrupt = errors.New("files: content contradicts the manifest (on_mismatch = \"refuse\")")
+
+// retryAfter estimates, in seconds, when a file of size bytes will have
+// been hashed (at a conservative 500 MB/s, behind a short queue).
+func retryAfter(size int64) int { return 1 + int(size/500_000_000) }
+
+// wantsBLAKE3 reads Want-Repr-Digest (RFC 9530 §4): absent means the
+// digest is sent anyway; present, it is sent only if blake3 has a
+// non-zero preference (or "*" does and blake3 is not named).
+func wantsBLAKE3(v []byte) bool {
+	if v == nil {
+		return true
+	}
+	star := -1
+	for _, item := range bytes.Split(v, []byte(",")) {
+		k, w, _ := bytes.Cut(trimOWS(item), []byte("="))
+		pref := 1
+		if n, ok := parseDigits(trimOWS(w)); ok {
+			pref = int(n)
+		}
+		switch string(bytes.ToLower(trimOWS(k))) {
+		case "blake3":
+			return pref > 0
+		case "*":
+			star = pref
+		}
+	}
+	return star > 0
 }
 
 // filePart serves from memory when the entry holds the file's content.

@@ -1,0 +1,158 @@
+package integrity
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// FileID identifies the content of a file without reading it: a digest
+// computed for one FileID holds as long as the file still has it.
+type FileID struct {
+	Dev, Ino uint64
+	Size     int64
+	MtimeNs  int64
+}
+
+// Cache maps FileIDs to digests, bounded, safe for concurrent use.
+type Cache struct {
+	max int
+
+	mu    sync.Mutex
+	m     map[FileID]Digest // guarded by mu
+	order []FileID          // guarded by mu; insertion order, for eviction
+	dirty bool              // guarded by mu
+}
+
+// NewCache returns a cache holding at most max digests. Zero means 1,000,000
+// (about 100 MiB).
+func NewCache(max int) *Cache {
+	if max <= 0 {
+		max = 1_000_000
+	}
+	return &Cache{max: max, m: map[FileID]Digest{}}
+}
+
+// Get returns the digest of id, if known.
+func (c *Cache) Get(id FileID) (Digest, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[id]
+	return d, ok
+}
+
+// Put records the digest of id, evicting the oldest entries past the bound.
+func (c *Cache) Put(id FileID, d Digest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; !ok {
+		c.order = append(c.order, id)
+	}
+	c.m[id] = d
+	c.dirty = true
+	for len(c.m) > c.max && len(c.order) > 0 {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	if len(c.order) > 2*c.max { // ids replaced by Put again: compact
+		live := c.order[:0]
+		for _, k := range c.order {
+			if _, ok := c.m[k]; ok {
+				live = append(live, k)
+			}
+		}
+		c.order = live
+	}
+}
+
+// Len returns the number of digests held.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
+}
+
+// Save writes the cache to path (atomically: a temporary file renamed) if
+// it changed since the last Save or Load. One line per digest:
+// "dev ino size mtime_ns hex".
+func (c *Cache) Save(path string) error {
+	c.mu.Lock()
+	if !c.dirty {
+		c.mu.Unlock()
+		return nil
+	}
+	lines := make([]string, 0, len(c.m))
+	for _, id := range c.order {
+		if d, ok := c.m[id]; ok {
+			lines = append(lines, fmt.Sprintf("%d %d %d %d %s\n", id.Dev, id.Ino, id.Size, id.MtimeNs, d))
+		}
+	}
+	c.dirty = false
+	c.mu.Unlock()
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".digest-cache-*")
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(tmp)
+	for _, l := range lines {
+		w.WriteString(l)
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Load reads a file written by Save. A missing file is an empty cache;
+// a malformed line is an error naming it.
+func (c *Cache) Load(path string) error {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return c.read(f, path)
+}
+
+func (c *Cache) read(r io.Reader, name string) error {
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		f := strings.Fields(sc.Text())
+		if len(f) != 5 {
+			return fmt.Errorf("%s:%d: expected dev ino size mtime digest", name, line)
+		}
+		var nums [4]int64
+		for i := range nums {
+			v, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				return fmt.Errorf("%s:%d: %q is not a number", name, line, f[i])
+			}
+			nums[i] = v
+		}
+		d, err := ParseHex(f[4])
+		if err != nil {
+			return fmt.Errorf("%s:%d: %v", name, line, err)
+		}
+		c.Put(FileID{Dev: uint64(nums[0]), Ino: uint64(nums[1]), Size: nums[2], MtimeNs: nums[3]}, d)
+	}
+	c.mu.Lock()
+	c.dirty = false
+	c.mu.Unlock()
+	return sc.Err()
+}

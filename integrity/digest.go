@@ -1,0 +1,66 @@
+package integrity
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/zeebo/blake3"
+)
+
+// Digest is a 32-byte BLAKE3 hash.
+type Digest [32]byte
+
+// String is the hex form b3sum prints.
+func (d Digest) String() string { return hex.EncodeToString(d[:]) }
+
+// ParseHex reads the 64-hex-digit form.
+func ParseHex(s string) (Digest, error) {
+	var d Digest
+	if len(s) != 64 {
+		return d, fmt.Errorf("integrity: digest %q is not 64 hex digits", s)
+	}
+	if _, err := hex.Decode(d[:], []byte(s)); err != nil {
+		return d, fmt.Errorf("integrity: digest %q is not hex", s)
+	}
+	return d, nil
+}
+
+// chunk is how much a hash reads at a time.
+const chunk = 1 << 20
+
+// Sum hashes everything r yields, a chunk at a time.
+func Sum(r io.Reader) (Digest, int64, error) {
+	h := blake3.New()
+	buf := make([]byte, chunk)
+	n, err := io.CopyBuffer(h, r, buf)
+	var d Digest
+	h.Sum(d[:0])
+	return d, n, err
+}
+
+// SumRange hashes n bytes of f from off, and fails if fewer are there.
+func SumRange(f io.ReaderAt, off, n int64) (Digest, error) {
+	d, got, err := Sum(io.NewSectionReader(f, off, n))
+	if err == nil && got != n {
+		err = fmt.Errorf("integrity: %w: %d of %d bytes", ErrShort, got, n)
+	}
+	return d, err
+}
+
+// ErrShort means a file ended before its expected size.
+var ErrShort = errors.New("file shorter than expected")
+
+// HeaderValue is the Repr-Digest (and Content-Digest) field value for d:
+// "blake3=:<base64>:" (RFC 9530 §2 with RFC 8941 byte sequences).
+func (d Digest) HeaderValue() string {
+	return "blake3=:" + base64.StdEncoding.EncodeToString(d[:]) + ":"
+}
+
+// ETag is the strong entity-tag derived from d: replicas of the same
+// bytes agree on it.
+func (d Digest) ETag() string {
+	return `"b3-` + base64.RawURLEncoding.EncodeToString(d[:]) + `"`
+}
