@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // oddTree makes files b3sum has opinions about: names with spaces,
@@ -266,4 +268,74 @@ func FuzzManifest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHashTree: every file hashed in parallel, sorted; files that vanish
+// or change mid-run are reported by name, not skipped.
+func TestHashTree(t *testing.T) {
+	dir := oddTree(t, 0)
+	os.WriteFile(filepath.Join(dir, "goes.away"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, "grows.log"), []byte("x"), 0o644)
+	os.Symlink("plain.txt", filepath.Join(dir, "link"))
+	var last Progress
+	var mu sync.Mutex
+	entries, errs, err := HashTree(dir, TreeOptions{
+		Workers: 3,
+		Skip:    func(rel string) bool { return rel == "plain.txt" },
+		Progress: func(p Progress) {
+			mu.Lock()
+			if p.Files > last.Files {
+				last = p
+			}
+			mu.Unlock()
+		},
+		beforeHash: func(rel string) {
+			switch rel {
+			case "goes.away":
+				os.Remove(filepath.Join(dir, rel))
+			case "grows.log":
+				f, _ := os.OpenFile(filepath.Join(dir, rel), os.O_WRONLY|os.O_APPEND, 0)
+				go func() { time.Sleep(time.Millisecond); f.Write(make([]byte, 1<<20)); f.Close() }()
+				time.Sleep(5 * time.Millisecond)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]error{}
+	for _, e := range errs {
+		got[e.Path] = e.Err
+	}
+	if !errors.Is(got["goes.away"], ErrVanished) {
+		t.Errorf("vanished file: %v", got["goes.away"])
+	}
+	for _, e := range entries {
+		if e.Path == "plain.txt" || e.Path == "link" || e.Path == "goes.away" {
+			t.Errorf("%s should not be in the manifest", e.Path)
+		}
+		if e.Path == "new\nline.txt" {
+			f, _ := os.Open(filepath.Join(dir, e.Path))
+			want, _, _ := Sum(f)
+			f.Close()
+			if want != e.Digest {
+				t.Error("wrong digest")
+			}
+		}
+	}
+	if !sort.SliceIsSorted(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path }) {
+		t.Error("entries not sorted")
+	}
+	if last.Files != last.TotalFiles || last.TotalFiles != len(entries)+len(errs) {
+		t.Errorf("progress %+v for %d entries and %d errors", last, len(entries), len(errs))
+	}
+	if _, _, err := HashTree(filepath.Join(dir, "nope"), TreeOptions{}); err == nil {
+		t.Error("a missing root is not an error")
+	}
+	// A file that grows while hashed: reported as changed (when the
+	// append won the race) or hashed at its new length; never a digest of
+	// bytes that are not there.
+	if e, ok := got["grows.log"]; ok && !errors.Is(e, ErrChanged) {
+		t.Errorf("grows.log: %v", e)
+	}
 }

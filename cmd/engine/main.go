@@ -27,6 +27,8 @@ const usage = `engine serves very large files over HTTP, fast, and proves every 
 Usage:
   engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--self-signed] [--check]
   engine preflight [-c engine.toml] [--json]
+  engine digest [--root DIR] [-o B3SUMS] [--check B3SUMS]
+  engine verify URL... [--manifest FILE|URL] [--protocol h1|h2] [-k] [--range A-B]
   engine version
   engine help
 
@@ -54,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "preflight":
 		return preflightCmd(args[1:], stdout, stderr)
+	case "digest":
+		return digestCmd(args[1:], stdout, stderr)
+	case "verify":
+		return verifyCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/integrity"
+)
+
+func run2(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestDigestCommand(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "a.bin"), bytes.Repeat([]byte("a"), 5000), 0o644)
+	os.MkdirAll(filepath.Join(root, "sub"), 0o755)
+	os.WriteFile(filepath.Join(root, "sub", "b c.txt"), []byte("b"), 0o644)
+	os.WriteFile(filepath.Join(root, "new\nline"), []byte("n"), 0o644)
+
+	code, out, errs := run2("digest", "--root", root)
+	if code != 0 || strings.Count(out, "\n") != 3 {
+		t.Fatalf("digest: %d\n%s\n%s", code, out, errs)
+	}
+	if b3sum, err := exec.LookPath("b3sum"); err == nil {
+		cmd := exec.Command(b3sum, "--", "a.bin", "new\nline", "sub/b c.txt")
+		cmd.Dir = root
+		want, _ := cmd.Output()
+		if out != string(want) {
+			t.Errorf("engine digest and b3sum differ:\n%s\n%s", out, want)
+		}
+	}
+	mf := filepath.Join(root, "B3SUMS")
+	if code, _, errs := run2("digest", "--root", root, "-o", mf); code != 0 {
+		t.Fatalf("digest -o: %d %s", code, errs)
+	}
+	written, _ := os.ReadFile(mf)
+	if string(written) != out {
+		t.Errorf("-o wrote %q, want %q (the manifest itself left out)", written, out)
+	}
+	if code, out, _ := run2("digest", "--root", root, "--check", mf); code != 0 || !strings.Contains(out, "all 3 files match") {
+		t.Errorf("check of an unchanged tree: %d %s", code, out)
+	}
+	os.WriteFile(filepath.Join(root, "a.bin"), bytes.Repeat([]byte("a"), 4999), 0o644)
+	os.Remove(filepath.Join(root, "sub", "b c.txt"))
+	code, out, _ = run2("digest", "--root", root, "--check", mf)
+	if code != 1 || !strings.Contains(out, "FAILED a.bin: blake3") || !strings.Contains(out, "FAILED sub/b c.txt: missing") ||
+		!strings.Contains(out, "2 of 3 files FAILED") {
+		t.Errorf("check of a changed tree: %d\n%s", code, out)
+	}
+	os.WriteFile(mf, []byte("not a manifest\n"), 0o644)
+	if code, _, errs := run2("digest", "--root", root, "--check", mf); code != 2 || !strings.Contains(errs, "line 1") {
+		t.Errorf("malformed manifest: %d %s", code, errs)
+	}
+	if code, _, _ := run2("digest", "--root", filepath.Join(root, "nope")); code != 2 {
+		t.Errorf("missing root: %d", code)
+	}
+}
+
+// badServer serves body with the given headers, optionally lying.
+func badServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(h))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func TestVerifyCommand(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	sum, _, _ := integrity.Sum(bytes.NewReader(body))
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f.bin"), body, 0o644)
+	mf := filepath.Join(dir, "B3SUMS")
+	f, _ := os.Create(mf)
+	integrity.WriteManifest(f, []integrity.Entry{{Digest: sum, Path: "f.bin"}})
+	f.Close()
+
+	serve := func(b []byte, header string, length int, cut bool) string {
+		return badServer(t, func(w http.ResponseWriter, r *http.Request) {
+			if header != "" {
+				w.Header().Set("Repr-Digest", header)
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(length))
+			if rg := r.Header.Get("Range"); rg != "" {
+				var a, z int
+				fmt.Sscanf(rg, "bytes=%d-%d", &a, &z)
+				w.Header().Set("Content-Length", strconv.Itoa(z-a+1))
+				w.WriteHeader(206)
+				w.Write(b[a : z+1])
+				return
+			}
+			if cut {
+				w.Write(b[:len(b)/2])
+				panic(http.ErrAbortHandler) // the connection closes early
+			}
+			w.Write(b)
+		})
+	}
+	corrupt := bytes.Clone(body)
+	corrupt[123456] ^= 1
+	good := serve(body, sum.HeaderValue(), len(body), false)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"ok by Repr-Digest", []string{good + "/f.bin"}, 0, "OK    " + good + "/f.bin  1048576 bytes  blake3 " + sum.String() + " (Repr-Digest)"},
+		{"ok by manifest", []string{good + "/f.bin", "--manifest", mf}, 0, "(manifest)"},
+		{"one corrupted byte", []string{serve(corrupt, sum.HeaderValue(), len(body), false) + "/f.bin"}, 1, "digest mismatch"},
+		{"one corrupted byte, manifest", []string{serve(corrupt, "", len(body), false) + "/f.bin", "--manifest", mf}, 1, "digest mismatch"},
+		{"truncated", []string{serve(body, sum.HeaderValue(), len(body), true) + "/f.bin"}, 1, "body shorter than promised"},
+		{"too long", []string{serve(body, sum.HeaderValue(), len(body)-10, false) + "/f.bin"}, 1, ""},
+		{"no digest", []string{serve(body, "", len(body), false) + "/f.bin"}, 1, "no digest to check against"},
+		{"wrong algorithm", []string{serve(body, "sha-256=:AAAA:", len(body), false) + "/f.bin"}, 1, "no digest to check against"},
+		{"malformed header", []string{serve(body, "blake3=notbase64", len(body), false) + "/f.bin"}, 1, "malformed Repr-Digest"},
+		{"404", []string{badServer(t, http.NotFound) + "/f.bin", "--manifest", mf}, 1, "unexpected status 404"},
+		{"range ok", []string{good + "/f.bin", "--manifest", mf, "--range", "1000-99999"}, 0, "bytes 1000-99999 of the local file"},
+		{"range corrupted", []string{serve(corrupt, "", len(body), false) + "/f.bin", "--manifest", mf, "--range", "100000-199999"}, 1, "digest mismatch"},
+		{"range without local manifest", []string{good + "/f.bin", "--range", "0-9"}, 2, ""},
+		{"h3 not yet", []string{good + "/f.bin", "--protocol", "h3"}, 2, ""},
+		{"h2 refused by an h1 server", []string{good + "/f.bin", "--protocol", "h2"}, 1, "did not speak the requested protocol"},
+	}
+	for _, tt := range tests {
+		code, out, errs := run2(append([]string{"verify"}, tt.args...)...)
+		if code != tt.code || !strings.Contains(out+errs, tt.want) {
+			t.Errorf("%s: exit %d, want %d; output:\n%s%s", tt.name, code, tt.code, out, errs)
+		}
+	}
+}
+
+// TestVerifyAgainstEngine: engine verify downloads from the engine itself
+// and checks what it advertises; a file corrupted on disk after it was
+// hashed is caught by the manifest check.
+func TestVerifyAgainstEngine(t *testing.T) {
+	root := t.TempDir()
+	body := bytes.Repeat([]byte("model weights "), 300000)
+	os.WriteFile(filepath.Join(root, "w.bin"), body, 0o644)
+	cfg, _ := engine.ParseConfig("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n", root)))
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := engine.New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	url := "http://" + srv.Addr() + "/w.bin"
+	var out string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var code int
+		code, out, _ = run2("verify", url)
+		if code == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the first responses come before the digest
+	}
+	if !strings.HasPrefix(out, "OK    "+url) || !strings.Contains(out, "(Repr-Digest)") {
+		t.Fatalf("verify against the engine: %s", out)
+	}
+	mf := filepath.Join(t.TempDir(), "B3SUMS")
+	run2("digest", "--root", root, "-o", mf)
+	if code, out, _ := run2("verify", url, "--manifest", mf); code != 0 {
+		t.Errorf("with a manifest: %s", out)
+	}
+}
