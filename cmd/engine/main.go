@@ -29,6 +29,7 @@ Usage:
   engine preflight [-c engine.toml] [--json]
   engine digest [--root DIR] [-o B3SUMS] [--check B3SUMS]
   engine verify URL... [--manifest FILE|URL] [--protocol h1|h2] [-k] [--range A-B]
+  engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
   engine version
   engine help
 
@@ -60,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return digestCmd(args[1:], stdout, stderr)
 	case "verify":
 		return verifyCmd(args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 		return 0

@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/integrity"
+)
+
+var body = bytes.Repeat([]byte("integrity-gated "), 64<<10) // 1 MiB
+
+func digestOf(b []byte) integrity.Digest {
+	d, _, _ := integrity.Sum(bytes.NewReader(b))
+	return d
+}
+
+// misbehave serves body correctly except on every nth request, which gets
+// the fault.
+func misbehave(t *testing.T, fault string, every int64) string {
+	t.Helper()
+	var n atomic.Int64
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := n.Add(1)
+		bad := every > 0 && k%every == 0
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		if !bad {
+			w.Write(body)
+			return
+		}
+		switch fault {
+		case "short":
+			w.Write(body[:len(body)-100])
+			panic(http.ErrAbortHandler)
+		case "flip":
+			b := bytes.Clone(body)
+			b[len(b)/3] ^= 0x20
+			w.Write(b)
+		case "status":
+			w.WriteHeader(500)
+			w.Write(body)
+		case "reset":
+			w.Write(body[:1000])
+			w.(http.Flusher).Flush()
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		case "trickle":
+			for i := 0; i < 50; i++ {
+				w.Write(body[:10])
+				w.(http.Flusher).Flush()
+				time.Sleep(100 * time.Millisecond)
+			}
+		case "lie":
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)-10)) // too late: already set above
+			w.Write(body)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s.URL + "/f.bin"
+}
+
+func run(t *testing.T, c Config) *Report {
+	t.Helper()
+	d := digestOf(body)
+	c.ExpectDigest, c.ExpectSize, c.RangeLast = &d, int64(len(body)), -1
+	if c.Duration == 0 && c.Requests == 0 {
+		c.Duration = 2 * time.Second
+	}
+	r, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestCorrectServer(t *testing.T) {
+	r := run(t, Config{URLs: []string{misbehave(t, "", 0)}, Connections: 4, Samples: 4})
+	if r.Accepted != 4 || len(r.Errors) != 0 {
+		t.Fatalf("accepted %d, errors %v", r.Accepted, r.Errors)
+	}
+	if r.MiBps.Median <= 0 || r.RPS.Median <= 0 || r.Latency.Count == 0 || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 {
+		t.Errorf("figures: %+v %+v %+v", r.MiBps, r.RPS, r.Latency)
+	}
+	// Throughput and request rate agree with the body size.
+	if got := r.MiBps.Median / r.RPS.Median; got < 0.9 || got > 1.1 {
+		t.Errorf("MiB per response %.2f, want about 1", got)
+	}
+	if r.ConnectionsOpened != 4 {
+		t.Errorf("connections opened %d, want 4 (kept alive)", r.ConnectionsOpened)
+	}
+	var text strings.Builder
+	r.WriteText(&text)
+	for _, w := range []string{"4 of 4 accepted", "throughput:", "latency:", "errors:     none", "connections opened: 4", "checked: status, length and the given BLAKE3 digest"} {
+		if !strings.Contains(text.String(), w) {
+			t.Errorf("text report lacks %q:\n%s", w, text.String())
+		}
+	}
+}
+
+// TestMisbehavingServers: each fault is caught, named, and its sample
+// rejected; the figures come only from clean samples.
+func TestMisbehavingServers(t *testing.T) {
+	for _, tt := range []struct {
+		fault, kind string
+		timeout     time.Duration
+	}{
+		{"short", "truncated", 0},
+		{"flip", "digest", 0},
+		{"status", "status", 0},
+		{"reset", "reset", 0},
+		{"trickle", "timeout", 500 * time.Millisecond},
+	} {
+		t.Run(tt.fault, func(t *testing.T) {
+			r := run(t, Config{URLs: []string{misbehave(t, tt.fault, 7)}, Connections: 1, Samples: 4, Timeout: tt.timeout,
+				Duration: 3 * time.Second})
+			if r.Errors[tt.kind] == 0 {
+				t.Fatalf("errors %v, want %s", r.Errors, tt.kind)
+			}
+			rejected := 0
+			for _, s := range r.Samples {
+				if !s.Accepted {
+					rejected++
+					if s.Rejected[tt.kind] == 0 && s.Rejected["no-response"] == 0 {
+						t.Errorf("rejected sample without the reason: %v", s.Rejected)
+					}
+				}
+			}
+			if rejected == 0 {
+				t.Error("no sample rejected")
+			}
+			if r.Accepted+rejected != len(r.Samples) {
+				t.Errorf("accepted %d + rejected %d != %d", r.Accepted, rejected, len(r.Samples))
+			}
+		})
+	}
+	// Every response wrong: no accepted sample, no figures.
+	r := run(t, Config{URLs: []string{misbehave(t, "flip", 1)}, Samples: 2, Duration: time.Second})
+	if r.Accepted != 0 || r.MiBps.Median != 0 {
+		t.Errorf("all wrong: accepted %d, median %.1f", r.Accepted, r.MiBps.Median)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	r := run(t, Config{URLs: []string{"http://" + addr + "/x"}, Samples: 2, Duration: 500 * time.Millisecond})
+	if r.Errors["connect"] == 0 || r.Accepted != 0 {
+		t.Errorf("errors %v accepted %d", r.Errors, r.Accepted)
+	}
+	// TLS to a plain server: a TLS failure.
+	plain := misbehave(t, "", 0)
+	r = run(t, Config{URLs: []string{strings.Replace(plain, "http://", "https://", 1)}, Samples: 2, Duration: 500 * time.Millisecond})
+	if r.Errors["tls"] == 0 && r.Errors["transport"] == 0 {
+		t.Errorf("https to plain: errors %v", r.Errors)
+	}
+}
+
+// TestOpenLoop: at a fixed rate, about rate x duration responses, and
+// latencies measured from the schedule.
+func TestOpenLoop(t *testing.T) {
+	r := run(t, Config{URLs: []string{misbehave(t, "", 0)}, Connections: 4, Samples: 2, Rate: 50, Duration: 2 * time.Second})
+	if r.Accepted != 2 {
+		t.Fatalf("accepted %d: %v", r.Accepted, r.Errors)
+	}
+	if got := r.RPS.Median; got < 35 || got > 65 {
+		t.Errorf("open loop at 50/s measured %.1f/s", got)
+	}
+}
+
+func TestRequestsModeAndNewConnections(t *testing.T) {
+	r := run(t, Config{URLs: []string{misbehave(t, "", 0)}, Requests: 40, Samples: 4, NewConnectionPerRequest: true})
+	if r.Accepted != 4 || r.Latency.Count != 40 {
+		t.Fatalf("accepted %d, responses %d", r.Accepted, r.Latency.Count)
+	}
+	if r.ConnectionsOpened < 40 {
+		t.Errorf("connections opened %d, want one per request", r.ConnectionsOpened)
+	}
+}
+
+func TestInterrupted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	d := digestOf(body)
+	r, err := Run(ctx, Config{URLs: []string{misbehave(t, "", 0)}, Samples: 4, Duration: 10 * time.Second,
+		ExpectDigest: &d, ExpectSize: int64(len(body)), RangeLast: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Interrupted || r.Accepted == len(r.Samples) {
+		t.Errorf("interrupted %v, accepted %d of %d", r.Interrupted, r.Accepted, len(r.Samples))
+	}
+}
+
+func TestSelfCheck(t *testing.T) {
+	r, err := SelfCheck(context.Background(), Config{Duration: time.Second, Samples: 2, Connections: 2}, 4<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Accepted != 2 || r.MiBps.Median <= 0 {
+		t.Errorf("self-check: accepted %d, %.1f MiB/s, errors %v", r.Accepted, r.MiBps.Median, r.Errors)
+	}
+	r, err = SelfCheck(context.Background(), Config{Duration: time.Second, Samples: 2}, 1<<20, true)
+	if err != nil || r.Accepted != 2 {
+		t.Errorf("self-check over TLS: %v, accepted %d, errors %v", err, r.Accepted, r.Errors)
+	}
+}
+
+func TestSVG(t *testing.T) {
+	r := &Report{Protocol: "h1", URLs: []string{"http://x/<a>"}, Connections: 1, Streams: 1, Accepted: 1,
+		MiBps:   Summary{Median: 5},
+		Samples: []Sample{{MiBps: 5, Accepted: true}, {MiBps: 3, Rejected: map[string]int{"digest": 1}}}}
+	var b bytes.Buffer
+	r.WriteSVG(&b)
+	s := b.String()
+	if !strings.HasPrefix(s, "<svg") || strings.Count(s, "<rect") != 2 || !strings.Contains(s, "#c33") || strings.Contains(s, "<a>") {
+		t.Errorf("svg:\n%s", s)
+	}
+	_ = fmt.Sprint
+}

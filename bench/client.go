@@ -1,0 +1,62 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// conn is one client connection (for h2 and h3, shared by its streams).
+type conn struct {
+	rt    http.RoundTripper
+	close func()
+}
+
+// readBuffer is the transport's read buffer: large, so bulk bodies arrive
+// in few reads.
+const readBuffer = 256 << 10
+
+// newConn builds a round tripper that holds exactly one connection (per
+// dial) and counts every connection it opens.
+func newConn(c *Config, dials *atomic.Int64) *conn {
+	tlsConf := &tls.Config{InsecureSkipVerify: c.Insecure, ClientSessionCache: nil}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	countingDial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dialer.DialContext(ctx, network, addr)
+	}
+	switch c.Protocol {
+	case "h3":
+		tr := &http3.Transport{
+			TLSClientConfig: tlsConf,
+			QUICConfig:      &quic.Config{MaxIncomingStreams: -1, InitialStreamReceiveWindow: 8 << 20, MaxStreamReceiveWindow: 32 << 20, InitialConnectionReceiveWindow: 16 << 20, MaxConnectionReceiveWindow: 64 << 20},
+			Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+				dials.Add(1)
+				return quic.DialAddr(ctx, addr, tc, qc)
+			},
+		}
+		return &conn{rt: tr, close: func() { tr.Close() }}
+	default:
+		tr := &http.Transport{
+			DialContext:         countingDial,
+			TLSClientConfig:     tlsConf,
+			MaxConnsPerHost:     1,
+			MaxIdleConnsPerHost: 1,
+			DisableCompression:  true,
+			DisableKeepAlives:   c.NewConnectionPerRequest,
+			ReadBufferSize:      readBuffer,
+			WriteBufferSize:     16 << 10,
+			ForceAttemptHTTP2:   c.Protocol == "h2",
+		}
+		if c.Protocol == "h1" {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // never HTTP/2
+		}
+		return &conn{rt: tr, close: tr.CloseIdleConnections}
+	}
+}

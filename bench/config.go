@@ -1,0 +1,114 @@
+// Package bench is an integrity-gated HTTP load generator: every response
+// body is counted and hashed as it streams, and a sample of the run is
+// accepted only when every response in it had the right status, the exact
+// length and the expected BLAKE3 digest, with no client, protocol or
+// transport error. Rejected samples are reported with their reasons and
+// never enter a median.
+//
+// It speaks HTTP/1.1 (plain and TLS), HTTP/2 (TLS) and HTTP/3, keeps its
+// connections, reads with large buffers and hashes on goroutines of its
+// own, so that the server, not the client, is what is measured; SelfCheck
+// measures the client's own ceiling.
+//
+// Invariant: a figure in a Report comes only from accepted samples.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mediaship/engine/integrity"
+)
+
+// Config describes one run. The zero value of each field means its
+// default.
+type Config struct {
+	URLs []string // requested round-robin
+	// Protocol is "h1" (the zero value), "h2" or "h3".
+	Protocol string
+	// Connections is how many connections to open. Zero means 1.
+	Connections int
+	// Streams is the concurrent requests per connection for h2 and h3.
+	// Zero means 1. HTTP/1.1 always has one.
+	Streams int
+	// Duration of the measured run (after Warmup). Zero means 10s unless
+	// Requests is set.
+	Duration time.Duration
+	// Requests ends the run after this many responses instead.
+	Requests int
+	// Samples splits the run into this many samples. Zero means 5.
+	Samples int
+	// Warmup runs before measuring; its responses are checked too.
+	Warmup time.Duration
+	// Rate, when positive, issues requests on a fixed schedule
+	// (requests/s, open loop): latency counts from each request's
+	// scheduled time, so a slow server cannot hide queueing (coordinated
+	// omission).
+	Rate float64
+	// Range requests bytes First-Last of each URL when Last >= 0.
+	RangeFirst, RangeLast int64
+	// The expected bodies: a manifest (with LocalRoot, the directory the
+	// manifest's files are in, needed for ranges), or one digest and size
+	// for every URL. Without either, only status and length are checked,
+	// and the report says so.
+	Manifest     []integrity.Entry
+	LocalRoot    string
+	ExpectDigest *integrity.Digest
+	ExpectSize   int64 // -1: unknown
+	// NewConnectionPerRequest closes every connection after one response
+	// (a full TLS handshake each time).
+	NewConnectionPerRequest bool
+	Insecure                bool // accept any TLS certificate
+	// ServerPID, when set, is measured: CPU seconds and peak RSS (with
+	// its child processes).
+	ServerPID int
+	// Timeout bounds one request. Zero means 60s.
+	Timeout time.Duration
+	// Progress, when set, is called about once a second.
+	Progress func(ProgressInfo)
+}
+
+// ProgressInfo is what the live progress line shows.
+type ProgressInfo struct {
+	Elapsed   time.Duration
+	Bytes     int64
+	Responses int64
+	Errors    int64
+	Warmup    bool
+}
+
+func (c *Config) withDefaults() error {
+	if len(c.URLs) == 0 {
+		return errors.New("bench: no URL")
+	}
+	switch c.Protocol {
+	case "":
+		c.Protocol = "h1"
+	case "h1", "h2", "h3":
+	default:
+		return fmt.Errorf("bench: protocol %q: expected h1, h2 or h3", c.Protocol)
+	}
+	if c.Connections <= 0 {
+		c.Connections = 1
+	}
+	if c.Streams <= 0 || c.Protocol == "h1" {
+		c.Streams = 1
+	}
+	if c.Samples <= 0 {
+		c.Samples = 5
+	}
+	if c.Duration <= 0 && c.Requests <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Requests > 0 && c.Requests < c.Samples {
+		c.Samples = c.Requests
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 60 * time.Second
+	}
+	if c.RangeLast >= 0 && c.RangeFirst > c.RangeLast {
+		return errors.New("bench: range first byte after last")
+	}
+	return nil
+}

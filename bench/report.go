@@ -1,0 +1,346 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of a run. Throughput and latency figures come
+// from accepted samples only.
+type Report struct {
+	Command     string   `json:"command"`
+	Machine     string   `json:"machine"`
+	Kernel      string   `json:"kernel"`
+	GoVersion   string   `json:"go"`
+	URLs        []string `json:"urls"`
+	Protocol    string   `json:"protocol"`
+	Connections int      `json:"connections"`
+	Streams     int      `json:"streams"`
+	Rate        float64  `json:"rate,omitempty"`
+	Checked     string   `json:"checked"` // what the integrity gate compared
+
+	Samples  []Sample `json:"samples"`
+	Accepted int      `json:"accepted"`
+	MiBps    Summary  `json:"mib_per_s"`
+	RPS      Summary  `json:"requests_per_s"`
+	Latency  Latency  `json:"latency"`
+	// Errors counts failed responses by kind over the whole run
+	// (warmup included): connect, tls, status, protocol, length,
+	// no-length, truncated, too-long, digest, reset, timeout, transport.
+	Errors            map[string]int `json:"errors"`
+	ConnectionsOpened int64          `json:"connections_opened"`
+	Server            *ServerStats   `json:"server,omitempty"`
+	Interrupted       bool           `json:"interrupted,omitempty"`
+}
+
+// Sample is one slice of the run.
+type Sample struct {
+	Bytes     int64          `json:"bytes"`
+	Responses int64          `json:"responses"`
+	Seconds   float64        `json:"seconds"`
+	MiBps     float64        `json:"mib_per_s"`
+	RPS       float64        `json:"requests_per_s"`
+	Accepted  bool           `json:"accepted"`
+	Rejected  map[string]int `json:"rejected_because,omitempty"`
+}
+
+// Summary of a figure over accepted samples.
+type Summary struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	CV     float64 `json:"cv"` // standard deviation / mean
+}
+
+// Latency percentiles over the accepted samples' responses.
+type Latency struct {
+	Count int           `json:"count"`
+	P50   time.Duration `json:"p50_ns"`
+	P90   time.Duration `json:"p90_ns"`
+	P99   time.Duration `json:"p99_ns"`
+	P999  time.Duration `json:"p999_ns"`
+}
+
+// ServerStats is what the server process used during the run.
+type ServerStats struct {
+	PID        int     `json:"pid"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	PeakRSS    int64   `json:"peak_rss_bytes"` // VmHWM, over the process and its children
+}
+
+func (s *runState) report(checked string, elapsed time.Duration, interrupted bool, srv *ServerStats) *Report {
+	c := s.c
+	r := &Report{Command: strings.Join(os.Args, " "), Machine: machine(), Kernel: kernel(), GoVersion: runtime.Version(),
+		URLs: c.URLs, Protocol: c.Protocol, Connections: c.Connections, Streams: c.Streams, Rate: c.Rate, Checked: checked,
+		Errors: map[string]int{}, ConnectionsOpened: s.dials.Load(), Server: srv, Interrupted: interrupted}
+	for k, v := range s.warmErrs {
+		r.Errors[k] += v
+	}
+	var accepted []*acc
+	var mibs, rps []float64
+	for i := range s.samples {
+		a := &s.samples[i]
+		secs := s.sampleD.Seconds()
+		if c.Requests > 0 || i == len(s.samples)-1 && c.Duration == 0 {
+			secs = elapsed.Seconds() / float64(c.Samples)
+		}
+		smp := Sample{Bytes: a.bytes, Responses: a.responses, Seconds: secs, Accepted: len(a.errs) == 0 && a.responses > 0}
+		if secs > 0 {
+			smp.MiBps = float64(a.bytes) / (1 << 20) / secs
+			smp.RPS = float64(a.responses) / secs
+		}
+		if len(a.errs) > 0 {
+			smp.Rejected = a.errs
+			for k, v := range a.errs {
+				r.Errors[k] += v
+			}
+		} else if a.responses == 0 {
+			smp.Rejected = map[string]int{"no-response": 1}
+		}
+		if interrupted && i >= s.sampleAt(time.Now()) {
+			smp.Accepted = false // not run to the end
+			if smp.Rejected == nil {
+				smp.Rejected = map[string]int{"interrupted": 1}
+			}
+		}
+		r.Samples = append(r.Samples, smp)
+		if smp.Accepted {
+			accepted = append(accepted, a)
+			mibs = append(mibs, smp.MiBps)
+			rps = append(rps, smp.RPS)
+		}
+	}
+	r.Accepted = len(accepted)
+	r.MiBps, r.RPS = summarize(mibs), summarize(rps)
+	var lat []time.Duration
+	for _, a := range accepted {
+		lat = append(lat, a.lat...)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	r.Latency = Latency{Count: len(lat), P50: pct(lat, 0.50), P90: pct(lat, 0.90), P99: pct(lat, 0.99), P999: pct(lat, 0.999)}
+	return r
+}
+
+func summarize(v []float64) Summary {
+	if len(v) == 0 {
+		return Summary{}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	var sum, sq float64
+	for _, x := range s {
+		sum += x
+	}
+	mean := sum / float64(len(s))
+	for _, x := range s {
+		sq += (x - mean) * (x - mean)
+	}
+	cv := 0.0
+	if mean > 0 {
+		cv = math.Sqrt(sq/float64(len(s))) / mean
+	}
+	return Summary{Median: med, Min: s[0], Max: s[len(s)-1], CV: cv}
+}
+
+// pct is the nearest-rank percentile of sorted durations.
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// WriteText prints the report for a terminal.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "engine bench: %s, %d connection(s) x %d stream(s)", r.Protocol, r.Connections, r.Streams)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, ", open loop at %.0f requests/s", r.Rate)
+	}
+	fmt.Fprintf(w, "\n  %s\n  machine: %s; kernel %s; %s\n  command: %s\n  checked: %s\n", strings.Join(r.URLs, " "), r.Machine, r.Kernel, r.GoVersion, r.Command, r.Checked)
+	fmt.Fprintf(w, "\nsamples (%d of %d accepted):\n", r.Accepted, len(r.Samples))
+	for i, s := range r.Samples {
+		verdict := "accepted"
+		if !s.Accepted {
+			verdict = "REJECTED " + kinds(s.Rejected)
+		}
+		fmt.Fprintf(w, "  %2d  %10.1f MiB/s  %10.1f req/s  %s\n", i+1, s.MiBps, s.RPS, verdict)
+	}
+	if r.Accepted > 0 {
+		fmt.Fprintf(w, "\nthroughput: %.1f MiB/s median [%.1f-%.1f], CV %.3f\n", r.MiBps.Median, r.MiBps.Min, r.MiBps.Max, r.MiBps.CV)
+		fmt.Fprintf(w, "requests:   %.1f req/s median [%.1f-%.1f], CV %.3f\n", r.RPS.Median, r.RPS.Min, r.RPS.Max, r.RPS.CV)
+		fmt.Fprintf(w, "latency:    p50 %v  p90 %v  p99 %v  p99.9 %v  (%d responses)\n", r.Latency.P50.Round(time.Microsecond),
+			r.Latency.P90.Round(time.Microsecond), r.Latency.P99.Round(time.Microsecond), r.Latency.P999.Round(time.Microsecond), r.Latency.Count)
+	} else {
+		fmt.Fprintf(w, "\nno accepted sample: no figures\n")
+	}
+	fmt.Fprintf(w, "errors:     %s\n", kindsOrNone(r.Errors))
+	fmt.Fprintf(w, "connections opened: %d\n", r.ConnectionsOpened)
+	if r.Server != nil {
+		fmt.Fprintf(w, "server (pid %d): %.2f CPU s, peak RSS %.1f MiB\n", r.Server.PID, r.Server.CPUSeconds, float64(r.Server.PeakRSS)/(1<<20))
+	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "interrupted: figures cover what was measured before")
+	}
+}
+
+func kinds(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func kindsOrNone(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	return kinds(m)
+}
+
+// WriteJSON prints the report as JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteSVG draws the samples' throughput as bars (accepted in green,
+// rejected in red) with the median as a line.
+func (r *Report) WriteSVG(w io.Writer) error {
+	const width, height, pad = 640, 320, 40
+	maxV := 1.0
+	for _, s := range r.Samples {
+		maxV = math.Max(maxV, s.MiBps)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
+	fmt.Fprintf(&b, `<text x="%d" y="20">%s %s, %d conn x %d: MiB/s per sample (median %.1f)</text>`+"\n", pad, r.Protocol,
+		xmlEscape(strings.Join(r.URLs, " ")), r.Connections, r.Streams, r.MiBps.Median)
+	n := max(len(r.Samples), 1)
+	bw := float64(width-2*pad) / float64(n)
+	for i, s := range r.Samples {
+		h := s.MiBps / maxV * float64(height-2*pad)
+		color := "#3a3"
+		if !s.Accepted {
+			color = "#c33"
+		}
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>sample %d: %.1f MiB/s %s</title></rect>`+"\n",
+			float64(pad)+float64(i)*bw+2, float64(height-pad)-h, bw-4, h, color, i+1, s.MiBps, xmlEscape(kinds(s.Rejected)))
+	}
+	if r.Accepted > 0 {
+		y := float64(height-pad) - r.MiBps.Median/maxV*float64(height-2*pad)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#333" stroke-dasharray="4"/>`+"\n", pad, width-pad, y, y)
+	}
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#000"/>`+"\n", pad, width-pad, height-pad, height-pad)
+	fmt.Fprintf(&b, `<text x="%d" y="%d">0</text><text x="5" y="%d">%.0f</text>`+"\n", pad-12, height-pad, pad, maxV)
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func xmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
+
+func machine() string {
+	name, _ := os.Hostname()
+	return fmt.Sprintf("%s, %d CPUs, %s/%s", name, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+}
+
+func kernel() string {
+	out, err := exec.Command("uname", "-sr").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// serverWatch samples a process's CPU time at the start and at the end.
+type serverWatch struct {
+	pid   int
+	ticks int64
+}
+
+func startServerStats(pid int) *serverWatch {
+	if pid <= 0 {
+		return nil
+	}
+	return &serverWatch{pid: pid, ticks: procTicks(pid)}
+}
+
+func (w *serverWatch) finish() *ServerStats {
+	if w == nil {
+		return nil
+	}
+	return &ServerStats{PID: w.pid, CPUSeconds: float64(procTicks(w.pid)-w.ticks) / 100, PeakRSS: procHWM(w.pid)}
+}
+
+// family is pid and its child processes (nginx's workers).
+func family(pid int) []int {
+	out := []int{pid}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// procTicks is utime+stime in clock ticks (USER_HZ, 100 on Linux).
+func procTicks(pid int) int64 {
+	var total int64
+	for _, p := range family(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			total += u + st
+		}
+	}
+	return total
+}
+
+func procHWM(pid int) int64 {
+	var total int64
+	for _, p := range family(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}
