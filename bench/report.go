@@ -30,6 +30,7 @@ type Report struct {
 
 	Samples  []Sample `json:"samples"`
 	Accepted int      `json:"accepted"`
+	Bytes    int64    `json:"bytes"` // body bytes over all samples
 	MiBps    Summary  `json:"mib_per_s"`
 	RPS      Summary  `json:"requests_per_s"`
 	Latency  Latency  `json:"latency"`
@@ -73,7 +74,7 @@ type Latency struct {
 // ServerStats is what the server process used during the run.
 type ServerStats struct {
 	PID        int     `json:"pid"`
-	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"` // over the samples (not the warmup)
 	PeakRSS    int64   `json:"peak_rss_bytes"` // VmHWM, over the process and its children
 }
 
@@ -113,6 +114,7 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 			}
 		}
 		r.Samples = append(r.Samples, smp)
+		r.Bytes += a.bytes
 		if smp.Accepted {
 			accepted = append(accepted, a)
 			mibs = append(mibs, smp.MiBps)

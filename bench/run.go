@@ -138,7 +138,6 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	for i := range s.samples {
 		s.samples[i].errs = map[string]int{}
 	}
-	srv := startServerStats(c.ServerPID)
 	start := time.Now()
 	s.t0 = start.Add(c.Warmup)
 	if c.Duration > 0 {
@@ -147,6 +146,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The server is measured over the samples, not the warmup.
+	srvCh := make(chan *serverWatch, 1)
+	time.AfterFunc(c.Warmup, func() { srvCh <- startServerStats(c.ServerPID) })
 
 	// Open loop: a dispatcher hands out scheduled start times.
 	var tickets chan time.Time
@@ -210,6 +212,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	interrupted := ctx.Err() != nil
 	elapsed := time.Since(s.t0)
+	var srv *serverWatch
+	select {
+	case srv = <-srvCh:
+	default: // stopped during the warmup
+	}
 	return s.report(checked, elapsed, interrupted, srv.finish()), nil
 }
 
