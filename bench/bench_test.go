@@ -59,6 +59,12 @@ func misbehave(t *testing.T, fault string, every int64) string {
 				w.(http.Flusher).Flush()
 				time.Sleep(100 * time.Millisecond)
 			}
+		case "slow": // right bytes, paced over about a second
+			for i := 0; i < 8; i++ {
+				w.Write(body[i*len(body)/8 : (i+1)*len(body)/8])
+				w.(http.Flusher).Flush()
+				time.Sleep(100 * time.Millisecond)
+			}
 		case "lie":
 			w.Header().Set("Content-Length", strconv.Itoa(len(body)-10)) // too late: already set above
 			w.Write(body)
@@ -106,6 +112,25 @@ func TestCorrectServer(t *testing.T) {
 	}
 }
 
+// TestSlowResponseSpansSamples: a response longer than a sample vouches
+// for every sample it streamed in once it passes its checks, so slow
+// transfers of large files are measured rather than rejected as unverified.
+func TestSlowResponseSpansSamples(t *testing.T) {
+	r := run(t, Config{URLs: []string{misbehave(t, "slow", 1)}, Connections: 1, Samples: 8})
+	spanned := 0
+	for _, s := range r.Samples {
+		if s.Accepted && s.Responses == 0 {
+			spanned++
+		}
+		if !s.Accepted && s.Rejected["unverified"] == 0 {
+			t.Errorf("sample rejected for %v, want only unverified", s.Rejected)
+		}
+	}
+	if spanned == 0 || len(r.Errors) != 0 {
+		t.Fatalf("no sample accepted on the strength of a response that finished later; errors %v, samples %+v", r.Errors, r.Samples)
+	}
+}
+
 // TestMisbehavingServers: each fault is caught, named, and its sample
 // rejected; the figures come only from clean samples.
 func TestMisbehavingServers(t *testing.T) {
@@ -129,7 +154,7 @@ func TestMisbehavingServers(t *testing.T) {
 			for _, s := range r.Samples {
 				if !s.Accepted {
 					rejected++
-					if s.Rejected[tt.kind] == 0 && s.Rejected["no-response"] == 0 {
+					if s.Rejected[tt.kind] == 0 && s.Rejected["unverified"] == 0 {
 						t.Errorf("rejected sample without the reason: %v", s.Rejected)
 					}
 				}

@@ -94,7 +94,7 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 		if c.Requests > 0 || i == len(s.samples)-1 && c.Duration == 0 {
 			secs = elapsed.Seconds() / float64(c.Samples)
 		}
-		smp := Sample{Bytes: a.bytes, Responses: a.responses, Seconds: secs, Accepted: len(a.errs) == 0 && a.responses > 0}
+		smp := Sample{Bytes: a.bytes, Responses: a.responses, Seconds: secs, Accepted: len(a.errs) == 0 && a.checked}
 		if secs > 0 {
 			smp.MiBps = float64(a.bytes) / (1 << 20) / secs
 			smp.RPS = float64(a.responses) / secs
@@ -104,8 +104,8 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 			for k, v := range a.errs {
 				r.Errors[k] += v
 			}
-		} else if a.responses == 0 {
-			smp.Rejected = map[string]int{"no-response": 1}
+		} else if !a.checked {
+			smp.Rejected = map[string]int{"unverified": 1}
 		}
 		if interrupted && i >= s.sampleAt(time.Now()) {
 			smp.Accepted = false // not run to the end

@@ -90,6 +90,10 @@ type acc struct {
 	bytes, responses int64
 	errs             map[string]int
 	lat              []time.Duration
+	// checked: a response that passed every check streamed during this
+	// sample, though it may have finished in a later one. A large file at a
+	// low rate can span several samples; they count once it is verified.
+	checked bool
 }
 
 // worker state shared by all workers of a run.
@@ -353,7 +357,7 @@ func (s *runState) count(n int64) {
 }
 
 // record books one finished request: a failure rejects every sample the
-// request overlapped.
+// request overlapped, a success vouches for them.
 func (s *runState) record(begin, end time.Time, kind string, lat time.Duration) {
 	s.resps.Add(1)
 	if kind != "" {
@@ -376,6 +380,9 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration) 
 			s.samples[i].errs[kind]++
 		}
 		return
+	}
+	for i := max(first, 0); i <= last; i++ {
+		s.samples[i].checked = true
 	}
 	s.samples[last].responses++
 	s.samples[last].lat = append(s.samples[last].lat, lat)
