@@ -74,7 +74,7 @@ type Latency struct {
 // ServerStats is what the server process used during the run.
 type ServerStats struct {
 	PID        int     `json:"pid"`
-	CPUSeconds float64 `json:"cpu_seconds"` // over the samples (not the warmup)
+	CPUSeconds float64 `json:"cpu_seconds"`    // over the samples (not the warmup)
 	PeakRSS    int64   `json:"peak_rss_bytes"` // VmHWM, over the process and its children
 }
 
