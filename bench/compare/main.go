@@ -21,6 +21,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"debug/buildinfo"
 	"encoding/pem"
 	"flag"
 	"fmt"
@@ -30,10 +31,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mediaship/engine/bench"
@@ -155,7 +158,20 @@ func main() {
 	for i := range rows {
 		results[i], notes[i], cpu[i] = map[string][]float64{}, map[string]string{}, map[string][]float64{}
 	}
-	ctx := context.Background()
+	// Ctrl-C or SIGTERM stops the run and the servers; nothing is written.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	interrupted := func() bool {
+		if ctx.Err() == nil {
+			return false
+		}
+		log.Print("interrupted: servers stopped, no report written")
+		for _, s := range list {
+			s.stop()
+		}
+		os.RemoveAll(work)
+		return true
+	}
 	for r := 0; r < *repeats; r++ {
 		for i, rw := range rows {
 			order := rotate(list, r+i)
@@ -170,6 +186,9 @@ func main() {
 					LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
 					NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
 				rep, err := bench.Run(ctx, c)
+				if interrupted() {
+					os.Exit(130)
+				}
 				if err != nil {
 					notes[i][s.name] = err.Error()
 					continue
@@ -196,6 +215,9 @@ func main() {
 		}
 	}
 	ceil := selfChecks(ctx, *duration, *samples, *warmup)
+	if interrupted() {
+		os.Exit(130)
+	}
 	doc := render(rows, list, results, notes, cpu, ceil, *repeats, *duration, *samples, *quick)
 	if err := os.MkdirAll(filepath.Dir(filepath.Join(repo, *out)), 0o755); err != nil {
 		log.Fatal(err)
@@ -396,8 +418,15 @@ func (s *server) describe() string {
 		out, _ := exec.Command("nginx", "-v").CombinedOutput()
 		return strings.TrimSpace(string(out)) + " (shared/peers/nginx.conf.tmpl: sendfile on, access log off; HTTP/2 on TLS)"
 	case "caddy":
-		out, _ := exec.Command(s.cmd.Path, "version").Output()
-		return "caddy " + strings.TrimSpace(string(out)) + " (shared/peers/Caddyfile.tmpl with h1 h2 h3)"
+		v := "(version unknown)"
+		// A caddy built with go install says "unknown" to "caddy version";
+		// its build information still names the module version.
+		if bi, err := buildinfo.ReadFile(s.cmd.Path); err == nil && bi.Main.Version != "" {
+			v = bi.Main.Version + ", " + bi.GoVersion
+		} else if out, err := exec.Command(s.cmd.Path, "version").Output(); err == nil {
+			v = strings.TrimSpace(string(out))
+		}
+		return "caddy " + v + " (shared/peers/Caddyfile.tmpl with h1 h2 h3)"
 	}
 	return ""
 }
@@ -508,6 +537,8 @@ func startProc(logFile string, name string, args []string, env ...string) (*exec
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), env...)
+	// Should this harness die without stopping them, the servers follow.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	return cmd, cmd.Start()
 }
 
