@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/integrity"
+	"github.com/quic-go/quic-go/http3"
 )
 
 var body = bytes.Repeat([]byte("integrity-gated "), 64<<10) // 1 MiB
@@ -65,9 +67,12 @@ func misbehave(t *testing.T, fault string, every int64) string {
 				w.(http.Flusher).Flush()
 				time.Sleep(100 * time.Millisecond)
 			}
-		case "lie":
-			w.Header().Set("Content-Length", strconv.Itoa(len(body)-10)) // too late: already set above
-			w.Write(body)
+		case "lie": // announces 10 bytes fewer than it sends
+			conn, bw, _ := w.(http.Hijacker).Hijack()
+			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body)-10)
+			bw.Write(body)
+			bw.Flush()
+			conn.Close()
 		}
 	}))
 	t.Cleanup(s.Close)
@@ -131,6 +136,59 @@ func TestSlowResponseSpansSamples(t *testing.T) {
 	}
 }
 
+// TestOtherProtocols: the h2 and h3 clients, with several streams on each
+// connection, against real HTTP/2 and HTTP/3 servers; a corrupt body is
+// caught on each; asking an HTTP/1.1-only server for h2 is an error, not a
+// silent fallback.
+func TestOtherProtocols(t *testing.T) {
+	var n atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := body
+		if r.URL.Path == "/bad" && n.Add(1)%3 == 0 {
+			b = bytes.Clone(body)
+			b[12345] ^= 1
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b)
+	})
+	h2 := httptest.NewUnstartedServer(h)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	t.Cleanup(h2.Close)
+
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h3 := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: h2.TLS.Certificates})}
+	go h3.Serve(udp)
+	t.Cleanup(func() { h3.Close() })
+	h3URL := "https://" + udp.LocalAddr().String()
+
+	h1 := httptest.NewTLSServer(h) // no HTTP/2
+	t.Cleanup(h1.Close)
+
+	for _, tt := range []struct{ proto, base string }{{"h2", h2.URL}, {"h3", h3URL}} {
+		t.Run(tt.proto, func(t *testing.T) {
+			r := run(t, Config{URLs: []string{tt.base + "/f.bin"}, Protocol: tt.proto, Connections: 2, Streams: 4, Samples: 2, Insecure: true})
+			if r.Accepted != 2 || len(r.Errors) != 0 || r.RPS.Median <= 0 {
+				t.Fatalf("accepted %d, errors %v, %.1f req/s", r.Accepted, r.Errors, r.RPS.Median)
+			}
+			if r.ConnectionsOpened != 2 {
+				t.Errorf("connections opened %d, want 2 (streams share them)", r.ConnectionsOpened)
+			}
+			r = run(t, Config{URLs: []string{tt.base + "/bad"}, Protocol: tt.proto, Connections: 1, Streams: 2, Samples: 2, Insecure: true})
+			if r.Errors["digest"] == 0 || r.Accepted == len(r.Samples) {
+				t.Errorf("corrupt bodies over %s: errors %v, accepted %d of %d", tt.proto, r.Errors, r.Accepted, len(r.Samples))
+			}
+		})
+	}
+	r := run(t, Config{URLs: []string{h1.URL + "/f.bin"}, Protocol: "h2", Connections: 1, Samples: 1, Insecure: true, Duration: 500 * time.Millisecond})
+	if r.Errors["protocol"] == 0 || r.Accepted != 0 {
+		t.Errorf("h2 asked of an HTTP/1.1 server: errors %v, accepted %d", r.Errors, r.Accepted)
+	}
+}
+
 // TestMisbehavingServers: each fault is caught, named, and its sample
 // rejected; the figures come only from clean samples.
 func TestMisbehavingServers(t *testing.T) {
@@ -143,6 +201,7 @@ func TestMisbehavingServers(t *testing.T) {
 		{"status", "status", 0},
 		{"reset", "reset", 0},
 		{"trickle", "timeout", 500 * time.Millisecond},
+		{"lie", "length", 0},
 	} {
 		t.Run(tt.fault, func(t *testing.T) {
 			r := run(t, Config{URLs: []string{misbehave(t, tt.fault, 7)}, Connections: 1, Samples: 4, Timeout: tt.timeout,
