@@ -537,8 +537,7 @@ func startProc(logFile string, name string, args []string, env ...string) (*exec
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), env...)
-	// Should this harness die without stopping them, the servers follow.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = dieWithParent()
 	return cmd, cmd.Start()
 }
 
