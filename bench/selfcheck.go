@@ -4,19 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"math/big"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/selfsigned"
 )
 
 // SelfCheck measures the client alone: the same run against an in-process
@@ -37,11 +33,11 @@ func SelfCheck(ctx context.Context, c Config, size int64, useTLS bool) (*Report,
 	}
 	scheme := "http"
 	if useTLS {
-		cert, err := selfCert()
+		cert, err := selfsigned.New("bench self-check", time.Hour)
 		if err != nil {
 			return nil, err
 		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"http/1.1"}})
 		scheme = "https"
 		c.Insecure = true
 	}
@@ -102,18 +98,4 @@ func serveSource(cn net.Conn, pattern []byte, size int64) {
 			left -= n
 		}
 	}
-}
-
-func selfCert() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench self-check"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }

@@ -1,19 +1,14 @@
 package engine
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/mediaship/engine/internal/selfsigned"
 )
 
 // certTable chooses a certificate by SNI: exact name, then wildcard, then
@@ -129,32 +124,9 @@ func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 // selfSignedCert makes an in-memory ECDSA P-256 certificate for trying
 // the server out: localhost, the loopback addresses and this host's name.
 func selfSignedCert() (*tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	names := []string{"localhost"}
 	if h, err := os.Hostname(); err == nil && h != "" && h != "localhost" {
 		names = append(names, h)
 	}
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "engine self-signed", Organization: []string{"engine --self-signed"}},
-		DNSNames:     names,
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(30 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+	return selfsigned.New("engine self-signed", 30*24*time.Hour, names...)
 }

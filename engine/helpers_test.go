@@ -140,6 +140,13 @@ func start(t *testing.T, toml string) *testServer {
 // startLog is start with the server's log (from Info up) also written to w.
 func startLog(t *testing.T, toml string, w io.Writer) *testServer {
 	t.Helper()
+	return startFlags(t, toml, w)
+}
+
+// startFlags is startLog with command-line flags ("name", "value", ...)
+// applied over the file, as engine serve does.
+func startFlags(t *testing.T, toml string, w io.Writer, flags ...string) *testServer {
+	t.Helper()
 	if !strings.Contains(toml, "listen") {
 		toml = "listen = \"127.0.0.1:0\"\n" + toml
 	}
@@ -147,6 +154,11 @@ func startLog(t *testing.T, toml string, w io.Writer) *testServer {
 	cfg, err := engine.ParseConfig("test.toml", dir, []byte(toml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
+	}
+	for i := 0; i+1 < len(flags); i += 2 {
+		if err := cfg.SetFlag(flags[i], flags[i+1]); err != nil {
+			t.Fatalf("flag --%s: %v", flags[i], err)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)

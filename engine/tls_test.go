@@ -470,3 +470,33 @@ func TestTLSSlowReaders(t *testing.T) {
 		t.Errorf("heap grew %d MiB for %d stalled TLS downloads", grew>>20, clients)
 	}
 }
+
+// TestSelfSigned: serve --self-signed speaks TLS with an in-memory
+// certificate for localhost and the loopback addresses.
+func TestSelfSigned(t *testing.T) {
+	root := siteRoot(t)
+	ts := startFlags(t, fmt.Sprintf("root = %q\n", root), nil, "self-signed", "true")
+	conn, err := tls.Dial("tcp", ts.addr, &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := conn.ConnectionState().PeerCertificates[0]
+	conn.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	for _, name := range []string{"localhost", "127.0.0.1", "::1"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
+			t.Errorf("certificate for %s: %v", name, err)
+		}
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	resp, err := c.Get("https://" + ts.addr + "/alpha.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "abcdefghijklmnopqrstuvwxyz" {
+		t.Errorf("status %d, body %q", resp.StatusCode, b)
+	}
+}

@@ -15,19 +15,12 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"debug/buildinfo"
-	"encoding/pem"
 	"flag"
 	"fmt"
 	"log"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,6 +34,7 @@ import (
 
 	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/selfsigned"
 )
 
 // A server under test: its URLs per protocol and its process.
@@ -498,20 +492,18 @@ func fixtures(work string) ([]integrity.Entry, error) {
 }
 
 func writeCert(work string) error {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	c, err := selfsigned.New("localhost", 48*time.Hour, "localhost")
 	if err != nil {
 		return err
 	}
-	kd, _ := x509.MarshalPKCS8PrivateKey(key)
-	if err := os.WriteFile(filepath.Join(work, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	certPEM, keyPEM, err := selfsigned.PEM(c)
+	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(work, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o644)
+	if err := os.WriteFile(filepath.Join(work, "cert.pem"), certPEM, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(work, "key.pem"), keyPEM, 0o644)
 }
 
 // waitReady polls a URL until it answers 200.
