@@ -55,16 +55,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	size := fs.Int64("size", 100<<20, "self-check: response size")
 	useTLS := fs.Bool("tls", false, "self-check: over TLS")
 	fs.Usage = func() { fmt.Fprint(stderr, benchUsage, "\nflags:\n"); fs.PrintDefaults() }
-	var urls []string
-	for rest := args; len(rest) > 0; {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		urls = append(urls, fs.Arg(0))
-		rest = fs.Args()[1:]
+	urls, err := parseMixed(fs, args)
+	if err != nil {
+		return 2
 	}
 	c.URLs = urls
 	c.RangeLast = -1
@@ -112,7 +105,6 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	var r *bench.Report
-	var err error
 	if *selfCheck {
 		r, err = bench.SelfCheck(ctx, c, *size, *useTLS)
 	} else {

@@ -38,17 +38,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) int {
 	rng := fs.String("range", "", "verify only bytes A-B (needs a local --manifest and the file beside it)")
 	timeout := fs.Duration("timeout", 0, "give up on a URL after this long (default: no limit)")
 	fs.Usage = func() { fmt.Fprint(stderr, verifyUsage, "\nflags:\n"); fs.PrintDefaults() }
-	// Flags may follow the URLs.
-	var urls []string
-	for rest := args; len(rest) > 0; {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		urls = append(urls, fs.Arg(0))
-		rest = fs.Args()[1:]
+	urls, err := parseMixed(fs, args)
+	if err != nil {
+		return 2
 	}
 	if len(urls) == 0 {
 		fs.Usage()
@@ -251,4 +243,21 @@ func parseReprDigest(v string) (integrity.Digest, error) {
 		return d, nil
 	}
 	return d, fmt.Errorf("%w (Repr-Digest has no blake3: %q)", errNoDigest, v)
+}
+
+// parseMixed parses flags that may come before, between or after the
+// positional arguments (URLs), and returns those arguments.
+func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for rest := args; len(rest) > 0; {
+		if err := fs.Parse(rest); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	return pos, nil
 }
