@@ -8,12 +8,12 @@ require (
 	github.com/quic-go/quic-go v0.65.0
 	github.com/zeebo/blake3 v0.2.4
 	golang.org/x/crypto v0.59.0
+	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 )
 
 require (
 	github.com/klauspost/cpuid/v2 v2.0.12 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
-	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )

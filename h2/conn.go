@@ -1,0 +1,944 @@
+package h2
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Preface is what a client sends first (RFC 9113 §3.4).
+const Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// Error codes (RFC 9113 §7), as x/net names them.
+type ErrCode = http2.ErrCode
+
+// Config bounds one connection. The zero value of each field means its
+// default.
+type Config struct {
+	// MaxConcurrentStreams is advertised in SETTINGS and enforced: a
+	// stream past it is refused (REFUSED_STREAM). Streams the client
+	// reset while their request is still being worked on count too, so
+	// opening and resetting streams cannot pile up work (CVE-2023-44487).
+	// Zero means 128.
+	MaxConcurrentStreams uint32
+	// MaxHeaderListSize bounds a request's decoded header list, counted
+	// as RFC 9113 §6.5.2 says (name + value + 32 per field); past it the
+	// request is answered 431. The encoded block may be at most four
+	// times this, in at most 32 frames, or the connection ends with
+	// ENHANCE_YOUR_CALM (the CONTINUATION flood, CVE-2024-27316). Zero
+	// means 16 KiB.
+	MaxHeaderListSize uint32
+	// ConnWindow is the connection-level receive window for request
+	// bodies. Zero means 1 MiB.
+	ConnWindow uint32
+	// StreamWindow is each stream's receive window (SETTINGS_INITIAL_
+	// WINDOW_SIZE). Request bodies are not read by this server, so it
+	// only bounds what a client may send unasked. Zero means 64 KiB.
+	StreamWindow uint32
+	// MaxQueuedControl bounds control output (SETTINGS and PING
+	// acknowledgements, RST_STREAM) waiting for a client that does not
+	// read; past it the connection ends with ENHANCE_YOUR_CALM. Zero
+	// means 256 KiB.
+	MaxQueuedControl int
+	// OnEvent, when set, is told of every limit hit and protocol error,
+	// for counting and logging.
+	OnEvent func(Event, error)
+}
+
+func (c *Config) withDefaults() {
+	if c.MaxConcurrentStreams == 0 {
+		c.MaxConcurrentStreams = 128
+	}
+	if c.MaxHeaderListSize == 0 {
+		c.MaxHeaderListSize = 16 << 10
+	}
+	if c.ConnWindow == 0 {
+		c.ConnWindow = 1 << 20
+	}
+	if c.StreamWindow == 0 {
+		c.StreamWindow = 64 << 10
+	}
+	if c.MaxQueuedControl == 0 {
+		c.MaxQueuedControl = 256 << 10
+	}
+}
+
+// Event names what happened, for counters.
+type Event uint8
+
+const (
+	EventProtocolError    Event = iota // the peer broke the protocol: GOAWAY or RST_STREAM with the RFC's code
+	EventCompressionError              // an undecodable header block: GOAWAY COMPRESSION_ERROR
+	EventRefused                       // a stream past the concurrency limit: REFUSED_STREAM
+	EventHeaderTooLarge                // a header list past MaxHeaderListSize: 431
+	EventContinuationFlood             // a header block too long or in too many frames
+	EventControlFlood                  // too many SETTINGS, PING, PRIORITY or empty frames
+	EventRapidReset                    // too many streams reset by the client
+	EventQueueFlood                    // control output piling up unread
+	EventStall                         // a zero window held past the stall timeout
+	EventMalformed                     // a malformed request: RST_STREAM PROTOCOL_ERROR
+)
+
+var eventNames = [...]string{"protocol error", "compression error", "refused stream", "header list too large",
+	"CONTINUATION flood", "control frame flood", "rapid reset", "control queue flood", "flow-control stall", "malformed request"}
+
+func (e Event) String() string {
+	if int(e) < len(eventNames) {
+		return eventNames[e]
+	}
+	return fmt.Sprintf("event %d", e)
+}
+
+// ConnError ends the connection: GOAWAY with Code has been queued.
+type ConnError struct {
+	Code   ErrCode
+	Reason string
+}
+
+func (e *ConnError) Error() string { return fmt.Sprintf("h2: connection error %v: %s", e.Code, e.Reason) }
+
+// Handler receives a connection's requests. Its methods run on the
+// goroutine that calls Feed, Produce and Expire.
+type Handler interface {
+	// Request is called when a stream's request head is complete. The
+	// handler answers with Conn.Respond, now or later.
+	Request(st *Stream)
+	// StreamDone is called once when a stream ends: its response was
+	// produced to the end, or it was reset by either side (st.ResetCode
+	// says which; also for streams never answered). Nothing more will be
+	// asked of its body after this.
+	StreamDone(st *Stream)
+}
+
+// Sink takes a connection's output, in order.
+type Sink interface {
+	// Bytes takes frame bytes to send as they are; p is only valid during
+	// the call. A frame may be split over calls.
+	Bytes(p []byte)
+	// Data takes a DATA frame: its 9-byte header (valid during the call)
+	// followed by n bytes of st's response body from offset off.
+	Data(st *Stream, header []byte, off int64, n int)
+}
+
+// Stream is one request and its response.
+type Stream struct {
+	ID       uint32
+	Req      Request
+	Priority Priority
+	// ResetCode is the code the stream was reset with, once StreamDone
+	// reports a reset; zero for a completed response.
+	ResetCode ErrCode
+	Reset     bool
+	// User is the handler's state for the stream.
+	User any
+
+	// Owned by the Conn.
+	conn       *Conn
+	remoteDone bool  // END_STREAM received
+	responded  bool  // head queued
+	localDone  bool  // END_STREAM produced
+	done       bool  // StreamDone called
+	busy       bool  // the handler is working on it (MarkBusy)
+	sendWindow int64 // may go negative after a SETTINGS change
+	recvWindow int64
+	bodyLen    int64
+	sent       int64
+	bodyRecv   int64
+	blocked    int64 // monotonic ns since the stream waits on a window; 0 when not
+	served     uint64
+	arena      []byte // request field bytes
+}
+
+// Sent returns how many body bytes have been produced.
+func (st *Stream) Sent() int64 { return st.sent }
+
+// BodyLen returns the response body length given to Respond.
+func (st *Stream) BodyLen() int64 { return st.bodyLen }
+
+// Conn is the server side of one HTTP/2 connection.
+type Conn struct {
+	// Immutable after construction.
+	cfg Config
+	h   Handler
+
+	// Owned by the connection's goroutine.
+	fr        *http2.Framer
+	rd        frameReader
+	ctrl      []byte // output waiting for Produce
+	dec       *hpack.Decoder
+	enc       *hpack.Encoder
+	encBuf    bytes.Buffer
+	preface   bool // the client preface has arrived
+	settings  bool // the client's first SETTINGS has arrived
+	dead      bool // a connection error: input is ignored
+	goAway    bool // GOAWAY sent: no new streams
+	peerAway  bool // the client sent GOAWAY
+	streams   map[uint32]*Stream
+	sending   []*Stream // streams with a response body left
+	zombies   int       // streams reset while the handler still works on them
+	maxID     uint32    // highest stream the client opened
+	reset     [64]uint32
+	resetN    int
+	pending   map[uint32]Priority // PRIORITY_UPDATE for streams not open yet
+	serveSeq  uint64
+	sendWin   int64 // connection send window
+	recvWin   int64 // connection receive window left
+	recvTaken int64 // received since the last WINDOW_UPDATE
+	peerMax   int   // SETTINGS_MAX_FRAME_SIZE of the client
+	peerInit  int64 // SETTINGS_INITIAL_WINDOW_SIZE of the client
+	now       int64
+	connBlock int64 // since when streams wait on the connection window; 0 when not
+
+	// The header block being received.
+	hdr struct {
+		st       *Stream // nil when the block is decoded only for HPACK's sake
+		id       uint32
+		end      bool // END_STREAM on the HEADERS
+		trailers bool
+		frames   int
+		bytes    int
+		size     uint32 // decoded list size
+		tooLarge bool
+		bad      error // first malformation
+		pseudoOK bool  // still in the pseudo-header section
+		fields   []Field
+	}
+
+	// Flood accounting: token buckets refilled with time.
+	ctrlTokens  float64
+	resetTokens float64
+	lastRefill  int64
+}
+
+
+// Limits of the flood buckets: a burst, and a refill per second.
+const (
+	ctrlBurst, ctrlPerSec   = 1000, 200
+	resetBurst, resetPerSec = 256, 64
+	maxHeaderFrames         = 32
+	maxReadFrame            = 16384 // we never raise SETTINGS_MAX_FRAME_SIZE
+	maxWindow               = 1<<31 - 1
+	pendingPriorities       = 256
+)
+
+// NewConn starts a server connection; its SETTINGS are queued at once.
+func NewConn(cfg Config, h Handler) *Conn {
+	cfg.withDefaults()
+	c := &Conn{cfg: cfg, h: h, streams: map[uint32]*Stream{}, sendWin: 65535, recvWin: 65535,
+		peerMax: 16384, peerInit: 65535, ctrlTokens: ctrlBurst, resetTokens: resetBurst}
+	c.fr = http2.NewFramer(ctrlWriter{c}, &c.rd)
+	c.fr.SetMaxReadFrameSize(maxReadFrame)
+	c.fr.SetReuseFrames()
+	c.dec = hpack.NewDecoder(4096, c.onField)
+	c.dec.SetMaxStringLength(int(cfg.MaxHeaderListSize))
+	c.enc = hpack.NewEncoder(&c.encBuf)
+	c.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: cfg.MaxConcurrentStreams},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: cfg.StreamWindow},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: cfg.MaxHeaderListSize},
+		http2.Setting{ID: http2.SettingNoRFC7540Priorities, Val: 1},
+	)
+	if d := int64(cfg.ConnWindow) - 65535; d > 0 {
+		c.fr.WriteWindowUpdate(0, uint32(d))
+		c.recvWin += d
+	}
+	return c
+}
+
+type ctrlWriter struct{ c *Conn }
+
+func (w ctrlWriter) Write(p []byte) (int, error) {
+	w.c.ctrl = append(w.c.ctrl, p...)
+	return len(p), nil
+}
+
+// frameReader hands the Framer exactly one whole frame.
+type frameReader struct{ p []byte }
+
+func (r *frameReader) Read(b []byte) (int, error) {
+	if len(r.p) == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(b, r.p)
+	r.p = r.p[n:]
+	return n, nil
+}
+
+// Feed processes the whole frames at the start of p and returns how many
+// bytes it used; the rest waits for more input. now is a monotonic clock
+// in nanoseconds. A *ConnError means the connection is over: GOAWAY is
+// queued, and the caller closes once Produce has given it out.
+func (c *Conn) Feed(p []byte, now int64) (int, error) {
+	c.now = now
+	if c.dead {
+		return len(p), nil
+	}
+	used := 0
+	if !c.preface {
+		n := min(len(p), len(Preface))
+		if string(p[:n]) != Preface[:n] {
+			return len(p), c.fail(http2.ErrCodeProtocol, "invalid connection preface")
+		}
+		if n < len(Preface) {
+			return 0, nil
+		}
+		c.preface = true
+		used = n
+	}
+	for !c.dead {
+		rest := p[used:]
+		if len(rest) < 9 {
+			break
+		}
+		length := int(rest[0])<<16 | int(rest[1])<<8 | int(rest[2])
+		if length > maxReadFrame {
+			// RFC 9113 §4.2: a frame larger than SETTINGS_MAX_FRAME_SIZE is
+			// a FRAME_SIZE_ERROR; on a header block or stream 0 it must be
+			// a connection error, and we do not read past it either way.
+			return len(p), c.fail(http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE")
+		}
+		if len(rest) < 9+length {
+			break
+		}
+		used += 9 + length
+		if err := c.frame(rest[:9+length]); err != nil {
+			return len(p), err
+		}
+	}
+	if c.dead {
+		return len(p), nil
+	}
+	return used, nil
+}
+
+// frame handles one whole frame.
+func (c *Conn) frame(raw []byte) error {
+	typ := http2.FrameType(raw[3])
+	id := binary.BigEndian.Uint32(raw[5:9]) & (1<<31 - 1)
+	if !c.settings && typ != http2.FrameSettings {
+		return c.fail(http2.ErrCodeProtocol, "first frame is not SETTINGS")
+	}
+	if typ == http2.FramePriority && len(raw) != 9+5 && c.hdr.id == 0 {
+		// RFC 9113 §6.3: a PRIORITY frame of another length is a stream
+		// error of type FRAME_SIZE_ERROR (x/net would end the connection).
+		if id == 0 {
+			return c.fail(http2.ErrCodeProtocol, "PRIORITY on stream 0")
+		}
+		c.ctrlCost()
+		c.resetStream(id, http2.ErrCodeFrameSize)
+		return c.deadErr()
+	}
+	c.rd.p = raw
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		var se http2.StreamError
+		switch {
+		case errors.As(err, &se):
+			c.event(EventProtocolError, err)
+			c.resetStream(se.StreamID, se.Code)
+			return nil
+		case errors.Is(err, http2.ErrFrameTooLarge):
+			return c.fail(http2.ErrCodeFrameSize, "frame too large")
+		}
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			reason := "invalid frame"
+			if d := c.fr.ErrorDetail(); d != nil {
+				reason = d.Error()
+			}
+			return c.fail(http2.ErrCode(ce), reason)
+		}
+		return c.fail(http2.ErrCodeProtocol, err.Error())
+	}
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.HeadersFrame:
+		return c.onHeaders(f)
+	case *http2.ContinuationFrame:
+		return c.onContinuation(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.PingFrame:
+		if !c.ctrlCost() {
+			return c.deadErr()
+		}
+		if !f.IsAck() {
+			c.fr.WritePing(true, f.Data)
+		}
+		return c.checkQueue()
+	case *http2.PriorityFrame:
+		if !c.ctrlCost() {
+			return c.deadErr()
+		}
+		if f.StreamDep == f.StreamID {
+			// RFC 9113 §5.3.1: a stream cannot depend on itself.
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+		return nil
+	case *http2.PriorityUpdateFrame:
+		return c.onPriorityUpdate(f)
+	case *http2.GoAwayFrame:
+		c.peerAway = true
+		return nil
+	case *http2.PushPromiseFrame:
+		return c.fail(http2.ErrCodeProtocol, "PUSH_PROMISE from a client")
+	default:
+		// Unknown frame types are ignored (RFC 9113 §4.1), but cost.
+		if !c.ctrlCost() {
+			return c.deadErr()
+		}
+		return nil
+	}
+}
+
+func (c *Conn) deadErr() error {
+	if c.dead {
+		return &ConnError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "limit exceeded"}
+	}
+	return nil
+}
+
+func (c *Conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		if !c.settings {
+			return c.fail(http2.ErrCodeProtocol, "first frame is a SETTINGS acknowledgement")
+		}
+		return nil
+	}
+	c.settings = true
+	if !c.ctrlCost() {
+		return c.deadErr()
+	}
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			// RFC 9113 §6.9.2: the change applies to every stream's window,
+			// which may go negative; one past 2^31-1 is a connection
+			// FLOW_CONTROL_ERROR.
+			d := int64(s.Val) - c.peerInit
+			for _, st := range c.streams {
+				if st.sendWindow+d > maxWindow {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+			}
+			for _, st := range c.streams {
+				st.sendWindow += d
+			}
+			c.peerInit = int64(s.Val)
+		case http2.SettingMaxFrameSize:
+			c.peerMax = int(s.Val)
+		case http2.SettingHeaderTableSize:
+			c.enc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			return c.fail(http2.ErrCode(ce), "invalid SETTINGS value")
+		}
+		return c.fail(http2.ErrCodeProtocol, err.Error())
+	}
+	c.fr.WriteSettingsAck()
+	return c.checkQueue()
+}
+
+func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if f.StreamID == 0 {
+		if c.sendWin+int64(f.Increment) > maxWindow {
+			return c.fail(http2.ErrCodeFlowControl, "connection window past 2^31-1")
+		}
+		c.sendWin += int64(f.Increment)
+		if c.sendWin > 0 {
+			c.connBlock = 0
+		}
+		return nil
+	}
+	if f.StreamID > c.maxID {
+		return c.fail(http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream")
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		return nil // closed: ignored
+	}
+	if st.sendWindow+int64(f.Increment) > maxWindow {
+		c.resetStream(st.ID, http2.ErrCodeFlowControl)
+		return nil
+	}
+	st.sendWindow += int64(f.Increment)
+	if st.sendWindow > 0 {
+		st.blocked = 0
+	}
+	return nil
+}
+
+func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
+	if f.StreamID > c.maxID {
+		return c.fail(http2.ErrCodeProtocol, "RST_STREAM on an idle stream")
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		return nil
+	}
+	if !st.localDone {
+		// A stream reset before its response was out: the rapid-reset
+		// pattern when it comes in floods.
+		c.refill()
+		c.resetTokens--
+		if c.resetTokens < 0 {
+			c.event(EventRapidReset, nil)
+			return c.fail(http2.ErrCodeEnhanceYourCalm, "too many streams reset")
+		}
+	}
+	c.closeStream(st, f.ErrCode, true)
+	return nil
+}
+
+func (c *Conn) onPriorityUpdate(f *http2.PriorityUpdateFrame) error {
+	if !c.ctrlCost() {
+		return c.deadErr()
+	}
+	id := f.PrioritizedStreamID
+	if id%2 == 0 {
+		return c.fail(http2.ErrCodeProtocol, "PRIORITY_UPDATE for a server stream")
+	}
+	if st := c.streams[id]; st != nil {
+		st.Priority = ParsePriority([]byte(f.Priority), st.Priority)
+		return nil
+	}
+	if id > c.maxID && len(c.pending) < pendingPriorities {
+		// RFC 9218 §7.1: kept for the stream when it opens.
+		if c.pending == nil {
+			c.pending = map[uint32]Priority{}
+		}
+		c.pending[id] = ParsePriority([]byte(f.Priority), DefaultPriority)
+	}
+	return nil
+}
+
+func (c *Conn) onData(f *http2.DataFrame) error {
+	id := f.StreamID
+	size := int64(f.Length) // padding counts against flow control
+	if size > c.recvWin {
+		return c.fail(http2.ErrCodeFlowControl, "DATA past the connection window")
+	}
+	c.recvWin -= size
+	c.recvTaken += size
+	if c.recvTaken >= int64(c.cfg.ConnWindow)/2 {
+		c.fr.WriteWindowUpdate(0, uint32(c.recvTaken))
+		c.recvWin += c.recvTaken
+		c.recvTaken = 0
+	}
+	if id > c.maxID {
+		return c.fail(http2.ErrCodeProtocol, "DATA on an idle stream")
+	}
+	if f.Length == 0 && !f.StreamEnded() && !c.ctrlCost() {
+		return c.deadErr()
+	}
+	st := c.streams[id]
+	if st == nil || st.remoteDone {
+		// RFC 9113 §5.1: DATA on a half-closed (remote) or closed stream is
+		// a STREAM_CLOSED stream error, except on a stream we reset: its
+		// frames may still be in flight and are ignored.
+		if !c.wasReset(id) {
+			c.resetStream(id, http2.ErrCodeStreamClosed)
+		}
+		return c.deadErr()
+	}
+	if size > st.recvWindow {
+		c.resetStream(id, http2.ErrCodeFlowControl)
+		return c.deadErr()
+	}
+	st.recvWindow -= size
+	st.bodyRecv += int64(len(f.Data()))
+	if cl := st.Req.ContentLength; cl >= 0 && st.bodyRecv > cl {
+		// RFC 9113 §8.1.1: content-length disagreeing with DATA is malformed.
+		c.malformed(st, "body longer than content-length")
+		return c.deadErr()
+	}
+	if f.StreamEnded() {
+		return c.remoteEnd(st)
+	}
+	return nil
+}
+
+// remoteEnd marks the request complete (END_STREAM).
+func (c *Conn) remoteEnd(st *Stream) error {
+	if cl := st.Req.ContentLength; cl >= 0 && st.bodyRecv != cl {
+		c.malformed(st, "body shorter than content-length")
+		return c.deadErr()
+	}
+	st.remoteDone = true
+	if st.localDone {
+		c.closeStream(st, 0, false)
+	}
+	return nil
+}
+
+func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return c.fail(http2.ErrCodeProtocol, "HEADERS on an even stream")
+	}
+	h := &c.hdr
+	*h = struct {
+		st       *Stream
+		id       uint32
+		end      bool
+		trailers bool
+		frames   int
+		bytes    int
+		size     uint32
+		tooLarge bool
+		bad      error
+		pseudoOK bool
+		fields   []Field
+	}{id: id, end: f.StreamEnded(), pseudoOK: true, fields: h.fields[:0]}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		h.bad = errors.New("stream depends on itself")
+	}
+	switch st := c.streams[id]; {
+	case st != nil:
+		// Trailers: a second HEADERS, which must end the stream.
+		h.st, h.trailers = st, true
+		if st.remoteDone {
+			h.bad = errStreamClosed
+		}
+	case id <= c.maxID:
+		// Closed, or skipped: decoded for HPACK's sake, then refused.
+		h.bad = errStreamClosed
+		h.st = &Stream{ID: id, conn: c}
+	default:
+		c.maxID = id
+		st := &Stream{ID: id, conn: c, Priority: DefaultPriority, sendWindow: c.peerInit,
+			recvWindow: int64(c.cfg.StreamWindow)}
+		st.Req.ContentLength = -1
+		if p, ok := c.pending[id]; ok {
+			st.Priority = p
+			delete(c.pending, id)
+		}
+		h.st = st
+	}
+	c.dec.SetEmitEnabled(true)
+	return c.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+var errStreamClosed = errors.New("HEADERS on a closed stream")
+
+func (c *Conn) onContinuation(f *http2.ContinuationFrame) error {
+	return c.headerFragment(f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+// headerFragment decodes one fragment of the header block in progress.
+// Every block is decoded, even one that will be refused, to keep the
+// HPACK state in step with the client's.
+func (c *Conn) headerFragment(p []byte, end bool) error {
+	h := &c.hdr
+	h.frames++
+	h.bytes += len(p)
+	if h.frames > maxHeaderFrames || h.bytes > 4*int(c.cfg.MaxHeaderListSize) {
+		c.event(EventContinuationFlood, nil)
+		return c.fail(http2.ErrCodeEnhanceYourCalm, "header block too long")
+	}
+	if _, err := c.dec.Write(p); err != nil {
+		c.event(EventCompressionError, err)
+		return c.fail(http2.ErrCodeCompression, "header block: "+err.Error())
+	}
+	if !end {
+		return nil
+	}
+	if err := c.dec.Close(); err != nil {
+		c.event(EventCompressionError, err)
+		return c.fail(http2.ErrCodeCompression, "header block: "+err.Error())
+	}
+	c.hdr.id = 0
+	return c.headersDone()
+}
+
+// onField collects one decoded field of the block in progress.
+func (c *Conn) onField(f hpack.HeaderField) {
+	h := &c.hdr
+	h.size += f.Size()
+	if h.size > c.cfg.MaxHeaderListSize {
+		h.tooLarge = true
+		c.dec.SetEmitEnabled(false) // an HPACK bomb decodes to nothing more
+		return
+	}
+	if h.bad != nil || h.st == nil {
+		return
+	}
+	if err := checkField(f.Name, f.Value); err != nil {
+		h.bad = err
+		return
+	}
+	st := h.st
+	if f.IsPseudo() {
+		if !h.pseudoOK || h.trailers {
+			h.bad = errors.New("pseudo-header after regular fields")
+			return
+		}
+		r := &st.Req
+		var dst *[]byte
+		switch f.Name {
+		case ":method":
+			dst = &r.Method
+		case ":scheme":
+			dst = &r.Scheme
+		case ":authority":
+			dst = &r.Authority
+		case ":path":
+			dst = &r.Path
+		default:
+			h.bad = fmt.Errorf("unknown pseudo-header %s", f.Name)
+			return
+		}
+		if *dst != nil {
+			h.bad = fmt.Errorf("repeated %s", f.Name)
+			return
+		}
+		*dst = st.keep(f.Value)
+		return
+	}
+	h.pseudoOK = false
+	switch f.Name {
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		// RFC 9113 §8.2.2: connection-specific fields make it malformed.
+		h.bad = fmt.Errorf("connection-specific field %s", f.Name)
+		return
+	case "te":
+		if f.Value != "trailers" {
+			h.bad = errors.New("te other than trailers")
+			return
+		}
+	}
+	if h.trailers {
+		return // trailers are checked, not kept
+	}
+	if f.Name == "content-length" {
+		n, ok := parseLength(f.Value)
+		if !ok || st.Req.ContentLength >= 0 && st.Req.ContentLength != n {
+			h.bad = errors.New("invalid content-length")
+			return
+		}
+		st.Req.ContentLength = n
+	}
+	h.fields = append(h.fields, Field{st.keep(f.Name), st.keep(f.Value)})
+}
+
+// keep copies b into the stream's arena.
+func (st *Stream) keep(s string) []byte {
+	if s == "" {
+		return []byte{}
+	}
+	start := len(st.arena)
+	st.arena = append(st.arena, s...)
+	return st.arena[start:len(st.arena):len(st.arena)]
+}
+
+// headersDone acts on a complete header block.
+func (c *Conn) headersDone() error {
+	h := &c.hdr
+	st := h.st
+	if st == nil {
+		return nil
+	}
+	if h.trailers {
+		switch {
+		case h.bad == errStreamClosed:
+			c.resetStream(st.ID, http2.ErrCodeStreamClosed)
+		case h.bad != nil || !h.end:
+			c.malformed(st, "trailers without END_STREAM or with pseudo-headers")
+		default:
+			return c.remoteEnd(st)
+		}
+		return c.deadErr()
+	}
+	if h.bad == errStreamClosed {
+		if !c.wasReset(st.ID) {
+			// RFC 9113 §5.1.1: a new stream's identifier must be greater
+			// than all the client opened before; anything else is a
+			// PROTOCOL_ERROR.
+			return c.fail(http2.ErrCodeProtocol, "HEADERS on a closed stream")
+		}
+		return nil
+	}
+	if c.goAway {
+		c.resetStream(st.ID, http2.ErrCodeRefusedStream)
+		return c.deadErr()
+	}
+	if uint32(len(c.streams)+c.zombies) >= c.cfg.MaxConcurrentStreams {
+		c.event(EventRefused, nil)
+		c.resetStream(st.ID, http2.ErrCodeRefusedStream)
+		return c.deadErr()
+	}
+	st.Req.Fields = append(st.Req.Fields[:0], h.fields...)
+	h.fields = h.fields[:0]
+	c.streams[st.ID] = st
+	if h.bad == nil {
+		h.bad = st.Req.validate()
+	}
+	if h.bad != nil {
+		c.malformed(st, h.bad.Error())
+		return c.deadErr()
+	}
+	if p := st.Req.Get("priority"); p != nil {
+		st.Priority = ParsePriority(p, st.Priority)
+	}
+	if h.end {
+		if err := c.remoteEnd(st); err != nil || st.done {
+			return err
+		}
+	}
+	if h.tooLarge {
+		// RFC 9113 §10.5.1: a header section larger than the server will
+		// handle can be answered 431.
+		c.event(EventHeaderTooLarge, nil)
+		c.Respond(st, 431, nil, 0)
+		return c.deadErr()
+	}
+	c.h.Request(st)
+	return c.deadErr()
+}
+
+func (c *Conn) malformed(st *Stream, why string) {
+	c.event(EventMalformed, errors.New(why))
+	c.resetStream(st.ID, http2.ErrCodeProtocol)
+}
+
+// ctrlCost takes a token for a frame that costs work and gives nothing
+// (SETTINGS, PING, PRIORITY, empty DATA, unknown types). It reports false
+// when the flood limit ended the connection.
+func (c *Conn) ctrlCost() bool {
+	c.refill()
+	c.ctrlTokens--
+	if c.ctrlTokens < 0 {
+		c.event(EventControlFlood, nil)
+		c.fail(http2.ErrCodeEnhanceYourCalm, "too many control frames")
+		return false
+	}
+	return true
+}
+
+func (c *Conn) refill() {
+	if c.lastRefill == 0 {
+		c.lastRefill = c.now
+		return
+	}
+	d := float64(c.now-c.lastRefill) / 1e9
+	if d <= 0 {
+		return
+	}
+	c.lastRefill = c.now
+	c.ctrlTokens = min(ctrlBurst, c.ctrlTokens+d*ctrlPerSec)
+	c.resetTokens = min(resetBurst, c.resetTokens+d*resetPerSec)
+}
+
+// checkQueue ends a connection whose unread control output piles up.
+func (c *Conn) checkQueue() error {
+	if len(c.ctrl) > c.cfg.MaxQueuedControl {
+		c.event(EventQueueFlood, nil)
+		return c.fail(http2.ErrCodeEnhanceYourCalm, "control frames not read")
+	}
+	return nil
+}
+
+func (c *Conn) event(e Event, err error) {
+	if c.cfg.OnEvent != nil {
+		c.cfg.OnEvent(e, err)
+	}
+}
+
+// fail queues GOAWAY with code and marks the connection dead.
+func (c *Conn) fail(code ErrCode, reason string) error {
+	if !c.dead {
+		c.dead = true
+		c.goAway = true
+		if code != http2.ErrCodeEnhanceYourCalm {
+			c.event(EventProtocolError, errors.New(reason))
+		}
+		c.fr.WriteGoAway(c.maxID, code, []byte(reason))
+		for _, st := range c.streams {
+			c.closeStream(st, code, false)
+		}
+	}
+	return &ConnError{Code: code, Reason: reason}
+}
+
+// resetStream sends RST_STREAM and ends the stream if it is open.
+func (c *Conn) resetStream(id uint32, code ErrCode) {
+	c.fr.WriteRSTStream(id, code)
+	c.reset[c.resetN%len(c.reset)] = id
+	c.resetN++
+	if st := c.streams[id]; st != nil {
+		c.closeStream(st, code, false)
+	}
+	c.checkQueue()
+}
+
+// wasReset reports whether we reset stream id recently.
+func (c *Conn) wasReset(id uint32) bool {
+	for _, r := range c.reset {
+		if r == id {
+			return true
+		}
+	}
+	return false
+}
+
+// closeStream removes st. code and byPeer describe a reset; a stream whose
+// response was produced to the end closes with code 0.
+func (c *Conn) closeStream(st *Stream, code ErrCode, byPeer bool) {
+	if st.done {
+		return
+	}
+	st.done = true
+	delete(c.streams, st.ID)
+	if i := c.sendingIndex(st); i >= 0 {
+		c.sending = append(c.sending[:i], c.sending[i+1:]...)
+	}
+	if !st.localDone || code != 0 {
+		st.Reset, st.ResetCode = true, code
+		if st.busy {
+			c.zombies++
+		}
+	}
+	c.h.StreamDone(st)
+}
+
+func (c *Conn) sendingIndex(st *Stream) int {
+	for i, s := range c.sending {
+		if s == st {
+			return i
+		}
+	}
+	return -1
+}
+
+// MarkBusy says the handler has started work for st that outlives a reset
+// (opening a file on a worker); until WorkDone, a reset stream still
+// counts against the concurrency limit.
+func (c *Conn) MarkBusy(st *Stream) { st.busy = true }
+
+// WorkDone ends what MarkBusy started.
+func (c *Conn) WorkDone(st *Stream) {
+	if !st.busy {
+		return
+	}
+	st.busy = false
+	if st.done && st.Reset {
+		c.zombies--
+	}
+}

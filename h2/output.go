@@ -1,0 +1,249 @@
+package h2
+
+import (
+	"encoding/binary"
+	"strconv"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// minFrame is the smallest DATA frame Produce cuts to fit its budget; a
+// smaller remainder waits for the next call (windows may still force
+// smaller frames).
+const minFrame = 4096
+
+// Respond queues st's response head, encoded now, and announces a body of
+// bodyLen bytes that Produce pulls through the Sink. With bodyLen 0 the
+// head ends the stream. A stream that is already done is ignored.
+func (c *Conn) Respond(st *Stream, status int, fields []hpack.HeaderField, bodyLen int64) {
+	if st.done || st.responded || c.dead {
+		return
+	}
+	st.responded = true
+	st.bodyLen = bodyLen
+	c.encBuf.Reset()
+	c.enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
+	for _, f := range fields {
+		c.enc.WriteField(f)
+	}
+	c.writeHeaderBlock(st.ID, c.encBuf.Bytes(), bodyLen == 0)
+	if bodyLen == 0 {
+		c.localEnd(st)
+		return
+	}
+	c.sending = append(c.sending, st)
+}
+
+func statusText(code int) string {
+	switch code {
+	case 200:
+		return "200"
+	case 206:
+		return "206"
+	case 304:
+		return "304"
+	case 404:
+		return "404"
+	}
+	return strconv.Itoa(code)
+}
+
+// writeHeaderBlock frames a header block as HEADERS and CONTINUATION
+// frames no larger than the client allows.
+func (c *Conn) writeHeaderBlock(id uint32, block []byte, endStream bool) {
+	typ := http2.FrameHeaders
+	for first := true; first || len(block) > 0; first = false {
+		n := min(len(block), c.peerMax)
+		var flags http2.Flags
+		if n == len(block) {
+			flags |= http2.FlagHeadersEndHeaders
+		}
+		if first && endStream {
+			flags |= http2.FlagHeadersEndStream
+		}
+		c.ctrl = appendFrameHeader(c.ctrl, n, typ, flags, id)
+		c.ctrl = append(c.ctrl, block[:n]...)
+		block = block[n:]
+		typ = http2.FrameContinuation
+	}
+}
+
+func appendFrameHeader(b []byte, length int, typ http2.FrameType, flags http2.Flags, id uint32) []byte {
+	return append(b, byte(length>>16), byte(length>>8), byte(length), byte(typ), byte(flags),
+		byte(id>>24), byte(id>>16), byte(id>>8), byte(id))
+}
+
+// localEnd marks st's response complete. A request still sending its body
+// is told to stop without error (RFC 9113 §8.1).
+func (c *Conn) localEnd(st *Stream) {
+	st.localDone = true
+	if i := c.sendingIndex(st); i >= 0 {
+		c.sending = append(c.sending[:i], c.sending[i+1:]...)
+	}
+	if !st.remoteDone {
+		c.resetStream(st.ID, http2.ErrCodeNo)
+		return
+	}
+	c.closeStream(st, 0, false)
+}
+
+// Produce gives the Sink up to about budget bytes of output: queued
+// control frames and response heads first, then DATA frames of the
+// streams the scheduler picks, as flow control allows. It returns the
+// bytes produced; zero means nothing can be sent now.
+func (c *Conn) Produce(s Sink, budget int) int {
+	n := 0
+	if len(c.ctrl) > 0 {
+		k := min(len(c.ctrl), budget)
+		s.Bytes(c.ctrl[:k])
+		n = k
+		if k == len(c.ctrl) {
+			c.ctrl = c.ctrl[:0]
+			if cap(c.ctrl) > 64<<10 {
+				c.ctrl = nil
+			}
+		} else {
+			c.ctrl = c.ctrl[:copy(c.ctrl, c.ctrl[k:])]
+		}
+	}
+	var hdr [9]byte
+	for !c.dead && c.sendWin > 0 && budget-n-9 > 0 {
+		st := c.pick()
+		if st == nil {
+			break
+		}
+		left := st.bodyLen - st.sent
+		size := min(int64(c.peerMax), st.sendWindow, c.sendWin, left)
+		if room := int64(budget - n - 9); size > room {
+			if room < minFrame {
+				break
+			}
+			size = room
+		}
+		var flags http2.Flags
+		if size == left {
+			flags = http2.FlagDataEndStream
+		}
+		appendFrameHeader(hdr[:0], int(size), http2.FrameData, flags, st.ID)
+		s.Data(st, hdr[:], st.sent, int(size))
+		st.sent += size
+		st.sendWindow -= size
+		c.sendWin -= size
+		c.serveSeq++
+		st.served = c.serveSeq
+		n += 9 + int(size)
+		if size == left {
+			c.localEnd(st)
+		}
+	}
+	for _, st := range c.sending {
+		if st.sendWindow <= 0 && st.blocked == 0 {
+			st.blocked = max(c.now, 1)
+		}
+	}
+	if c.sendWin <= 0 && len(c.sending) > 0 && c.connBlock == 0 {
+		c.connBlock = max(c.now, 1)
+	}
+	return n
+}
+
+// pick chooses the next stream to send DATA for (RFC 9218): the lowest
+// urgency first; within one, non-incremental responses one after another
+// in stream order, then incremental ones in turn.
+func (c *Conn) pick() *Stream {
+	var best *Stream
+	for _, st := range c.sending {
+		if st.sendWindow <= 0 {
+			continue
+		}
+		if best == nil || before(st, best) {
+			best = st
+		}
+	}
+	return best
+}
+
+func before(a, b *Stream) bool {
+	pa, pb := a.Priority, b.Priority
+	switch {
+	case pa.Urgency != pb.Urgency:
+		return pa.Urgency < pb.Urgency
+	case pa.Incremental != pb.Incremental:
+		return !pa.Incremental
+	case pa.Incremental && a.served != b.served:
+		return a.served < b.served
+	}
+	return a.ID < b.ID
+}
+
+// HasOutput reports whether Produce would produce something now.
+func (c *Conn) HasOutput() bool {
+	if len(c.ctrl) > 0 {
+		return true
+	}
+	if c.dead || c.sendWin <= 0 {
+		return false
+	}
+	for _, st := range c.sending {
+		if st.sendWindow > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Expire enforces the stall timeout (monotonic ns): a stream whose window
+// has stayed closed that long is reset (CANCEL); when the connection's
+// own window has, the connection ends. A *ConnError means the latter.
+func (c *Conn) Expire(now, timeout int64) error {
+	c.now = now
+	if c.dead {
+		return nil
+	}
+	if c.connBlock != 0 && c.sendWin <= 0 && len(c.sending) > 0 && now-c.connBlock > timeout {
+		c.event(EventStall, nil)
+		return c.fail(http2.ErrCodeEnhanceYourCalm, "connection flow-control window closed too long")
+	}
+	var stalled []uint32
+	for _, st := range c.sending {
+		if st.blocked != 0 && st.sendWindow <= 0 && now-st.blocked > timeout {
+			stalled = append(stalled, st.ID)
+		}
+	}
+	for _, id := range stalled {
+		c.event(EventStall, nil)
+		c.resetStream(id, http2.ErrCodeCancel)
+	}
+	return nil
+}
+
+// Shutdown starts a graceful close: GOAWAY names the last stream that
+// will be answered, later ones are refused, and Finished reports true
+// once the open streams are done.
+func (c *Conn) Shutdown() {
+	if c.goAway {
+		return
+	}
+	c.goAway = true
+	c.fr.WriteGoAway(c.maxID, http2.ErrCodeNo, nil)
+}
+
+// Open returns the number of streams in progress.
+func (c *Conn) Open() int { return len(c.streams) }
+
+// Finished reports whether the connection has nothing left to do: it is
+// going away (GOAWAY sent or received, or a connection error) with no
+// stream open and no output left.
+func (c *Conn) Finished() bool {
+	return (c.goAway || c.peerAway) && len(c.streams) == 0 && len(c.ctrl) == 0
+}
+
+// Dead reports whether a connection error ended the connection.
+func (c *Conn) Dead() bool { return c.dead }
+
+// peek returns the header of the frame at the start of p, for tests.
+func peek(p []byte) (length int, typ http2.FrameType, flags http2.Flags, id uint32) {
+	return int(p[0])<<16 | int(p[1])<<8 | int(p[2]), http2.FrameType(p[3]), http2.Flags(p[4]),
+		binary.BigEndian.Uint32(p[5:9]) & (1<<31 - 1)
+}

@@ -1,0 +1,115 @@
+package h2
+
+import (
+	"errors"
+	"strings"
+)
+
+// Request is a stream's request head. Byte slices stay valid until the
+// stream is done.
+type Request struct {
+	Method, Scheme, Authority, Path []byte
+	// Fields are the regular fields, names in lowercase, in order.
+	Fields []Field
+	// ContentLength is -1 when the request has none.
+	ContentLength int64
+}
+
+// Field is a header field.
+type Field struct {
+	Name, Value []byte
+}
+
+// Get returns the first value of the field name (lowercase), or nil. For
+// "host" it falls back to :authority.
+func (r *Request) Get(name string) []byte {
+	if v := r.field(name); v != nil || name != "host" {
+		return v
+	}
+	return r.Authority
+}
+
+func (r *Request) field(name string) []byte {
+	for i := range r.Fields {
+		if string(r.Fields[i].Name) == name {
+			return r.Fields[i].Value
+		}
+	}
+	return nil
+}
+
+// validate applies RFC 9113 §8.3.1 to the pseudo-headers.
+func (r *Request) validate() error {
+	if r.Method == nil {
+		return errors.New("no :method")
+	}
+	if string(r.Method) == "CONNECT" {
+		// §8.5: CONNECT carries :authority and neither :scheme nor :path.
+		if r.Scheme != nil || r.Path != nil || len(r.Authority) == 0 {
+			return errors.New("malformed CONNECT")
+		}
+		return nil
+	}
+	if len(r.Scheme) == 0 || len(r.Path) == 0 {
+		return errors.New("no :scheme or :path")
+	}
+	if h := r.field("host"); len(r.Authority) > 0 && h != nil && !strings.EqualFold(string(h), string(r.Authority)) {
+		return errors.New("host differs from :authority")
+	}
+	return nil
+}
+
+// checkField applies RFC 9113 §8.2.1: lowercase token names (or a known
+// pseudo-header), values without NUL, CR, LF or surrounding whitespace.
+func checkField(name, value string) error {
+	if name == "" {
+		return errors.New("empty field name")
+	}
+	start := 0
+	if name[0] == ':' {
+		start = 1
+		if len(name) == 1 {
+			return errors.New("empty pseudo-header name")
+		}
+	}
+	for i := start; i < len(name); i++ {
+		c := name[i]
+		if c >= 'A' && c <= 'Z' || !isTchar(c) {
+			return errors.New("invalid field name")
+		}
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c == 0 || c == '\r' || c == '\n' {
+			return errors.New("invalid field value")
+		}
+	}
+	if n := len(value); n > 0 && (isWS(value[0]) || isWS(value[n-1])) {
+		return errors.New("field value with surrounding whitespace")
+	}
+	return nil
+}
+
+func isWS(c byte) bool { return c == ' ' || c == '\t' }
+
+// isTchar: RFC 9110 token characters.
+func isTchar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+func parseLength(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n, true
+}
