@@ -72,16 +72,16 @@ func (c *Config) withDefaults() {
 type Event uint8
 
 const (
-	EventProtocolError    Event = iota // the peer broke the protocol: GOAWAY or RST_STREAM with the RFC's code
-	EventCompressionError              // an undecodable header block: GOAWAY COMPRESSION_ERROR
-	EventRefused                       // a stream past the concurrency limit: REFUSED_STREAM
-	EventHeaderTooLarge                // a header list past MaxHeaderListSize: 431
-	EventContinuationFlood             // a header block too long or in too many frames
-	EventControlFlood                  // too many SETTINGS, PING, PRIORITY or empty frames
-	EventRapidReset                    // too many streams reset by the client
-	EventQueueFlood                    // control output piling up unread
-	EventStall                         // a zero window held past the stall timeout
-	EventMalformed                     // a malformed request: RST_STREAM PROTOCOL_ERROR
+	EventProtocolError     Event = iota // the peer broke the protocol: GOAWAY or RST_STREAM with the RFC's code
+	EventCompressionError               // an undecodable header block: GOAWAY COMPRESSION_ERROR
+	EventRefused                        // a stream past the concurrency limit: REFUSED_STREAM
+	EventHeaderTooLarge                 // a header list past MaxHeaderListSize: 431
+	EventContinuationFlood              // a header block too long or in too many frames
+	EventControlFlood                   // too many SETTINGS, PING, PRIORITY or empty frames
+	EventRapidReset                     // too many streams reset by the client
+	EventQueueFlood                     // control output piling up unread
+	EventStall                          // a zero window held past the stall timeout
+	EventMalformed                      // a malformed request: RST_STREAM PROTOCOL_ERROR
 )
 
 var eventNames = [...]string{"protocol error", "compression error", "refused stream", "header list too large",
@@ -100,7 +100,9 @@ type ConnError struct {
 	Reason string
 }
 
-func (e *ConnError) Error() string { return fmt.Sprintf("h2: connection error %v: %s", e.Code, e.Reason) }
+func (e *ConnError) Error() string {
+	return fmt.Sprintf("h2: connection error %v: %s", e.Code, e.Reason)
+}
 
 // Handler receives a connection's requests. Its methods run on the
 // goroutine that calls Feed, Produce and Expire.
@@ -214,7 +216,6 @@ type Conn struct {
 	resetTokens float64
 	lastRefill  int64
 }
-
 
 // Limits of the flood buckets: a burst, and a refill per second.
 const (

@@ -436,7 +436,9 @@ func TestProtocolErrors(t *testing.T) {
 		{"bad hpack", func(p *peer) {
 			p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, EndHeaders: true, EndStream: true})
 		}, "GOAWAY 1 COMPRESSION_ERROR"},
-		{"push promise", func(p *peer) { p.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, EndHeaders: true}) }, "GOAWAY 0 PROTOCOL_ERROR"},
+		{"push promise", func(p *peer) {
+			p.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, EndHeaders: true})
+		}, "GOAWAY 0 PROTOCOL_ERROR"},
 		{"frame too large", func(p *peer) { p.fr.WriteRawFrame(http2.FrameData, 0, 1, make([]byte, 20000)) }, "GOAWAY 0 FRAME_SIZE_ERROR"},
 		{"bad max frame size", func(p *peer) { p.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxFrameSize, Val: 100}) }, "GOAWAY 0 PROTOCOL_ERROR"},
 	} {
@@ -507,10 +509,10 @@ func TestParsePriority(t *testing.T) {
 		{"u=7, i", Priority{7, true}},
 		{"i=?1,u=2", Priority{2, true}},
 		{"i=?0", Priority{3, false}},
-		{"u=9", Priority{3, false}},   // out of range: ignored
+		{"u=9", Priority{3, false}}, // out of range: ignored
 		{"u=1;x=y, foo=bar", Priority{1, false}},
-		{"u=1,", DefaultPriority},     // not a dictionary
-		{"U=1", DefaultPriority},      // keys are lowercase
+		{"u=1,", DefaultPriority}, // not a dictionary
+		{"U=1", DefaultPriority},  // keys are lowercase
 	} {
 		if got := ParsePriority([]byte(tt.in), DefaultPriority); got != tt.want {
 			t.Errorf("ParsePriority(%q) = %+v, want %+v", tt.in, got, tt.want)
