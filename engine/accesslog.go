@@ -73,6 +73,15 @@ func appendLogTime(b []byte, t time.Time) []byte {
 	return t.AppendFormat(b, "02/Jan/2006:15:04:05 -0700")
 }
 
+// appendHeaderField appends a request header's value for the log: quoted,
+// or "-" when the request had none (nginx's combined format).
+func appendHeaderField(b []byte, v []byte) []byte {
+	if v == nil {
+		return append(b, `"-"`...)
+	}
+	return appendQuoted(b, v)
+}
+
 // appendQuoted appends s in double quotes with quotes, backslashes and
 // control bytes escaped as \xHH, so a client cannot forge log lines.
 func appendQuoted(b []byte, s []byte) []byte {

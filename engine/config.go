@@ -114,6 +114,9 @@ type ProtocolsConfig struct {
 	H1 *bool `toml:"h1"`
 	H2 *bool `toml:"h2"`
 	H3 *bool `toml:"h3"`
+	// H2C accepts HTTP/2 with prior knowledge (no TLS) on the plain
+	// listener. Nil means off: clients that try it get an HTTP/1.1 error.
+	H2C *bool `toml:"h2c"`
 }
 
 // TLSConfig is a site's certificate. Both Cert and Key, or neither.
@@ -172,9 +175,17 @@ type RuntimeConfig struct {
 
 // RuntimeSettings are protocol tuning knobs.
 type RuntimeSettings struct {
-	// H2TLSWriteBuffer bounds the per-connection HTTP/2 TLS write buffer.
-	// Zero means 128 KiB.
+	// H2TLSWriteBuffer bounds the per-connection HTTP/2 TLS write buffer:
+	// frames are read from files into it and sealed as records, this much
+	// at a time. Zero means 128 KiB (two 64 KiB DATA frames).
 	H2TLSWriteBuffer Size `toml:"h2_tls_write_buffer_bytes"`
+	// H2SendBuffer is how much HTTP/2 output one connection queues ahead
+	// of the socket when frames go out by sendfile (plain h2c, or after
+	// kernel TLS took over). Zero means 256 KiB.
+	H2SendBuffer Size `toml:"h2_connection_send_buffer_bytes"`
+	// H2MaxConcurrentStreams is advertised to clients and enforced. Zero
+	// means 128.
+	H2MaxConcurrentStreams int `toml:"h2_max_concurrent_streams"`
 }
 
 // configSource records the file and the line of every key, and which
@@ -629,6 +640,18 @@ func (c *Config) Validate() error {
 	}
 	if rs.H2TLSWriteBuffer < 16<<10 || rs.H2TLSWriteBuffer > 16<<20 {
 		add(c.errAt("runtime.settings.h2_tls_write_buffer_bytes", "%v is out of range; expected 16KiB to 16MiB", rs.H2TLSWriteBuffer))
+	}
+	if rs.H2SendBuffer == 0 {
+		rs.H2SendBuffer = 256 << 10
+	}
+	if rs.H2SendBuffer < 16<<10 || rs.H2SendBuffer > 64<<20 {
+		add(c.errAt("runtime.settings.h2_connection_send_buffer_bytes", "%v is out of range; expected 16KiB to 64MiB", rs.H2SendBuffer))
+	}
+	if rs.H2MaxConcurrentStreams == 0 {
+		rs.H2MaxConcurrentStreams = 128
+	}
+	if rs.H2MaxConcurrentStreams < 1 || rs.H2MaxConcurrentStreams > 1<<16 {
+		add(c.errAt("runtime.settings.h2_max_concurrent_streams", "%d is out of range; expected 1 to 65536", rs.H2MaxConcurrentStreams))
 	}
 
 	if len(errs) > 0 {

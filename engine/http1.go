@@ -9,6 +9,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/h2"
 )
 
 // h1Handler drives HTTP/1.1 on one loop. Its scratch state is shared by
@@ -29,11 +30,13 @@ type h1Handler struct {
 	logBuf   []byte
 	limiter  logLimiter
 	warnedCC bool
+	h2       *h2Handler
 }
 
 // h1Conn is one connection's HTTP/1.1 state.
 type h1Conn struct {
 	s           stream
+	h2          *h2Conn // the connection speaks HTTP/2 instead
 	files       files.Scratch
 	skip        h1.BodySkipper
 	skipping    bool // discarding a request body
@@ -52,7 +55,7 @@ type h1Conn struct {
 const maxSkipBody = 1 << 20
 
 func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
-	return &h1Handler{
+	h := &h1Handler{
 		srv:     s,
 		loop:    l,
 		log:     s.log.With("loop", l.ID()),
@@ -60,6 +63,8 @@ func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
 		head:    make([]byte, 0, 512),
 		limiter: logLimiter{perSecond: 20},
 	}
+	h.h2 = newH2Handler(h)
+	return h
 }
 
 func (h *h1Handler) Open(c *reactor.Conn) {
@@ -74,6 +79,10 @@ func (h *h1Handler) Closed(c *reactor.Conn) {
 
 // closed releases what a connection's HTTP/1.1 state holds.
 func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
+	if st.h2 != nil {
+		st.h2.closed()
+		st.h2 = nil
+	}
 	if st.sending {
 		h.logResponse(c, st) // a response cut short: log what was sent
 	}
@@ -81,17 +90,31 @@ func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 }
 
 func (h *h1Handler) Tick() {
+	h.flushLog()
+	h.limiter.flush(h.log)
+	h.h2.tick()
+}
+
+// flushLog writes the buffered access log lines.
+func (h *h1Handler) flushLog() {
 	if len(h.logBuf) > 0 {
 		h.srv.alog.write(h.logBuf)
 		h.logBuf = h.logBuf[:0]
 	}
-	h.limiter.flush(h.log)
 }
 
 func (h *h1Handler) Serve(c *reactor.Conn) { h.serve(c, c.State.(*h1Conn)) }
 
+// Drain keeps HTTP/2 connections open at shutdown until they have sent
+// GOAWAY and finished their streams (reactor.Drainer).
+func (h *h1Handler) Drain(c *reactor.Conn) bool { return c.State.(*h1Conn).h2 != nil }
+
 // serve runs HTTP/1.1 over st's stream as far as it can go.
 func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
+	if st.h2 != nil {
+		h.h2.serve(st.h2)
+		return
+	}
 	lim := &h.srv.cfg.Limits
 	s := st.s
 	for {
@@ -135,6 +158,19 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			return
 		}
 		if !st.headStarted {
+			if st.requests == 0 && in[0] == 'P' && h.srv.sites.h2c {
+				// HTTP/2 with prior knowledge (RFC 9113 §3.3) on a plain
+				// listener where a site allows it.
+				n := min(len(in), len(h2.Preface))
+				if string(in[:n]) == h2.Preface[:n] {
+					if n < len(h2.Preface) {
+						return // wait for the rest of the preface
+					}
+					st.h2 = h.h2.start(c, s, nil)
+					h.h2.serve(st.h2)
+					return
+				}
+			}
 			st.headStarted = true
 			c.SetReadDeadline(lim.HeaderTimeout.D())
 		}
@@ -360,9 +396,9 @@ func (h *h1Handler) startLogLine(c *reactor.Conn, st *h1Conn, r *h1.Request, sta
 	st.logLine = b
 	if r != nil {
 		st.logLine = append(st.logLine, 0) // marker: referer and agent follow the byte count
-		st.logLine = appendQuoted(st.logLine, r.Get("referer"))
+		st.logLine = appendHeaderField(st.logLine, r.Get("referer"))
 		st.logLine = append(st.logLine, ' ')
-		st.logLine = appendQuoted(st.logLine, r.Get("user-agent"))
+		st.logLine = appendHeaderField(st.logLine, r.Get("user-agent"))
 	}
 }
 
@@ -387,7 +423,7 @@ func (h *h1Handler) logResponse(c *reactor.Conn, st *h1Conn) {
 	h.logBuf = append(h.logBuf, '\n')
 	st.logLine = st.logLine[:0]
 	if len(h.logBuf) > 32<<10 {
-		h.Tick()
+		h.flushLog()
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/h2"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
 )
@@ -46,6 +47,9 @@ type serverCounters struct {
 
 	tlsHandshakes, tlsHandshakeErrors, tlsRecordErrors, tlsAlertsReceived, tlsKeyUpdates atomic.Int64
 	tlsUserBytes, tlsKernelBytes, tlsPromotions, tlsPromoteFailures                      atomic.Int64
+
+	h2Conns, h2Streams, h2Resets, h2ConnErrors atomic.Int64
+	h2Events                                   [h2.EventMalformed + 1]atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -70,6 +74,14 @@ type Stats struct {
 	TLSKernelBytes     int64 // response bytes handed to kernel TLS
 	Promotions         int64 // connections whose transmission moved to the kernel
 	PromoteFailures    int64 // promotions that failed (the connection stayed in userspace)
+
+	H2Connections int64 // HTTP/2 connections (ALPN h2 or h2c prior knowledge)
+	H2Streams     int64 // HTTP/2 responses queued
+	H2Resets      int64 // HTTP/2 streams reset before their response was out
+	H2ConnErrors  int64 // HTTP/2 connections ended by GOAWAY with an error
+	// H2Events counts HTTP/2 limits hit and protocol errors by kind
+	// (h2.Event).
+	H2Events map[string]int64
 
 	FilesHashed        int64         // digests computed in the background
 	BytesHashed        int64         // bytes they covered
@@ -118,7 +130,8 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		Addr:        cfg.Listen,
 		Workers:     cfg.Workers,
 		MaxConns:    cfg.Limits.MaxConnections,
-		ReadBuffer:  int(cfg.Limits.MaxHeaderBytes) + 4<<10,
+		// Room for a request head, and for a whole HTTP/2 frame.
+		ReadBuffer:  max(int(cfg.Limits.MaxHeaderBytes)+4<<10, 20<<10),
 		SendTimeout: cfg.Limits.SendTimeout.D(),
 		NewHandler: func(l *reactor.Loop) reactor.Handler {
 			h := newH1Handler(s, l)
@@ -175,7 +188,8 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // setupTLS loads the certificates and builds the TLS configuration: TLS
-// 1.3 (1.2 where a site allows it), ALPN http/1.1, session tickets on.
+// 1.3 (1.2 where a site allows it), ALPN h2 and http/1.1 as the named
+// site allows, session tickets on.
 func (s *Server) setupTLS() error {
 	s.certs = &certStore{}
 	if s.cfg.selfSigned {
@@ -192,31 +206,66 @@ func (s *Server) setupTLS() error {
 	s.certs.cur.Store(t)
 	base := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
-		NextProtos:     []string{"http/1.1"},
+		NextProtos:     s.alpn(""),
 		GetCertificate: s.certs.getCertificate,
 	}
-	if t.allow12() {
+	allow12 := t.allow12()
+	if allow12 {
 		// Some site accepts TLS 1.2: offer it (ECDHE with AEAD ciphers
 		// only) to clients without 1.3, for those sites, with session
 		// tickets off since crypto/tls logs no keys for resumed 1.2
 		// sessions.
 		base.MinVersion = tls.VersionTLS12
 		base.CipherSuites = ktls.TLS12SuiteIDs()
-		base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
-				return nil, nil
+	}
+	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		var c *tls.Config
+		clone := func() {
+			if c == nil {
+				c = base.Clone()
+				c.GetConfigForClient = nil
 			}
-			c := base.Clone()
-			c.GetConfigForClient = nil
+		}
+		if allow12 && !slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
+			clone()
 			c.SessionTicketsDisabled = true
 			if !s.certs.cur.Load().allows12(hello.ServerName) {
 				c.MinVersion = tls.VersionTLS13 // this site is 1.3 only: the handshake fails
 			}
-			return c, nil
 		}
+		// ALPN offers what the site the client names allows.
+		if p := s.alpn(hello.ServerName); !slices.Equal(p, base.NextProtos) {
+			clone()
+			c.NextProtos = p
+		}
+		return c, nil
 	}
 	s.tlsConfig = ktls.ServerConfig(base)
 	return nil
+}
+
+// alpn lists the protocols to offer in ALPN for a server name ("" for
+// all sites together): h2 before http/1.1, as each site allows.
+func (s *Server) alpn(serverName string) []string {
+	var h1, h2 bool
+	if serverName == "" || s.sites == nil {
+		for _, sc := range s.cfg.Sites {
+			h1, h2 = h1 || on(sc.Protocols.H1), h2 || on(sc.Protocols.H2)
+		}
+		if len(s.cfg.Sites) == 0 || s.cfg.Root != "" {
+			h1, h2 = true, true
+		}
+	} else {
+		st, _ := s.sites.lookup([]byte(serverName), nil)
+		h1, h2 = st.h1, st.h2
+	}
+	switch {
+	case h2 && h1:
+		return []string{"h2", "http/1.1"}
+	case h2:
+		return []string{"h2"}
+	}
+	return []string{"http/1.1"}
 }
 
 // ReloadCertificates reads every site's certificate files again (SIGHUP).
@@ -259,6 +308,12 @@ func (s *Server) Stats() Stats {
 		Promotions:         s.stats.tlsPromotions.Load(),
 		PromoteFailures:    s.stats.tlsPromoteFailures.Load(),
 
+		H2Connections: s.stats.h2Conns.Load(),
+		H2Streams:     s.stats.h2Streams.Load(),
+		H2Resets:      s.stats.h2Resets.Load(),
+		H2ConnErrors:  s.stats.h2ConnErrors.Load(),
+		H2Events:      s.h2Events(),
+
 		FilesHashed:        s.digests.files.Load(),
 		BytesHashed:        s.digests.bytes.Load(),
 		HashTime:           time.Duration(s.digests.nanos.Load()),
@@ -268,6 +323,16 @@ func (s *Server) Stats() Stats {
 		CacheHits:          s.cache.Hits.Load(),
 		CacheMisses:        s.cache.Misses.Load(),
 	}
+}
+
+func (s *Server) h2Events() map[string]int64 {
+	m := map[string]int64{}
+	for i := range s.stats.h2Events {
+		if n := s.stats.h2Events[i].Load(); n > 0 {
+			m[h2.Event(i).String()] = n
+		}
+	}
+	return m
 }
 
 // disabled reads a debug kill-switch. These environment variables are

@@ -16,7 +16,8 @@ type site struct {
 	name      string // as configured; "" for the top-level root
 	files     files.Site
 	limitRate uint64
-	h1        bool
+	h1, h2    bool
+	h2c       bool // HTTP/2 with prior knowledge on the plain listener
 }
 
 // siteTable chooses a site by Host.
@@ -27,6 +28,7 @@ type siteTable struct {
 	any       *site      // domain "*"
 	def       *site
 	all       []*site
+	h2c       bool // some site accepts HTTP/2 with prior knowledge
 	roots     []*files.Root
 }
 
@@ -57,7 +59,7 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 			return nil, err
 		}
 		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true,
-			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true}
+			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true}
 		t.all = append(t.all, t.def)
 	}
 	for i := range cfg.Sites {
@@ -81,6 +83,8 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 				Precompressed: on(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require"},
 			limitRate: uint64(sc.LimitRate),
 			h1:        on(sc.Protocols.H1),
+			h2:        on(sc.Protocols.H2),
+			h2c:       sc.Protocols.H2C != nil && *sc.Protocols.H2C,
 		}
 		t.all = append(t.all, s)
 		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
@@ -98,6 +102,9 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 	}
 	if t.def == nil {
 		t.def = t.all[0]
+	}
+	for _, s := range t.all {
+		t.h2c = t.h2c || s.h2c
 	}
 	return t, nil
 }

@@ -88,6 +88,8 @@ type outPart struct {
 	start      bool
 	closeAfter bool
 	keyUpdate  bool
+	src        reactor.Source // output made on demand (HTTP/2 frames), sealed by the source itself
+	promote    bool           // hand transmission to the kernel here
 }
 
 func newTLSHandler(h1 *h1Handler) *tlsHandler {
@@ -116,6 +118,9 @@ func (th *tlsHandler) Closed(c *reactor.Conn) {
 
 func (th *tlsHandler) Tick() { th.h1.Tick() }
 
+// Drain keeps HTTP/2 connections open at shutdown (reactor.Drainer).
+func (th *tlsHandler) Drain(c *reactor.Conn) bool { return c.State.(*tlsConn).h1Conn.h2 != nil }
+
 func (th *tlsHandler) Serve(c *reactor.Conn) {
 	t := c.State.(*tlsConn)
 	if t.phase == phaseHandshake {
@@ -126,6 +131,9 @@ func (th *tlsHandler) Serve(c *reactor.Conn) {
 	}
 	if !t.readRecords() {
 		return
+	}
+	if t.sess.ALPN == "h2" && t.h1Conn.h2 == nil {
+		t.h1Conn.h2 = th.h1.h2.start(c, t, t)
 	}
 	th.h1.serve(c, &t.h1Conn)
 }
@@ -394,6 +402,14 @@ func (t *tlsConn) writeFile(fd int, off, n int64) {
 
 func (t *tlsConn) busy() bool { return len(t.out) > 0 || t.c.Pending() }
 
+// writeFill queues a source that makes and seals its own records (the
+// HTTP/2 driver's frames, filled as the socket drains).
+func (t *tlsConn) writeFill(src reactor.Source) { t.out = append(t.out, outPart{src: src}) }
+
+// promoteNext hands transmission to the kernel once what is queued is
+// written (HTTP/2: after a response passed promote_after).
+func (t *tlsConn) promoteNext() { t.out = append(t.out, outPart{promote: true}) }
+
 func (t *tlsConn) closeGracefully() {
 	if t.closing {
 		return
@@ -426,6 +442,20 @@ func (t *tlsConn) pump() {
 			t.respBody = 0
 		case p.keyUpdate:
 			if !t.updateWriteKey() {
+				return
+			}
+		case p.src != nil:
+			t.flushSealed()
+			c.WriteSource(p.src)
+			t.out = t.out[1:]
+			t.compactOut()
+			return // the source seals as the socket drains
+		case p.promote:
+			t.flushSealed()
+			if t.canPromote() {
+				t.out = t.out[1:]
+				t.promoting = true
+				c.Control(t.promote)
 				return
 			}
 		case p.closeAfter:

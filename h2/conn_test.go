@@ -574,24 +574,50 @@ func TestShutdown(t *testing.T) {
 func TestTrailersAndBodies(t *testing.T) {
 	p := newPeer(t, Config{}, []byte("x"))
 	p.frames()
-	// A POST with a body and trailers; the response ends first, so the
-	// request is stopped with NO_ERROR.
+	// A POST answered before its body arrived: the stream stays
+	// half-closed (local) and its body and trailers are still checked.
 	p.request(1, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x", "content-length", "3")
 	p.flush()
-	got := p.frames()
-	if !contains(got, "RST_STREAM 1 NO_ERROR") {
+	if got := p.frames(); contains(got, "RST_STREAM 1 NO_ERROR") || !contains(got, "DATA 1 1 END") {
 		t.Fatalf("frames %v", got)
 	}
-	// Its remaining body is ignored, not an error.
-	p.fr.WriteData(1, true, []byte("abc"))
+	p.fr.WriteData(1, false, []byte("abc"))
+	p.encBuf.Reset()
+	p.enc.WriteField(hpack.HeaderField{Name: ":path", Value: "/"})
+	p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: p.encBuf.Bytes(), EndStream: true, EndHeaders: true})
+	p.flush()
+	if got := p.frames(); !contains(got, "RST_STREAM 1 PROTOCOL_ERROR") {
+		t.Errorf("pseudo-header in trailers: %v", got)
+	}
+	// A body that keeps coming after the answer is stopped without error.
+	p.request(3, false, ":method", "POST", ":scheme", "https", ":path", "/", ":authority", "x")
+	p.flush()
+	p.frames()
+	for i := 0; i < 3; i++ {
+		p.fr.WriteData(3, false, make([]byte, 16000))
+	}
+	p.flush()
+	if got := p.frames(); !contains(got, "RST_STREAM 3 NO_ERROR") || p.err != nil {
+		t.Errorf("frames %v err %v", got, p.err)
+	}
+	// Its frames still in flight are ignored, not an error.
+	p.fr.WriteData(3, true, []byte("abc"))
 	p.flush()
 	if got := p.frames(); len(got) != 0 || p.err != nil {
 		t.Errorf("frames %v err %v", got, p.err)
 	}
 	// DATA on a stream whose request ended is STREAM_CLOSED.
 	p.h.auto = false
-	p.request(3, true)
+	p.request(5, true)
 	p.flush()
+	p.fr.WriteData(5, false, []byte("x"))
+	p.flush()
+	if got := p.frames(); !contains(got, "RST_STREAM 5 STREAM_CLOSED") {
+		t.Errorf("frames %v", got)
+	}
+	// After the client's own RST_STREAM, DATA is STREAM_CLOSED even on a
+	// stream we had reset.
+	p.fr.WriteRSTStream(3, http2.ErrCodeCancel)
 	p.fr.WriteData(3, false, []byte("x"))
 	p.flush()
 	if got := p.frames(); !contains(got, "RST_STREAM 3 STREAM_CLOSED") {

@@ -17,7 +17,7 @@ const minFrame = 4096
 // bodyLen bytes that Produce pulls through the Sink. With bodyLen 0 the
 // head ends the stream. A stream that is already done is ignored.
 func (c *Conn) Respond(st *Stream, status int, fields []hpack.HeaderField, bodyLen int64) {
-	if st.done || st.responded || c.dead {
+	if st.done || st.responded || c.dead || c.streams[st.ID] != st {
 		return
 	}
 	st.responded = true
@@ -74,18 +74,21 @@ func appendFrameHeader(b []byte, length int, typ http2.FrameType, flags http2.Fl
 		byte(id>>24), byte(id>>16), byte(id>>8), byte(id))
 }
 
-// localEnd marks st's response complete. A request still sending its body
-// is told to stop without error (RFC 9113 §8.1).
+// localEnd marks st's response complete. A request still in progress
+// keeps the stream half-closed (local): its remaining frames are still
+// checked, and it is told to stop when its body would fill the window
+// (onData) or it lingers past the stall timeout (Expire).
 func (c *Conn) localEnd(st *Stream) {
 	st.localDone = true
+	st.localAt = max(c.now, 1)
 	if i := c.sendingIndex(st); i >= 0 {
 		c.sending = append(c.sending[:i], c.sending[i+1:]...)
 	}
-	if !st.remoteDone {
-		c.resetStream(st.ID, http2.ErrCodeNo)
+	if st.remoteDone {
+		c.closeStream(st, 0, false)
 		return
 	}
-	c.closeStream(st, 0, false)
+	c.notifyDone(st)
 }
 
 // Produce gives the Sink up to about budget bytes of output: queued
@@ -215,6 +218,15 @@ func (c *Conn) Expire(now, timeout int64) error {
 		c.event(EventStall, nil)
 		c.resetStream(id, http2.ErrCodeCancel)
 	}
+	stalled = stalled[:0]
+	for id, st := range c.streams {
+		if st.localDone && now-st.localAt > timeout {
+			stalled = append(stalled, id) // answered; the request never ended
+		}
+	}
+	for _, id := range stalled {
+		c.resetStream(id, http2.ErrCodeNo)
+	}
 	return nil
 }
 
@@ -246,4 +258,14 @@ func (c *Conn) Dead() bool { return c.dead }
 func peek(p []byte) (length int, typ http2.FrameType, flags http2.Flags, id uint32) {
 	return int(p[0])<<16 | int(p[1])<<8 | int(p[2]), http2.FrameType(p[3]), http2.Flags(p[4]),
 		binary.BigEndian.Uint32(p[5:9]) & (1<<31 - 1)
+}
+
+// Abandon ends every open stream (StreamDone, reset CANCEL) without
+// output: the connection is gone.
+func (c *Conn) Abandon() {
+	c.dead = true
+	c.ctrl = c.ctrl[:0]
+	for _, st := range c.streams {
+		c.closeStream(st, http2.ErrCodeCancel, false)
+	}
 }

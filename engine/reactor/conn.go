@@ -177,6 +177,18 @@ func (c *Conn) Sent() int64 { return c.sent }
 // Pending reports whether queued output is still unwritten.
 func (c *Conn) Pending() bool { return len(c.out) > 0 }
 
+// Closed reports whether the connection has closed.
+func (c *Conn) Closed() bool { return c.closed }
+
+// Wake has the loop process c soon (call Serve), as if input had come:
+// for state changed outside Serve, from the loop goroutine.
+func (c *Conn) Wake() {
+	if !c.closed {
+		c.progress++
+		c.loop.markReady(c)
+	}
+}
+
 // Busy reports whether work started with Go is still running.
 func (c *Conn) Busy() bool { return c.busy }
 

@@ -465,12 +465,22 @@ func (l *Loop) drain() {
 		closeFd(l.lfd)
 		l.lfd = -1
 	}
+	dr, _ := l.handler.(Drainer)
 	for _, c := range l.slots {
 		if c != nil && !c.closed && len(c.out) == 0 && !c.busy && c.rpos == c.wpos {
+			if dr != nil && dr.Drain(c) {
+				c.Wake()
+				continue
+			}
 			l.closeConn(c, false)
 		}
 	}
 }
+
+// Drainer is implemented by handlers whose idle connections need a word
+// before they close at shutdown (HTTP/2's GOAWAY). Drain returns true to
+// keep c open: Serve runs next, sees Draining, and closes it when done.
+type Drainer interface{ Drain(c *Conn) bool }
 
 // closeAll ends every connection at once: the grace period is over.
 func (l *Loop) closeAll() {
