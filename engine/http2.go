@@ -36,12 +36,12 @@ type h2Conn struct {
 	conn  *h2.Conn
 	parts []files.Part // scratch for body slices
 
-	filling     bool       // a fill source is queued (userspace TLS)
-	fillErr     error      // a file could not be read while filling
-	wantPromote bool       // a response passed promote_after: hand TLS to the kernel
-	held        []*h2Strm  // done streams whose file ranges may still be queued
-	shut        bool       // GOAWAY for shutdown sent
-	closing     bool       // closeGracefully called
+	filling     bool      // a fill source is queued (userspace TLS)
+	fillErr     error     // a file could not be read while filling
+	wantPromote bool      // a response passed promote_after: hand TLS to the kernel
+	held        []*h2Strm // done streams whose file ranges may still be queued
+	shut        bool      // GOAWAY for shutdown sent
+	closing     bool      // closeGracefully called
 }
 
 // h2Strm is the engine's state for one stream.

@@ -371,7 +371,9 @@ func TestH2NoWindowUpdate(t *testing.T) {
 	r.fr.WriteWindowUpdate(0, 1<<30)
 	r.get(1, "/big.bin")
 	r.get(3, "/alpha.txt", "range", "bytes=0-9")
-	r.until(scale(10*time.Second), func(f http2.Frame) bool { return f.Header().StreamID == 3 && f.Header().Flags.Has(http2.FlagDataEndStream) })
+	r.until(scale(10*time.Second), func(f http2.Frame) bool {
+		return f.Header().StreamID == 3 && f.Header().Flags.Has(http2.FlagDataEndStream)
+	})
 	start := time.Now()
 	f := r.until(scale(10*time.Second), func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
 	if rst := f.(*http2.RSTStreamFrame); rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeCancel {
@@ -381,7 +383,9 @@ func TestH2NoWindowUpdate(t *testing.T) {
 		t.Errorf("reset after %v", time.Since(start))
 	}
 	r.get(5, "/alpha.txt", "range", "bytes=0-9")
-	r.until(scale(10*time.Second), func(f http2.Frame) bool { return f.Header().StreamID == 5 && f.Header().Flags.Has(http2.FlagDataEndStream) })
+	r.until(scale(10*time.Second), func(f http2.Frame) bool {
+		return f.Header().StreamID == 5 && f.Header().Flags.Has(http2.FlagDataEndStream)
+	})
 	if n := ts.Stats().H2Events["flow-control stall"]; n != 1 {
 		t.Errorf("stall events %d", n)
 	}
@@ -459,7 +463,9 @@ func TestH2Floods(t *testing.T) {
 	r.until(scale(10*time.Second), func(f http2.Frame) bool { _, ok := f.(*http2.HeadersFrame); return ok })
 	r.dec.SetEmitFunc(func(hpack.HeaderField) {})
 	r.get(3, "/alpha.txt")
-	r.until(scale(10*time.Second), func(f http2.Frame) bool { return f.Header().StreamID == 3 && f.Header().Flags.Has(http2.FlagDataEndStream) })
+	r.until(scale(10*time.Second), func(f http2.Frame) bool {
+		return f.Header().StreamID == 3 && f.Header().Flags.Has(http2.FlagDataEndStream)
+	})
 	if err := <-done; err != nil {
 		t.Error(err)
 	}
@@ -576,7 +582,9 @@ func TestH2GracefulShutdown(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	r.fr.WriteWindowUpdate(1, 100)
-	r.until(scale(10*time.Second), func(f http2.Frame) bool { return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream) })
+	r.until(scale(10*time.Second), func(f http2.Frame) bool {
+		return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream)
+	})
 	select {
 	case <-stopped:
 	case <-time.After(scale(10 * time.Second)):

@@ -127,9 +127,9 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 	}
 	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.known})
 	s.group, err = reactor.Listen(reactor.Config{
-		Addr:        cfg.Listen,
-		Workers:     cfg.Workers,
-		MaxConns:    cfg.Limits.MaxConnections,
+		Addr:     cfg.Listen,
+		Workers:  cfg.Workers,
+		MaxConns: cfg.Limits.MaxConnections,
 		// Room for a request head, and for a whole HTTP/2 frame.
 		ReadBuffer:  max(int(cfg.Limits.MaxHeaderBytes)+4<<10, 20<<10),
 		SendTimeout: cfg.Limits.SendTimeout.D(),
