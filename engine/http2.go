@@ -9,6 +9,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h2"
+	"github.com/mediaship/engine/internal/fileio"
 	"github.com/mediaship/engine/ktls"
 )
 
@@ -93,7 +94,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 	c, s := hc.c, hc.s
 	s.pump()
 	if !s.busy() {
-		hc.releaseHeld()
+		hc.releaseHeld(true)
 	}
 	for !hc.conn.Dead() {
 		in := s.input()
@@ -238,6 +239,16 @@ type h2Fill struct {
 	plain  []byte
 	sealed []byte
 	n      int // bytes of plain filled
+	// File reads of the batch, done together after the frames are laid
+	// out: consecutive ranges of one file become one preadv.
+	reads []fillRead
+	iov   [][]byte
+}
+
+type fillRead struct {
+	fd          int
+	off, end    int64
+	first, last int // f.iov[first:last]
 }
 
 func (f *h2Fill) Next(max int) ([]byte, error) {
@@ -253,11 +264,22 @@ func (f *h2Fill) Next(max int) ([]byte, error) {
 		f.sealed = th.getSealBuf(size + (size/ktls.MaxPlaintext+1)*t.seal.Overhead())
 	}
 	f.n = 0
+	f.reads, f.iov = f.reads[:0], f.iov[:0]
 	for f.n < size {
 		if hc.conn.Produce(fillSink{f}, size-f.n) == 0 || hc.wantPromote {
 			break
 		}
 	}
+	for _, r := range f.reads {
+		got, err := fileio.Preadv(r.fd, f.iov[r.first:r.last], r.off)
+		if int64(got) < r.end-r.off && hc.fillErr == nil {
+			// The file shrank (or failed) under a promised length: the
+			// connection is reset so the client sees a short body.
+			hc.fillErr = errors.Join(ktls.ErrFileShrank, err)
+		}
+	}
+	clear(f.iov)
+	hc.releaseHeld(false) // streams finished in this batch: their bytes are read
 	if hc.fillErr != nil {
 		return nil, hc.fillErr
 	}
@@ -300,14 +322,19 @@ func (s fillSink) Data(st *h2.Stream, hdr []byte, off int64, n int) {
 	resp := &hs.files.Resp
 	for _, p := range bodySlice(resp.Parts, off, int64(n), hc.parts[:0]) {
 		dst := f.plain[f.n : f.n+int(p.Len)]
+		f.n += int(p.Len)
 		if p.Mem != nil {
 			copy(dst, p.Mem)
-		} else if _, err := fdReaderAt(resp.File.Fd()).ReadAt(dst, p.Off); err != nil && hc.fillErr == nil {
-			// The file shrank (or failed) under a promised length: the
-			// connection is reset so the client sees a short body.
-			hc.fillErr = errors.Join(ktls.ErrFileShrank, err)
+			continue
 		}
-		f.n += int(p.Len)
+		fd := resp.File.Fd()
+		if k := len(f.reads) - 1; k >= 0 && f.reads[k].fd == fd && f.reads[k].end == p.Off && f.reads[k].last == len(f.iov) {
+			f.reads[k].end += p.Len
+			f.reads[k].last++
+		} else {
+			f.reads = append(f.reads, fillRead{fd: fd, off: p.Off, end: p.Off + p.Len, first: len(f.iov), last: len(f.iov) + 1})
+		}
+		f.iov = append(f.iov, dst)
 	}
 	hs.user += int64(n)
 	if hs.user >= hc.t.promoteAfter() && hc.t.canPromote() {
@@ -486,26 +513,34 @@ func (hc *h2Conn) StreamDone(st *h2.Stream) {
 	if hs.fetching {
 		return // the worker's answer releases it
 	}
-	if hs.byRef {
+	if hs.byRef || hc.filling {
 		hc.held = append(hc.held, hs)
 		return
 	}
 	hs.files.Reset()
 }
 
-func (hc *h2Conn) releaseHeld() {
-	for i, hs := range hc.held {
+// releaseHeld releases done streams once nothing queued refers to their
+// files: all of them when the socket has taken everything, else those
+// whose bytes were copied (read in the last fill batch).
+func (hc *h2Conn) releaseHeld(all bool) {
+	kept := hc.held[:0]
+	for _, hs := range hc.held {
+		if hs.byRef && !all {
+			kept = append(kept, hs)
+			continue
+		}
 		hs.files.Reset()
-		hc.held[i] = nil
 	}
-	hc.held = hc.held[:0]
+	clear(hc.held[len(kept):])
+	hc.held = kept
 }
 
 // closed releases everything when the connection is gone.
 func (hc *h2Conn) closed() {
 	delete(hc.h.conns, hc)
 	hc.conn.Abandon()
-	hc.releaseHeld()
+	hc.releaseHeld(true)
 }
 
 // tick enforces the stall timeout on the loop's HTTP/2 connections, once

@@ -2,6 +2,8 @@ package ktls
 
 import (
 	"errors"
+
+	"github.com/mediaship/engine/internal/fileio"
 )
 
 // ErrFileShrank means a file ended before the bytes a response promised.
@@ -63,7 +65,7 @@ func (f *FileSealer) Next(max int) ([]byte, error) {
 		plain += n
 		pos += n + f.s.Overhead()
 	}
-	got, err := preadv(f.fd, slots[:records], f.off)
+	got, err := fileio.Preadv(f.fd, slots[:records], f.off)
 	if err != nil {
 		return nil, err
 	}

@@ -65,54 +65,6 @@ func SendRecord(fd int, typ byte, data []byte) error {
 	}
 }
 
-// preadv fills bufs from the file at off with as few preadv(2) calls as
-// it takes; it returns fewer bytes than asked only at the end of the file.
-func preadv(fd int, bufs [][]byte, off int64) (int, error) {
-	total := 0
-	for len(bufs) > 0 {
-		n, err := unix.Preadv(fd, bufs, off+int64(total))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return total, os.NewSyscallError("preadv", err)
-		}
-		if n == 0 {
-			break
-		}
-		total += n
-		for n > 0 && len(bufs) > 0 {
-			if n >= len(bufs[0]) {
-				n -= len(bufs[0])
-				bufs = bufs[1:]
-			} else {
-				bufs[0] = bufs[0][n:]
-				n = 0
-			}
-		}
-	}
-	return total, nil
-}
-
-// preadFull reads len(p) bytes at off, or fewer at the end of the file.
-func preadFull(fd int, p []byte, off int64) (int, error) {
-	done := 0
-	for done < len(p) {
-		n, err := unix.Pread(fd, p[done:], off+int64(done))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return done, os.NewSyscallError("pread", err)
-		}
-		if n == 0 {
-			break
-		}
-		done += n
-	}
-	return done, nil
-}
-
 // RecordTypeOOB is the control message that makes the next sendmsg one
 // record of content type typ on a kernel TLS socket.
 func RecordTypeOOB(typ byte) []byte {

@@ -14,8 +14,5 @@ func SetTX(int, Keys, uint64) error      { return errNoKernelTLS }
 func SetRX(int, Keys, uint64) error      { return errNoKernelTLS }
 func SendRecord(int, byte, []byte) error { return errNoKernelTLS }
 
-func preadFull(int, []byte, int64) (int, error) { return 0, errNoKernelTLS }
-func preadv(int, [][]byte, int64) (int, error)  { return 0, errNoKernelTLS }
-
 // RecordTypeOOB has no meaning without kernel TLS.
 func RecordTypeOOB(byte) []byte { return nil }

@@ -1,0 +1,36 @@
+package fileio
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Preadv fills bufs from the file at off with as few preadv(2) calls as
+// it takes; it returns fewer bytes than asked only at the end of the file.
+func Preadv(fd int, bufs [][]byte, off int64) (int, error) {
+	total := 0
+	for len(bufs) > 0 {
+		n, err := unix.Preadv(fd, bufs, off+int64(total))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, os.NewSyscallError("preadv", err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+		for n > 0 && len(bufs) > 0 {
+			if n >= len(bufs[0]) {
+				n -= len(bufs[0])
+				bufs = bufs[1:]
+			} else {
+				bufs[0] = bufs[0][n:]
+				n = 0
+			}
+		}
+	}
+	return total, nil
+}

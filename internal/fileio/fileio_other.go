@@ -1,0 +1,8 @@
+//go:build !linux
+
+package fileio
+
+import "errors"
+
+// Preadv is Linux-only.
+func Preadv(int, [][]byte, int64) (int, error) { return 0, errors.ErrUnsupported }
