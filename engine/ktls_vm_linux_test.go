@@ -127,6 +127,50 @@ func TestKernelTLSPromotion(t *testing.T) {
 		})
 	}
 
+	// HTTP/2: four streams on one connection cross promote_after together;
+	// frames sealed in userspace until then, header plus sendfile after.
+	t.Run("h2", func(t *testing.T) {
+		ts, pki := startTLS(t, root, "[kernel]\nktls = \"require\"\npromote_after = \"1MiB\"\n")
+		txBefore := tlsStat(t, "TlsTxSw")
+		c := h2Client(pki)
+		for round := 0; round < 2; round++ {
+			errs := make(chan error, 5)
+			for i := 0; i < 5; i++ {
+				go func() {
+					path, want := "/big.bin", big
+					if i == 4 {
+						path, want = "/small.txt", []byte("small response")
+					}
+					resp, err := c.Get("https://" + ts.addr + path)
+					if err != nil {
+						errs <- err
+						return
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || !bytes.Equal(body, want) || resp.ProtoMajor != 2 {
+						err = fmt.Errorf("%s over %s: %d bytes (want %d), err %v", path, resp.Proto, len(body), len(want), err)
+					}
+					errs <- err
+				}()
+			}
+			for i := 0; i < 5; i++ {
+				if err := <-errs; err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+		}
+		st := ts.Stats()
+		if st.H2Connections != 1 || st.Promotions != 1 || st.PromoteFailures != 0 || st.TLSKernelBytes < int64(len(big)) || st.TLSUserBytes < 1<<20 {
+			t.Errorf("h2 connections %d, promotions %d, failures %d, kernel bytes %d, userspace bytes %d",
+				st.H2Connections, st.Promotions, st.PromoteFailures, st.TLSKernelBytes, st.TLSUserBytes)
+		}
+		if got := tlsStat(t, "TlsTxSw") - txBefore; got != 1 {
+			t.Errorf("TlsTxSw grew by %d, want 1", got)
+		}
+		t.Logf("h2: promotions %d, kernel bytes %d, userspace bytes %d", st.Promotions, st.TLSKernelBytes, st.TLSUserBytes)
+	})
+
 	// The other two suites, which Go's client never negotiates: openssl.
 	if openssl == "" {
 		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
