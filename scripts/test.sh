@@ -3,6 +3,8 @@
 # (through .ci/run, after installing what the tests need).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Test tools built with go install (h2spec) live here.
+export PATH="$PATH:$(go env GOPATH)/bin"
 
 echo "== go vet (linux, and darwin for the portable build)"
 go vet ./...
