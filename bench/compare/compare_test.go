@@ -26,6 +26,7 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| large file, 1 connection, h1 plain | MiB/s |", "| 1 KiB, 64 keep-alive connections, h1 plain | req/s |",
+		"| large file, 1 connection, h2 TLS | MiB/s |",
 		"## The client's ceiling", "Quick mode"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("report lacks %q:\n%s", want, doc)

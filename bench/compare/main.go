@@ -59,6 +59,7 @@ type row struct {
 	tls         bool
 	file        string
 	connections int
+	streams     int // concurrent requests per connection (h2, h3)
 	newConns    bool
 	rate        float64
 	metric      string // "mibps", "rps", "p99"
@@ -70,6 +71,8 @@ func matrix(quick bool) []row {
 		{name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{name: "large file, 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{name: "large file, 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
+		{name: "large file, 16 streams on 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
+		{name: "large file, 16 streams on 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
 		{name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps"},
 		{name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
 		{name: "large file, 16 connections, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
@@ -77,9 +80,10 @@ func matrix(quick bool) []row {
 		{name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps"},
 		{name: "1 KiB, new TLS connection per request (16 at once)", unit: "req/s", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, metric: "rps"},
 		{name: "1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency", unit: "ms p99", proto: "h1", file: "1k.bin", connections: 64, rate: 5000, metric: "p99"},
+		{name: "1 KiB, 32 streams on each of 4 connections, h2 TLS", unit: "req/s", proto: "h2", tls: true, file: "1k.bin", connections: 4, streams: 32, metric: "rps"},
 	}
 	if quick {
-		return []row{rows[0], rows[1], rows[8], rows[10]}
+		return []row{rows[0], rows[1], rows[2], rows[10], rows[12]}
 	}
 	return rows
 }
@@ -175,7 +179,7 @@ func main() {
 					notes[i][s.name] = why
 					continue
 				}
-				c := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections,
+				c := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections, Streams: rw.streams,
 					Duration: *duration, Samples: *samples, Warmup: *warmup, Rate: rw.rate, Manifest: manifest,
 					LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
 					NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
@@ -407,7 +411,7 @@ func (s *server) describe() string {
 	switch s.name {
 	case "engine":
 		out, _ := exec.Command(s.cmd.Path, "version").Output()
-		return strings.TrimSpace(string(out)) + " (two processes: plain and TLS; HTTP/1.1 only; kernel TLS as this kernel allows)"
+		return strings.TrimSpace(string(out)) + " (two processes: plain, and TLS with HTTP/1.1 and HTTP/2; kernel TLS as this kernel allows)"
 	case "nginx":
 		out, _ := exec.Command("nginx", "-v").CombinedOutput()
 		return strings.TrimSpace(string(out)) + " (shared/peers/nginx.conf.tmpl: sendfile on, access log off; HTTP/2 on TLS)"
@@ -556,7 +560,7 @@ func startEngine(repo, work string) (*server, error) {
 		return nil, err
 	}
 	s := &server{name: "engine", plain: "http://127.0.0.1:9080", tls: "https://127.0.0.1:9443", cmd: plain, pid: plain.Process.Pid,
-		tlsCmd: tlsCmd}
+		tlsCmd: tlsCmd, h2: true}
 	if err := waitReady(s.plain + "/1k.bin"); err != nil {
 		return nil, err
 	}
