@@ -150,6 +150,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 // connections and after kernel TLS took over.
 func (hc *h2Conn) output() {
 	s := hc.s
+	hc.checkRecordBudget()
 	if hc.t != nil && !hc.t.promoted {
 		if hc.filling {
 			return
@@ -181,6 +182,16 @@ func (hc *h2Conn) output() {
 		budget -= n
 	}
 	s.pump()
+}
+
+// checkRecordBudget sends GOAWAY when the TLS write key has protected half
+// the records it safely can (RFC 8446 §5.5): the client moves to a new
+// connection while the open streams finish.
+func (hc *h2Conn) checkRecordBudget() {
+	if t := hc.t; t != nil && t.seal != nil && !hc.shut && t.seal.Seq()+t.kernelRecords > recordBudget {
+		hc.shut = true
+		hc.conn.Shutdown()
+	}
 }
 
 // refSink queues output by reference: control bytes copied, DATA headers
@@ -257,6 +268,12 @@ func (f *h2Fill) Next(max int) ([]byte, error) {
 		return nil, nil
 	}
 	t := hc.t
+	if len(t.out) > 0 {
+		// The record layer has something to send first (a KeyUpdate
+		// answer): end this source; output() queues the next after it.
+		return nil, nil
+	}
+	hc.checkRecordBudget()
 	th := t.th
 	size := int(th.srv.cfg.Runtime.Settings.H2TLSWriteBuffer)
 	if f.plain == nil {
