@@ -43,6 +43,7 @@ type Config struct {
 	Kernel    KernelConfig    `toml:"kernel"`
 	Limits    LimitsConfig    `toml:"limits"`
 	Runtime   RuntimeConfig   `toml:"runtime"`
+	H3        H3Config        `toml:"h3"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
@@ -186,6 +187,29 @@ type RuntimeSettings struct {
 	// H2MaxConcurrentStreams is advertised to clients and enforced. Zero
 	// means 128.
 	H2MaxConcurrentStreams int `toml:"h2_max_concurrent_streams"`
+}
+
+// H3Config tunes HTTP/3, served on UDP at the listen port for TLS sites
+// whose protocols allow h3.
+type H3Config struct {
+	// BulkPaceRate paces each bulk response (bulk_threshold and up) to
+	// this many bytes per second, per stream, on top of quic-go's
+	// per-connection pacing. Zero means unpaced. A site's limit_rate,
+	// when lower, applies to every response of that site.
+	BulkPaceRate Size `toml:"bulk_pace_rate"`
+	// MaxStreams is how many request streams a client may have open on
+	// one connection. Zero means 100.
+	MaxStreams int `toml:"max_streams"`
+	// StreamReceiveWindow and ConnectionReceiveWindow bound the windows
+	// granted to clients for request bodies. Zero means 6 MiB and 15 MiB.
+	StreamReceiveWindow     Size `toml:"stream_receive_window"`
+	ConnectionReceiveWindow Size `toml:"connection_receive_window"`
+	// UDPBuffer is the UDP socket buffer size asked for, forced past the
+	// sysctl limits when running with CAP_NET_ADMIN. Zero means 7 MiB.
+	UDPBuffer Size `toml:"udp_buffer_bytes"`
+	// Allow0RTT accepts requests in 0-RTT data, which an attacker can
+	// replay. Zero (false) means off.
+	Allow0RTT bool `toml:"allow_0rtt"`
 }
 
 // configSource records the file and the line of every key, and which
@@ -654,6 +678,34 @@ func (c *Config) Validate() error {
 		add(c.errAt("runtime.settings.h2_max_concurrent_streams", "%d is out of range; expected 1 to 65536", rs.H2MaxConcurrentStreams))
 	}
 
+	h := &c.H3
+	if h.BulkPaceRate < 0 {
+		add(c.errAt("h3.bulk_pace_rate", "must not be negative"))
+	} else if h.BulkPaceRate > 0 && h.BulkPaceRate < 64<<10 {
+		add(c.errAt("h3.bulk_pace_rate", "%v per second is too slow to be meant; expected 64KiB or more (bytes per second), or 0 for unpaced", h.BulkPaceRate))
+	}
+	if h.MaxStreams == 0 {
+		h.MaxStreams = 100
+	}
+	if h.MaxStreams < 1 || h.MaxStreams > 1<<16 {
+		add(c.errAt("h3.max_streams", "%d is out of range; expected 1 to 65536", h.MaxStreams))
+	}
+	for _, w := range []struct {
+		key string
+		v   *Size
+		def Size
+	}{
+		{"h3.stream_receive_window", &h.StreamReceiveWindow, 6 << 20},
+		{"h3.connection_receive_window", &h.ConnectionReceiveWindow, 15 << 20},
+		{"h3.udp_buffer_bytes", &h.UDPBuffer, 7 << 20},
+	} {
+		if *w.v == 0 {
+			*w.v = w.def
+		} else if *w.v < 64<<10 || *w.v > 1<<30 {
+			add(c.errAt(w.key, "%v is out of range; expected 64KiB to 1GiB", *w.v))
+		}
+	}
+
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 		return errs
@@ -669,6 +721,23 @@ func (c *Config) HasTLS() bool {
 	}
 	for i := range c.Sites {
 		if c.Sites[i].TLS.Cert != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// H3Enabled reports whether HTTP/3 is served: the listener speaks TLS and
+// some site allows h3 (the top-level root's site allows every protocol).
+func (c *Config) H3Enabled() bool {
+	if !c.HasTLS() {
+		return false
+	}
+	if c.Root != "" || len(c.Sites) == 0 {
+		return true
+	}
+	for i := range c.Sites {
+		if on(c.Sites[i].Protocols.H3) {
 			return true
 		}
 	}

@@ -63,6 +63,11 @@ max_connections = 1000
 
 [runtime.settings]
 h2_tls_write_buffer_bytes = "131072"
+
+[h3]
+bulk_pace_rate = "50MiB"
+max_streams = 200
+allow_0rtt = false
 `)
 	if err != nil {
 		t.Fatalf("valid config rejected:\n%v", err)
@@ -71,7 +76,8 @@ h2_tls_write_buffer_bytes = "131072"
 		t.Errorf("relative paths not resolved against the config's directory: %q %q", cfg.Root, cfg.Sites[0].TLS.Cert)
 	}
 	if *cfg.Kernel.PromoteAfter != 1<<20 || cfg.Kernel.BulkThreshold != 64<<10 || cfg.Limits.MaxHeaderBytes != 32<<10 ||
-		cfg.Sites[0].LimitRate != 10<<20 || cfg.Runtime.Settings.H2TLSWriteBuffer != 131072 {
+		cfg.Sites[0].LimitRate != 10<<20 || cfg.Runtime.Settings.H2TLSWriteBuffer != 131072 ||
+		cfg.H3.BulkPaceRate != 50<<20 || cfg.H3.MaxStreams != 200 || cfg.H3.UDPBuffer != 7<<20 {
 		t.Errorf("sizes parsed wrong: %+v %+v", cfg.Kernel, cfg.Limits)
 	}
 	if cfg.Sites[1].Root != "" || len(cfg.Sites[1].Index) != 2 {
@@ -137,6 +143,12 @@ func TestConfigErrors(t *testing.T) {
 		{"workers range", "root = \".\"\nworkers = -1\n", []string{"engine.toml:2: workers: -1 is out of range"}},
 		{"header bytes range", "root = \".\"\n[limits]\nmax_header_bytes = \"10B\"\n",
 			[]string{"engine.toml:3: limits.max_header_bytes: 10B is out of range; expected 1KiB to 1MiB"}},
+		{"h3 pace rate too slow", "root = \".\"\n[h3]\nbulk_pace_rate = \"1KiB\"\n",
+			[]string{"engine.toml:3: h3.bulk_pace_rate: 1KiB per second is too slow to be meant"}},
+		{"h3 ranges", "root = \".\"\n[h3]\nmax_streams = -1\nudp_buffer_bytes = \"1KiB\"\n",
+			[]string{"engine.toml:3: h3.max_streams: -1 is out of range", "engine.toml:4: h3.udp_buffer_bytes: 1KiB is out of range; expected 64KiB to 1GiB"}},
+		{"h3 unknown key", "root = \".\"\n[h3]\nzero_rtt = true\n",
+			[]string{"engine.toml:3: h3.zero_rtt: unknown key; expected one of"}},
 		{"all protocols off", "root = \".\"\n[[sites]]\ndomain = \"a\"\nprotocols = { h1 = false, h2 = false, h3 = false }\n",
 			[]string{"engine.toml:4: sites[0].protocols: every protocol is off"}},
 		{"syntax", "root = \".\"\n[limits\n", []string{"engine.toml:2:"}},

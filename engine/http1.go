@@ -309,6 +309,9 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	if resp.RetryAfter > 0 {
 		b = h1.AppendHeaderInt(b, "Retry-After", int64(resp.RetryAfter))
 	}
+	if s != nil && s.altSvc != "" {
+		b = h1.AppendHeader(b, "Alt-Svc", s.altSvc)
+	}
 	switch {
 	case st.closeAfter:
 		b = append(b, "Connection: close\r\n"...)

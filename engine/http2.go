@@ -498,6 +498,9 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	if resp.RetryAfter > 0 {
 		add("retry-after", strconv.Itoa(resp.RetryAfter))
 	}
+	if hs.site != nil && hs.site.altSvc != "" {
+		add("alt-svc", hs.site.altSvc)
+	}
 	hh.fields = f
 	var body int64
 	if !resp.NoBody {

@@ -32,12 +32,7 @@ func PreflightNeeds(cfg *Config) preflight.Needs {
 			n.CongestionMode = preflight.Auto
 		}
 	}
-	for i := range cfg.Sites {
-		s := &cfg.Sites[i]
-		if s.TLS.Cert != "" && on(s.Protocols.H3) {
-			n.QUIC = true
-		}
-	}
+	n.QUIC = cfg.H3Enabled()
 	return n
 }
 

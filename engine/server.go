@@ -15,6 +15,7 @@ import (
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
+	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
 )
@@ -32,6 +33,7 @@ type Server struct {
 	group   *reactor.Group
 	alog    *accessLog
 	limits  h1.Limits
+	h3      *h3.Server // nil when no site serves HTTP/3
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
@@ -50,6 +52,8 @@ type serverCounters struct {
 
 	h2Conns, h2Streams, h2Resets, h2ConnErrors atomic.Int64
 	h2Events                                   [h2.EventMalformed + 1]atomic.Int64
+
+	h3Streams, h3Resets, h3Stalled atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -82,6 +86,16 @@ type Stats struct {
 	// H2Events counts HTTP/2 limits hit and protocol errors by kind
 	// (h2.Event).
 	H2Events map[string]int64
+
+	H3Connections int64 // HTTP/3 connections accepted
+	H3Active      int64 // HTTP/3 connections open now
+	H3Refused     int64 // HTTP/3 connection attempts (Initial packets) refused at max_connections
+	H3Streams     int64 // HTTP/3 responses
+	H3Resets      int64 // HTTP/3 responses the client reset or abandoned
+	H3Stalled     int64 // HTTP/3 responses reset after send_timeout without progress
+	// H3ConnErrors counts HTTP/3 connections closed with an error, by
+	// side and code ("local H3_FRAME_UNEXPECTED").
+	H3ConnErrors map[string]int64
 
 	FilesHashed        int64         // digests computed in the background
 	BytesHashed        int64         // bytes they covered
@@ -144,6 +158,11 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		NoSteering: disabled("ENGINE_DISABLE_STEERING"),
 		Pin:        cfg.PinWorkers,
 	})
+	if err == nil {
+		if err = s.listenH3(); err != nil {
+			s.group.Close()
+		}
+	}
 	if err != nil {
 		s.cache.Close()
 		s.digests.close()
@@ -165,6 +184,18 @@ func (s *Server) Run(ctx context.Context) error {
 		"sites", s.sites.describe())
 	errc := make(chan error, 1)
 	go func() { errc <- s.group.Run() }()
+	h3done := make(chan struct{})
+	if s.h3 != nil {
+		s.log.Info("serving HTTP/3", "udp", s.h3.Addr().String(), "alt-svc", s.h3.AltSvc())
+		go func() {
+			defer close(h3done)
+			if err := s.h3.Serve(); err != nil {
+				s.log.Error("HTTP/3 listener stopped", "err", err)
+			}
+		}()
+	} else {
+		close(h3done)
+	}
 	stopSaving := make(chan struct{})
 	go s.digests.saveLoop(stopSaving)
 	var err error
@@ -173,12 +204,28 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.D().String())
 		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace.D())
-		if serr := s.group.Shutdown(sctx); errors.Is(serr, context.DeadlineExceeded) {
+		h3err := make(chan error, 1)
+		go func() {
+			if s.h3 == nil {
+				h3err <- nil
+				return
+			}
+			h3err <- s.h3.Shutdown(sctx)
+		}()
+		serr := s.group.Shutdown(sctx)
+		if herr := <-h3err; serr == nil {
+			serr = herr
+		}
+		if errors.Is(serr, context.DeadlineExceeded) {
 			s.log.Warn("grace period over; closed the remaining connections")
 		}
 		cancel()
 		err = <-errc
 	}
+	if s.h3 != nil {
+		s.h3.Close()
+	}
+	<-h3done
 	close(stopSaving)
 	s.digests.close()
 	s.cache.Close()
@@ -289,7 +336,7 @@ func (s *Server) ReopenLogs() error { return s.alog.reopen() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Stats:            s.group.Stats(),
 		Requests:         s.stats.requests.Load(),
 		BadRequests:      s.stats.badRequests.Load(),
@@ -313,6 +360,9 @@ func (s *Server) Stats() Stats {
 		H2Resets:      s.stats.h2Resets.Load(),
 		H2ConnErrors:  s.stats.h2ConnErrors.Load(),
 		H2Events:      s.h2Events(),
+		H3Streams:     s.stats.h3Streams.Load(),
+		H3Resets:      s.stats.h3Resets.Load(),
+		H3Stalled:     s.stats.h3Stalled.Load(),
 
 		FilesHashed:        s.digests.files.Load(),
 		BytesHashed:        s.digests.bytes.Load(),
@@ -323,6 +373,16 @@ func (s *Server) Stats() Stats {
 		CacheHits:          s.cache.Hits.Load(),
 		CacheMisses:        s.cache.Misses.Load(),
 	}
+	s.h3Stats(&st)
+	return st
+}
+
+func (s *Server) h3Stats(st *Stats) {
+	if s.h3 == nil {
+		return
+	}
+	h := s.h3.Stats()
+	st.H3Connections, st.H3Active, st.H3Refused, st.H3ConnErrors = h.Connections, h.Active, h.Refused, h.ConnErrors
 }
 
 func (s *Server) h2Events() map[string]int64 {

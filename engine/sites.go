@@ -13,11 +13,14 @@ var getenv = os.Getenv
 // site is a configured virtual host, ready to serve.
 type site struct {
 	// Immutable after construction.
-	name      string // as configured; "" for the top-level root
-	files     files.Site
-	limitRate uint64
-	h1, h2    bool
-	h2c       bool // HTTP/2 with prior knowledge on the plain listener
+	name       string // as configured; "" for the top-level root
+	files      files.Site
+	limitRate  uint64
+	h1, h2, h3 bool
+	h2c        bool // HTTP/2 with prior knowledge on the plain listener
+	// altSvc advertises HTTP/3 on this site's TLS responses; empty when
+	// the site or the server does not serve it. Set before serving.
+	altSvc string
 }
 
 // siteTable chooses a site by Host.
@@ -59,7 +62,7 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 			return nil, err
 		}
 		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true,
-			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true}
+			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true, h3: true}
 		t.all = append(t.all, t.def)
 	}
 	for i := range cfg.Sites {
@@ -84,6 +87,7 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 			limitRate: uint64(sc.LimitRate),
 			h1:        on(sc.Protocols.H1),
 			h2:        on(sc.Protocols.H2),
+			h3:        on(sc.Protocols.H3),
 			h2c:       sc.Protocols.H2C != nil && *sc.Protocols.H2C,
 		}
 		t.all = append(t.all, s)

@@ -560,7 +560,7 @@ func startEngine(repo, work string) (*server, error) {
 		return nil, err
 	}
 	s := &server{name: "engine", plain: "http://127.0.0.1:9080", tls: "https://127.0.0.1:9443", cmd: plain, pid: plain.Process.Pid,
-		tlsCmd: tlsCmd, h2: true}
+		tlsCmd: tlsCmd, h2: true, h3: "https://127.0.0.1:9443"}
 	if err := waitReady(s.plain + "/1k.bin"); err != nil {
 		return nil, err
 	}

@@ -234,6 +234,13 @@ func (g *Group) Shutdown(ctx context.Context) error {
 	}
 }
 
+// Close releases a group that will never Run: its sockets, epoll
+// instances and workers.
+func (g *Group) Close() {
+	g.closeLoops()
+	g.pool.Close()
+}
+
 func (g *Group) closeLoops() {
 	for _, l := range g.loops {
 		l.closeFds()

@@ -1,0 +1,344 @@
+package engine
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/h3"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/sys/unix"
+)
+
+// h3Chunk is how much of a file one DATA frame carries: one pread, one
+// stream write. It is also what a stalled HTTP/3 response holds.
+const h3Chunk = 128 << 10
+
+// bulkUrgency is the RFC 9218 urgency given to bulk responses whose
+// client sent no priority: one below the default (3), so small responses
+// on the same connection go first.
+const bulkUrgency = 4
+
+// h3Handler answers HTTP/3 requests from the same sites and file layer as
+// HTTP/1.1 and HTTP/2. quic-go runs it on a goroutine per request, so it
+// may block: files are opened and read in place.
+type h3Handler struct {
+	srv     *Server
+	scratch sync.Pool // *h3Scratch
+
+	mu      sync.Mutex // guards limiter
+	limiter logLimiter
+}
+
+// h3Scratch is one request's working memory, reused.
+type h3Scratch struct {
+	files files.Scratch
+	host  []byte
+	buf   []byte // h3.FrameHeaderRoom + h3Chunk
+	log   []byte
+}
+
+// listenH3 binds the UDP side of the listen address when some TLS site
+// serves HTTP/3, and has those sites advertise it.
+func (s *Server) listenH3() error {
+	if !s.cfg.H3Enabled() {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(s.group.Addr())
+	if err != nil {
+		return err
+	}
+	hh := &h3Handler{srv: s, limiter: logLimiter{perSecond: 20}}
+	hh.scratch.New = func() any { return &h3Scratch{} }
+	c := &s.cfg.H3
+	s.h3, err = h3.Listen(h3.Config{
+		Addr:                net.JoinHostPort(host, port),
+		TLS:                 &tls.Config{GetCertificate: s.certs.getCertificate},
+		Handler:             hh,
+		Logger:              s.log,
+		MaxHeaderBytes:      int(s.cfg.Limits.MaxHeaderBytes),
+		MaxStreams:          int64(c.MaxStreams),
+		StreamReceiveWindow: uint64(c.StreamReceiveWindow),
+		ConnReceiveWindow:   uint64(c.ConnectionReceiveWindow),
+		IdleTimeout:         s.cfg.Limits.IdleTimeout.D(),
+		MaxConnections:      int64(s.cfg.Limits.MaxConnections),
+		Allow0RTT:           c.Allow0RTT,
+		UDPBuffer:           int(c.UDPBuffer),
+	})
+	if err != nil {
+		return fmt.Errorf("%w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
+	}
+	alt := s.h3.AltSvc()
+	for _, st := range s.sites.all {
+		if st.h3 {
+			st.altSvc = alt
+		}
+	}
+	rx, tx := s.h3.Buffers()
+	if rx < int(c.UDPBuffer) || tx < int(c.UDPBuffer) {
+		s.log.Warn("HTTP/3: UDP socket buffers are smaller than asked; bulk transfers may lose packets under load",
+			"asked", c.UDPBuffer.String(), "receive", rx, "send", tx,
+			"fix", "sysctl -w net.core.rmem_max=16777216 net.core.wmem_max=16777216, or run with CAP_NET_ADMIN")
+	}
+	return nil
+}
+
+// ServeHTTP answers one HTTP/3 request.
+func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	srv := hh.srv
+	sc := hh.scratch.Get().(*h3Scratch)
+	defer func() {
+		sc.files.Reset()
+		hh.scratch.Put(sc)
+	}()
+	s, hb := srv.sites.lookup([]byte(r.Host), sc.host)
+	sc.host = hb
+	resp := &sc.files.Resp
+	path, query := splitTarget([]byte(r.RequestURI))
+	isHead := r.Method == "HEAD"
+	switch {
+	case r.Method != "GET" && !isHead:
+		files.ErrorResponse(resp, 405)
+		resp.Allow = true
+	case len(path) == 0 || path[0] != '/':
+		files.ErrorResponse(resp, 400)
+	case !s.h3:
+		files.ErrorResponse(resp, 421)
+	default:
+		fr := files.Request{Head: isHead, Path: path, Query: query, Header: h3Headers(r.Header)}
+		for !srv.cache.Serve(&s.files, &fr, &sc.files) {
+			if !sc.files.Pending() {
+				srv.log.Error("file layer gave no answer and asked for nothing", "path", r.RequestURI)
+				files.ErrorResponse(resp, 500)
+				break
+			}
+			sc.files.Fetch(srv.cache, &s.files)
+		}
+	}
+	if isHead {
+		resp.NoBody = true
+	}
+	sent := hh.respond(w, r, s, sc)
+	hh.logRequest(r, resp.Status, sent, sc)
+}
+
+// respond sends sc's response and returns the body bytes sent.
+func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc *h3Scratch) int64 {
+	srv := hh.srv
+	resp := &sc.files.Resp
+	switch {
+	case resp.Status >= 500:
+		srv.stats.serverErrors.Add(1)
+		srv.log.Warn("server error", "status", resp.Status, "path", r.RequestURI, "peer", r.RemoteAddr, "err", resp.Err)
+	case resp.Status == 404:
+		srv.stats.notFound.Add(1)
+	case (resp.Status == 400 || resp.Status == 403) && resp.Err != nil:
+		hh.mu.Lock()
+		hh.limiter.log(srv.log, "refused path", "status", resp.Status, "path", r.RequestURI, "peer", r.RemoteAddr, "reason", resp.Err)
+		hh.mu.Unlock()
+	}
+	srv.stats.requests.Add(1)
+	srv.stats.h3Streams.Add(1)
+
+	h := w.Header()
+	set := func(name, value string) { h[name] = []string{value} }
+	set("Server", "engine")
+	if resp.ContentType != "" {
+		set("Content-Type", resp.ContentType)
+	}
+	if resp.Status != 304 {
+		set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	if resp.ContentEncoding != "" {
+		set("Content-Encoding", resp.ContentEncoding)
+	}
+	if resp.Vary {
+		set("Vary", "Accept-Encoding")
+	}
+	if resp.LastModified != "" {
+		set("Last-Modified", resp.LastModified)
+	}
+	if resp.ETag != "" {
+		set("Etag", resp.ETag)
+	}
+	if resp.AcceptRanges {
+		set("Accept-Ranges", "bytes")
+	}
+	if resp.ContentRange != nil {
+		set("Content-Range", string(resp.ContentRange))
+	}
+	if resp.Location != nil {
+		set("Location", string(resp.Location))
+	}
+	if resp.Allow {
+		set("Allow", "GET, HEAD")
+	}
+	if resp.ReprDigest != "" {
+		set("Repr-Digest", resp.ReprDigest)
+	}
+	if resp.RetryAfter > 0 {
+		set("Retry-After", strconv.Itoa(resp.RetryAfter))
+	}
+	if resp.NeedDigest != nil {
+		srv.digests.request(s.files.Root, resp.NeedDigest)
+	}
+	w.WriteHeader(resp.Status)
+	if resp.NoBody || resp.ContentLength == 0 {
+		return 0
+	}
+
+	// Pacing: a site's limit_rate paces all its responses; bulk_pace_rate
+	// the bulk ones.
+	k := &srv.cfg.Kernel
+	bulk := resp.Bulk >= int64(k.BulkThreshold)
+	rate := int64(s.limitRate)
+	if bulk {
+		srv.stats.bulk.Add(1)
+		if p := int64(srv.cfg.H3.BulkPaceRate); p > 0 && (rate == 0 || p < rate) {
+			rate = p
+		}
+	}
+	if resp.File == nil && rate == 0 {
+		var n int64
+		for _, p := range resp.Parts {
+			m, err := w.Write(p.Mem)
+			n += int64(m)
+			if err != nil {
+				break
+			}
+		}
+		return n
+	}
+
+	var pacer *h3.Pacer
+	if rate > 0 {
+		pacer = h3.NewPacer(rate)
+	}
+	body, err := h3.TakeOver(w, pacer, srv.cfg.Limits.SendTimeout.D())
+	if err != nil {
+		srv.stats.h3Resets.Add(1)
+		return 0
+	}
+	if bulk {
+		if _, asked := r.Header["Priority"]; !asked {
+			body.SetPriority(bulkUrgency, true)
+		}
+	}
+	if sc.buf == nil {
+		sc.buf = make([]byte, h3.FrameHeaderRoom+h3Chunk)
+	}
+	if err := hh.writeBody(body, resp, sc.buf); err != nil {
+		switch {
+		case errors.Is(err, h3.ErrStalled):
+			srv.stats.h3Stalled.Add(1)
+			body.Abort(http3.ErrCodeRequestCanceled)
+		case h3.ClientGone(err):
+			srv.stats.h3Resets.Add(1)
+		default:
+			srv.log.Warn("HTTP/3 response cut short", "path", r.RequestURI, "peer", r.RemoteAddr, "err", err)
+			body.Abort(http3.ErrCodeInternalError)
+		}
+		return body.Sent()
+	}
+	body.Close()
+	return body.Sent()
+}
+
+// errShrank says a file got shorter while it was being sent: the stream
+// is reset so the client never takes a short body for the whole file.
+var errShrank = errors.New("file shrank while being sent")
+
+// writeBody sends resp's parts, files read chunk by chunk into buf.
+func (hh *h3Handler) writeBody(body *h3.Body, resp *files.Response, buf []byte) error {
+	room := h3.FrameHeaderRoom
+	for _, p := range resp.Parts {
+		if p.Mem != nil {
+			for m := p.Mem; len(m) > 0; {
+				n := copy(buf[room:], m)
+				m = m[n:]
+				if err := body.WriteFrame(buf[:room+n]); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		fd := resp.File.Fd()
+		for off, end := p.Off, p.Off+p.Len; off < end; {
+			want := int(min(int64(h3Chunk), end-off))
+			got := 0
+			for got < want {
+				n, err := unix.Pread(fd, buf[room+got:room+want], off+int64(got))
+				if err == unix.EINTR {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("read %s: %w", resp.File.Rel(), err)
+				}
+				if n == 0 {
+					return fmt.Errorf("%s: %w", resp.File.Rel(), errShrank)
+				}
+				got += n
+			}
+			if err := body.WriteFrame(buf[:room+want]); err != nil {
+				return err
+			}
+			off += int64(want)
+		}
+	}
+	return nil
+}
+
+// logRequest writes the access log line: nginx's combined format, with
+// "HTTP/3.0" as the protocol.
+func (hh *h3Handler) logRequest(r *http.Request, status int, sent int64, sc *h3Scratch) {
+	alog := hh.srv.alog
+	if alog == nil {
+		return
+	}
+	b := sc.log[:0]
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		b = ap.Addr().AppendTo(b)
+	} else {
+		b = append(b, r.RemoteAddr...)
+	}
+	b = append(b, " - - ["...)
+	b = appendLogTime(b, time.Now())
+	b = append(b, "] "...)
+	b = appendQuoted(b, []byte(r.Method+" "+r.RequestURI+" HTTP/3.0"))
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, sent, 10)
+	b = append(b, ' ')
+	b = appendHeaderField(b, headerBytes(r.Header, "Referer"))
+	b = append(b, ' ')
+	b = appendHeaderField(b, headerBytes(r.Header, "User-Agent"))
+	b = append(b, '\n')
+	alog.write(b)
+	sc.log = b
+}
+
+func headerBytes(h http.Header, canonical string) []byte {
+	v, ok := h[canonical]
+	if !ok {
+		return nil
+	}
+	return []byte(strings.Join(v, ", "))
+}
+
+// h3Headers gives the file layer a request's header fields by lowercase
+// name.
+type h3Headers http.Header
+
+func (h h3Headers) Get(name string) []byte {
+	return headerBytes(http.Header(h), textproto.CanonicalMIMEHeaderKey(name))
+}

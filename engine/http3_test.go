@@ -1,0 +1,660 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/engine"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
+)
+
+// h3Client is quic-go's HTTP/3 client trusting pki; all its requests to
+// one host share one QUIC connection.
+func h3Client(t *testing.T, pki *testPKI) (*http.Client, *http3.Transport) {
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, ServerName: "localhost"}}
+	t.Cleanup(func() { tr.Close() })
+	return &http.Client{Transport: tr}, tr
+}
+
+// dialQUIC opens a raw QUIC connection speaking h3, for the tests that
+// misbehave on purpose.
+func dialQUIC(t *testing.T, addr string, pki *testPKI) *quic.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), scale(10*time.Second))
+	defer cancel()
+	c, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseWithError(0, "") })
+	return c
+}
+
+// TestH3DownloadBig: quic-go's HTTP/3 client downloads the 100 MiB file
+// byte for byte; the TCP side advertises HTTP/3 with Alt-Svc on the same
+// port.
+func TestH3DownloadBig(t *testing.T) {
+	root := siteRoot(t)
+	_, want := linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto)
+	c, _ := h3Client(t, pki)
+	n, got, resp := sha256Of(t, c, "https://"+ts.addr+"/big.bin")
+	if n != 100<<20 || got != want {
+		t.Fatalf("got %d bytes sha %s, want %d bytes sha %s", n, got, 100<<20, want)
+	}
+	if resp.Proto != "HTTP/3.0" || resp.Header.Get("Content-Length") != "104857600" {
+		t.Errorf("proto %s, content-length %q", resp.Proto, resp.Header.Get("Content-Length"))
+	}
+	r1, err := pki.client(nil).Get("https://" + ts.addr + "/alpha.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.Body.Close()
+	if want := `h3=":` + portOf(ts.addr) + `"; ma=86400`; r1.Header.Get("Alt-Svc") != want {
+		t.Errorf("Alt-Svc on HTTP/1.1 over TLS = %q, want %q", r1.Header.Get("Alt-Svc"), want)
+	}
+	st := ts.Stats()
+	if st.H3Connections != 1 || st.H3Streams != 1 || st.Bulk < 1 {
+		t.Errorf("stats: %d connections, %d streams, %d bulk", st.H3Connections, st.H3Streams, st.Bulk)
+	}
+}
+
+// TestH3ConcurrentStreams: 64 requests at once on one connection, whole
+// files and ranges of the big one, each checked.
+func TestH3ConcurrentStreams(t *testing.T) {
+	root := siteRoot(t)
+	big, _ := linkBig(t, root, "big.bin")
+	content, err := os.ReadFile(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, pki := startTLS(t, root, ktlsAuto)
+	c, _ := h3Client(t, pki)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			url := "https://" + ts.addr + "/alpha.txt"
+			want := []byte("abcdefghijklmnopqrstuvwxyz")
+			req, _ := http.NewRequest("GET", url, nil)
+			if i%2 == 0 {
+				off := int64(i) * 1_500_000
+				req, _ = http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+				req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+3<<20-1))
+				want = content[off : off+3<<20]
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				errs <- fmt.Errorf("stream %d: %v", i, err)
+				return
+			}
+			if sha256.Sum256(b) != sha256.Sum256(want) {
+				errs <- fmt.Errorf("stream %d: %d bytes, wrong content (status %d)", i, len(b), resp.StatusCode)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := ts.Stats(); st.H3Connections != 1 || st.H3Streams != 64 {
+		t.Errorf("%d connections, %d streams; want 1 and 64", st.H3Connections, st.H3Streams)
+	}
+}
+
+// TestH3Responses: the file layer answers HTTP/3 as it answers HTTP/1.1.
+func TestH3Responses(t *testing.T) {
+	root := siteRoot(t)
+	pki := newPKI(t, t.TempDir(), "localhost", "noh3.localhost")
+	ts := start(t, fmt.Sprintf(`root = %q
+[[sites]]
+domain = "localhost"
+[sites.tls]
+cert = %q
+key = %q
+[[sites]]
+domain = "noh3.localhost"
+[sites.protocols]
+h3 = false
+[sites.tls]
+cert = %q
+key = %q
+%s`, root, pki.certFile, pki.keyFile, pki.certFile, pki.keyFile, ktlsAuto))
+	c, _ := h3Client(t, pki)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	base := "https://" + ts.addr
+	etag := ""
+	tests := []struct {
+		name, method, path string
+		hdr                []string
+		status             int
+		body               string
+		headers            map[string]string
+	}{
+		{"whole", "GET", "/alpha.txt", nil, 200, "abcdefghijklmnopqrstuvwxyz",
+			map[string]string{"Content-Type": "text/plain; charset=utf-8", "Accept-Ranges": "bytes", "Server": "engine"}},
+		{"head", "HEAD", "/alpha.txt", nil, 200, "", map[string]string{"Content-Length": "26"}},
+		{"range", "GET", "/alpha.txt", []string{"Range", "bytes=2-4"}, 206, "cde",
+			map[string]string{"Content-Range": "bytes 2-4/26"}},
+		{"suffix range", "GET", "/alpha.txt", []string{"Range", "bytes=-3"}, 206, "xyz", nil},
+		{"unsatisfiable", "GET", "/alpha.txt", []string{"Range", "bytes=30-40"}, 416, "",
+			map[string]string{"Content-Range": "bytes */26"}},
+		{"not modified", "GET", "/alpha.txt", []string{"If-None-Match", "*"}, 304, "", nil},
+		{"sidecar", "GET", "/app.js", []string{"Accept-Encoding", "br"}, 200, "BROTLI-BYTES",
+			map[string]string{"Content-Encoding": "br", "Vary": "Accept-Encoding"}},
+		{"missing", "GET", "/nope", nil, 404, "", nil},
+		{"directory", "GET", "/docs", nil, 301, "", map[string]string{"Location": "/docs/"}},
+		{"index", "GET", "/docs/", nil, 200, "docs index", nil},
+		{"traversal", "GET", "/%2e%2e/etc/passwd", nil, 400, "", nil},
+		{"method", "DELETE", "/alpha.txt", nil, 405, "", map[string]string{"Allow": "GET, HEAD"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, base+tt.path, nil)
+			for i := 0; i+1 < len(tt.hdr); i += 2 {
+				req.Header.Set(tt.hdr[i], tt.hdr[i+1])
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if tt.body != "" && string(b) != tt.body {
+				t.Errorf("body %q, want %q", b, tt.body)
+			}
+			for k, v := range tt.headers {
+				if got := resp.Header.Get(k); got != v {
+					t.Errorf("%s: %q, want %q", k, got, v)
+				}
+			}
+			if tt.name == "whole" {
+				etag = resp.Header.Get("Etag")
+			}
+		})
+	}
+	t.Run("if-none-match etag", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", base+"/alpha.txt", nil)
+		req.Header.Set("If-None-Match", etag)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 304 || etag == "" {
+			t.Errorf("status %d with etag %q, want 304", resp.StatusCode, etag)
+		}
+	})
+	t.Run("multiple ranges", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", base+"/alpha.txt", nil)
+		req.Header.Set("Range", "bytes=0-1,24-25")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 206 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "multipart/byteranges") ||
+			!strings.Contains(string(b), "Content-Range: bytes 0-1/26\r\n\r\nab\r\n") || !strings.Contains(string(b), "\r\n\r\nyz\r\n") {
+			t.Errorf("status %d %s:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+		}
+	})
+	t.Run("site without h3", func(t *testing.T) {
+		tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, ServerName: "noh3.localhost"}}
+		defer tr.Close()
+		req, _ := http.NewRequest("GET", base+"/alpha.txt", nil)
+		req.Host = "noh3.localhost"
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 421 {
+			t.Errorf("status %d, want 421", resp.StatusCode)
+		}
+		req, _ = http.NewRequest("GET", base+"/alpha.txt", nil)
+		req.Host = "noh3.localhost"
+		r1, err := (&http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, ServerName: "noh3.localhost"}}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r1.Body.Close()
+		if v := r1.Header.Get("Alt-Svc"); v != "" {
+			t.Errorf("site without h3 advertises Alt-Svc %q", v)
+		}
+	})
+}
+
+// TestH3Pacing: with bulk_pace_rate set, a bulk response arrives at that
+// rate (within 10%), and a small request on the same connection is
+// answered while it runs.
+func TestH3Pacing(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	const rate = 8 << 20
+	ts, pki := startTLS(t, root, ktlsAuto+"[h3]\nbulk_pace_rate = \"8MiB\"\n")
+	c, _ := h3Client(t, pki)
+	// Warm the connection (handshake, file open) first.
+	if _, _, r := sha256Of(t, c, "https://"+ts.addr+"/alpha.txt"); r.StatusCode != 200 {
+		t.Fatal(r.Status)
+	}
+	const size = 24 << 20
+	type result struct {
+		d   time.Duration
+		n   int64
+		err error
+	}
+	bulk := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+		req.Header.Set("Range", fmt.Sprintf("bytes=0-%d", size-1))
+		t0 := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			bulk <- result{err: err}
+			return
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		bulk <- result{time.Since(t0), n, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	t0 := time.Now()
+	if _, _, r := sha256Of(t, c, "https://"+ts.addr+"/alpha.txt"); r.StatusCode != 200 {
+		t.Fatal(r.Status)
+	}
+	small := time.Since(t0)
+	var r result
+	select {
+	case r = <-bulk:
+		t.Fatalf("the bulk response (%d bytes in %v) finished before the small one (%v): not paced", r.n, r.d, small)
+	default:
+	}
+	r = <-bulk
+	if r.err != nil || r.n != size {
+		t.Fatalf("bulk: %d bytes, %v", r.n, r.err)
+	}
+	got := float64(r.n) / r.d.Seconds()
+	t.Logf("paced at %.2f MiB/s (configured 8 MiB/s); small request on the same connection took %v", got/(1<<20), small)
+	if got > rate*1.10 || got < rate*0.90 {
+		t.Errorf("rate %.2f MiB/s, want 8 MiB/s within 10%%", got/(1<<20))
+	}
+	if st := ts.Stats(); st.H3Connections != 1 {
+		t.Errorf("%d connections; the requests should have shared one", st.H3Connections)
+	}
+}
+
+// TestH3StoppedReaders: clients that stop reading hold a bounded amount
+// of server memory, and after send_timeout their streams are reset with
+// H3_REQUEST_CANCELLED while the connection keeps serving.
+func TestH3StoppedReaders(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nsend_timeout = \"3s\"\n")
+	conn := dialQUIC(t, ts.addr, pki)
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	before := heapInUse()
+	const streams = 32
+	var strs []*http3.RequestStream
+	for range streams {
+		str, err := cc.OpenRequestStream(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+		if err := str.SendRequestHeader(req); err != nil {
+			t.Fatal(err)
+		}
+		str.Close()
+		strs = append(strs, str)
+	}
+	for _, str := range strs {
+		resp, err := str.ReadResponse()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("response: %v", err)
+		}
+	}
+	time.Sleep(scale(time.Second)) // the windows fill
+	grew := int64(heapInUse()) - int64(before)
+	t.Logf("%d stalled 100 MiB responses: server and client heap grew %.1f MiB", streams, float64(grew)/(1<<20))
+	// Each stream may hold one chunk and what the client's window lets
+	// through; never the file.
+	if grew > 64<<20 {
+		t.Errorf("heap grew %d MiB for %d stalled streams", grew>>20, streams)
+	}
+	if !waitFor(scale(15*time.Second), func() bool { return ts.Stats().H3Stalled == streams }) {
+		t.Fatalf("%d of %d stalled streams were reset", ts.Stats().H3Stalled, streams)
+	}
+	buf := make([]byte, 64<<10)
+	for _, str := range strs[:1] {
+		var err error
+		for err == nil {
+			_, err = str.Read(buf)
+		}
+		var se *quic.StreamError
+		if !errors.As(err, &se) || se.ErrorCode != quic.StreamErrorCode(http3.ErrCodeRequestCanceled) {
+			t.Errorf("stalled stream ended with %v, want H3_REQUEST_CANCELLED", err)
+		}
+	}
+	// The same connection still serves.
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "abcdefghijklmnopqrstuvwxyz" {
+		t.Errorf("after the resets: %q", b)
+	}
+}
+
+// TestH3VanishedClient: a client that disappears without a word costs
+// the server its connection only until the idle timeout.
+func TestH3VanishedClient(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nsend_timeout = \"2s\"\nidle_timeout = \"3s\"\n")
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	ctx, cancel := context.WithTimeout(context.Background(), scale(10*time.Second))
+	defer cancel()
+	ua, _ := net.ResolveUDPAddr("udp", ts.addr)
+	conn, err := tr.Dial(ctx, ua, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.CopyN(io.Discard, resp.Body, 1<<20)
+	udp.Close() // gone: no CONNECTION_CLOSE, no ACKs
+	if !waitFor(scale(20*time.Second), func() bool { return ts.Stats().H3Connections == 1 && activeH3(ts) == 0 }) {
+		t.Fatalf("the vanished client's connection is still open")
+	}
+	tr.Close()
+	// Others are served.
+	c, _ := h3Client(t, pki)
+	if _, _, r := sha256Of(t, c, "https://"+ts.addr+"/alpha.txt"); r.StatusCode != 200 {
+		t.Fatal(r.Status)
+	}
+}
+
+func activeH3(ts *testServer) int64 { return ts.Stats().H3Active }
+
+// TestH3BadInput: protocol errors get the RFC 9114 error codes, are
+// counted, and harm no other connection.
+func TestH3BadInput(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, ktlsAuto+"[h3]\nmax_streams = 4\n")
+	good, _ := h3Client(t, pki)
+	check := func(t *testing.T) {
+		t.Helper()
+		if _, _, r := sha256Of(t, good, "https://"+ts.addr+"/alpha.txt"); r.StatusCode != 200 {
+			t.Fatal(r.Status)
+		}
+	}
+	closedWith := func(t *testing.T, conn *quic.Conn, code http3.ErrCode) {
+		t.Helper()
+		select {
+		case <-conn.Context().Done():
+		case <-time.After(scale(10 * time.Second)):
+			t.Fatal("connection not closed")
+		}
+		var ae *quic.ApplicationError
+		if err := context.Cause(conn.Context()); !errors.As(err, &ae) || ae.ErrorCode != quic.ApplicationErrorCode(code) || !ae.Remote {
+			t.Fatalf("closed with %v, want %v", err, code)
+		}
+	}
+	hdrs := func(fields string) []byte { // a HEADERS frame with a raw field section
+		b := quicvarint.Append(nil, 0x01)
+		b = quicvarint.Append(b, uint64(len(fields)))
+		return append(b, fields...)
+	}
+
+	t.Run("DATA before HEADERS", func(t *testing.T) {
+		conn := dialQUIC(t, ts.addr, pki)
+		str, err := conn.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		str.Write([]byte{0x00, 0x03, 'a', 'b', 'c'})
+		closedWith(t, conn, http3.ErrCodeFrameUnexpected)
+		check(t)
+		if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().H3ConnErrors["local H3_FRAME_UNEXPECTED"] == 1 }) {
+			t.Errorf("conn errors %v", ts.Stats().H3ConnErrors)
+		}
+	})
+	t.Run("malformed QPACK", func(t *testing.T) {
+		conn := dialQUIC(t, ts.addr, pki)
+		str, err := conn.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Required insert count 0, base 0, then an indexed field line
+		// naming static index 120 (the table has 99 entries).
+		str.Write(hdrs("\x00\x00\xff\x39"))
+		str.Close()
+		_, err = io.ReadAll(str)
+		var se *quic.StreamError
+		if !errors.As(err, &se) || se.ErrorCode != quic.StreamErrorCode(http3.ErrCodeQPACKDecompressionFailed) {
+			t.Errorf("stream ended with %v, want H3_QPACK_DECOMPRESSION_FAILED", err)
+		}
+		check(t)
+	})
+	t.Run("missing pseudo-headers", func(t *testing.T) {
+		conn := dialQUIC(t, ts.addr, pki)
+		str, err := conn.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A literal field "x: y" and no :method or :path.
+		str.Write(hdrs("\x00\x00\x21x\x01y"))
+		str.Close()
+		_, err = io.ReadAll(str)
+		var se *quic.StreamError
+		if !errors.As(err, &se) || se.ErrorCode != quic.StreamErrorCode(http3.ErrCodeMessageError) {
+			t.Errorf("stream ended with %v, want H3_MESSAGE_ERROR", err)
+		}
+		check(t)
+	})
+	t.Run("header section too large", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", 20<<10))
+		resp, err := good.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 431 {
+			t.Errorf("status %d, want 431", resp.StatusCode)
+		}
+		check(t)
+	})
+	t.Run("stream limit", func(t *testing.T) {
+		conn := dialQUIC(t, ts.addr, pki)
+		for i := range 4 {
+			if _, err := conn.OpenStream(); err != nil {
+				t.Fatalf("stream %d: %v", i, err)
+			}
+		}
+		// The server granted four: quic-go's client will not open a
+		// fifth (a client that did would get STREAM_LIMIT_ERROR).
+		if _, err := conn.OpenStream(); err == nil {
+			t.Error("a fifth concurrent stream was allowed with max_streams = 4")
+		}
+		check(t)
+	})
+	t.Run("second control stream", func(t *testing.T) {
+		conn := dialQUIC(t, ts.addr, pki)
+		for range 2 {
+			u, err := conn.OpenUniStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.Write([]byte{0x00, 0x04, 0x00}) // control stream, empty SETTINGS
+		}
+		closedWith(t, conn, http3.ErrCodeStreamCreationError)
+		check(t)
+	})
+}
+
+// TestH3GracefulShutdown: on shutdown the server sends GOAWAY, the
+// response in flight finishes whole, and then the server stops.
+func TestH3GracefulShutdown(t *testing.T) {
+	root := siteRoot(t)
+	_, want := linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+"[h3]\nbulk_pace_rate = \"40MiB\"\n")
+	cc := (&http3.Transport{}).NewClientConn(dialQUIC(t, ts.addr, pki))
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { ts.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stopped with a response in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	// After GOAWAY the connection takes no new request.
+	req, _ = http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+	if r, err := cc.RoundTrip(req); err == nil {
+		r.Body.Close()
+		t.Errorf("a new request after GOAWAY was answered %s", r.Status)
+	} else {
+		t.Logf("new request after GOAWAY: %v", err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != 100<<20 || hex.EncodeToString(h.Sum(nil)) != want {
+		t.Fatalf("in-flight download: %d bytes, %v", n, err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(scale(15 * time.Second)):
+		t.Fatal("server did not stop after the last response")
+	}
+}
+
+// TestH3AccessLog: HTTP/3 requests are logged like the others.
+func TestH3AccessLog(t *testing.T) {
+	root := siteRoot(t)
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf("access_log = %q\nroot = %q\n[[sites]]\ndomain = \"localhost\"\n[sites.tls]\ncert = %q\nkey = %q\n%s",
+		logPath, root, pki.certFile, pki.keyFile, ktlsAuto))
+	c, _ := h3Client(t, pki)
+	sha256Of(t, c, "https://"+ts.addr+"/alpha.txt")
+	ts.stop()
+	b, _ := os.ReadFile(logPath)
+	if !regexp.MustCompile(`^127\.0\.0\.1 - - \[[^]]+\] "GET /alpha.txt HTTP/3.0" 200 26 "-" "quic-go HTTP/3"\n$`).Match(b) {
+		t.Errorf("access log:\n%s", b)
+	}
+}
+
+// TestH3UDPPortInUse: when the UDP port is taken the server does not
+// start, and says how to go on; the TCP port it bound is released.
+func TestH3UDPPortInUse(t *testing.T) {
+	root := siteRoot(t)
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	addr := udp.LocalAddr().String()
+	pki := newPKI(t, t.TempDir(), "localhost")
+	text := fmt.Sprintf("listen = %q\nroot = %q\n[[sites]]\ndomain = \"localhost\"\n[sites.tls]\ncert = %q\nkey = %q\n%s",
+		addr, root, pki.certFile, pki.keyFile, ktlsAuto)
+	cfg, err := engine.ParseConfig("engine.toml", root, []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := engine.New(cfg, nil)
+	if err == nil {
+		srv.Run(canceledContext())
+		t.Fatal("started with the UDP port taken")
+	}
+	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "protocols.h3 = false") {
+		t.Errorf("error %q", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("TCP port not released: %v", err)
+	}
+	ln.Close()
+}
+
+// TestH3MaxConnections: past max_connections new QUIC connections are
+// refused; the open one is unharmed.
+func TestH3MaxConnections(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 1\n")
+	first := (&http3.Transport{}).NewClientConn(dialQUIC(t, ts.addr, pki))
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().H3Active == 1 }) {
+		t.Fatal("first connection not counted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+	defer cancel()
+	c, err := quic.DialAddr(ctx, ts.addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}}, nil)
+	if err == nil {
+		c.CloseWithError(0, "")
+		t.Fatal("a second connection was accepted with max_connections = 1")
+	}
+	var te *quic.TransportError
+	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
+		t.Errorf("second connection: %v, want CONNECTION_REFUSED", err)
+	}
+	if st := ts.Stats(); st.H3Refused < 1 { // counted per Initial packet refused
+		t.Errorf("refused %d", st.H3Refused)
+	}
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+	resp, err := first.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Error(resp.Status)
+	}
+}

@@ -1,0 +1,333 @@
+package h3
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/sys/unix"
+)
+
+// Config tunes an HTTP/3 listener. The zero value of each field means its
+// documented default.
+type Config struct {
+	// Addr is the UDP address to listen on ("0.0.0.0:443").
+	Addr string
+	// TLS chooses certificates (GetCertificate); the server sets TLS 1.3
+	// and ALPN h3 on a clone.
+	TLS *tls.Config
+	// Handler answers requests.
+	Handler http.Handler
+	Logger  *slog.Logger
+
+	// MaxHeaderBytes bounds a request's field section (RFC 9114 §4.2.2
+	// size: names, values and 32 bytes per field), advertised in
+	// SETTINGS_MAX_FIELD_SECTION_SIZE; larger requests get 431. Zero
+	// means 16 KiB.
+	MaxHeaderBytes int
+	// MaxStreams is the number of request streams a client may have open
+	// on one connection (QUIC MAX_STREAMS). Zero means 100.
+	MaxStreams int64
+	// StreamReceiveWindow and ConnReceiveWindow bound the flow-control
+	// windows the server grants for request bodies. Zero means 6 MiB
+	// and 15 MiB (quic-go's defaults).
+	StreamReceiveWindow, ConnReceiveWindow uint64
+	// IdleTimeout closes a connection with no request in flight for this
+	// long (with H3_NO_ERROR), and is the QUIC idle timeout. Zero means
+	// 75s.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds the QUIC handshake. Zero means 10s.
+	HandshakeTimeout time.Duration
+	// MaxConnections refuses new connections (CONNECTION_REFUSED) while
+	// this many are open. Zero means 8192.
+	MaxConnections int64
+	// Allow0RTT accepts requests in 0-RTT data. They can be replayed by
+	// an attacker; off unless set.
+	Allow0RTT bool
+	// UDPBuffer is the socket buffer size asked for (forced past the
+	// sysctl limits where the process may). Zero means 7 MiB.
+	UDPBuffer int
+}
+
+// Server is an HTTP/3 listener: one quic.Transport on one UDP socket,
+// serving requests with quic-go's http3 server.
+type Server struct {
+	// Immutable after Listen.
+	cfg   Config
+	log   *slog.Logger
+	udp   *net.UDPConn
+	tr    *quic.Transport
+	ln    listener
+	hs    *http3.Server
+	bufRx int // socket buffer sizes obtained
+	bufTx int
+
+	active atomic.Int64
+	stats  counters
+}
+
+type counters struct {
+	conns, refused, handshakeFailures atomic.Int64
+
+	mu     sync.Mutex
+	errors map[string]int64 // connection closes with an error, by code
+}
+
+// Stats is a snapshot of a Server's counters.
+type Stats struct {
+	Connections int64 // accepted after the handshake
+	Active      int64 // open now
+	Refused     int64 // refused at MaxConnections
+	// ConnErrors counts connections closed with an error, by error code
+	// ("H3_FRAME_UNEXPECTED", "STREAM_LIMIT_ERROR", …) and by who sent
+	// it: "local " or "remote " before the code.
+	ConnErrors map[string]int64
+}
+
+// Listen binds the UDP socket and prepares the server; Serve answers.
+func Listen(cfg Config) (*Server, error) {
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = 16 << 10
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = 100
+	}
+	if cfg.StreamReceiveWindow == 0 {
+		cfg.StreamReceiveWindow = 6 << 20
+	}
+	if cfg.ConnReceiveWindow == 0 {
+		cfg.ConnReceiveWindow = 15 << 20
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 75 * time.Second
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = 8192
+	}
+	if cfg.UDPBuffer == 0 {
+		cfg.UDPBuffer = 7 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.stats.errors = map[string]int64{}
+
+	ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http/3: listen address %q: %w", cfg.Addr, err)
+	}
+	s.udp, err = net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("http/3: cannot listen on udp %s: %w", cfg.Addr, err)
+	}
+	s.bufRx, s.bufTx = setBuffers(s.udp, cfg.UDPBuffer)
+
+	tlsConf := cfg.TLS.Clone()
+	tlsConf.MinVersion = tls.VersionTLS13
+	tlsConf.NextProtos = []string{http3.NextProtoH3}
+	tlsConf.GetConfigForClient = nil
+
+	s.tr = &quic.Transport{
+		Conn: s.udp,
+		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
+			if s.active.Load() >= s.cfg.MaxConnections {
+				s.stats.refused.Add(1)
+				return nil, errors.New("too many connections")
+			}
+			return ctx, nil
+		},
+	}
+	qc := &quic.Config{
+		HandshakeIdleTimeout:           cfg.HandshakeTimeout,
+		MaxIdleTimeout:                 cfg.IdleTimeout,
+		InitialStreamReceiveWindow:     min(512<<10, cfg.StreamReceiveWindow),
+		MaxStreamReceiveWindow:         cfg.StreamReceiveWindow,
+		InitialConnectionReceiveWindow: min(768<<10, cfg.ConnReceiveWindow),
+		MaxConnectionReceiveWindow:     cfg.ConnReceiveWindow,
+		MaxIncomingStreams:             cfg.MaxStreams,
+		// The client's control and QPACK streams; push is never used.
+		MaxIncomingUniStreams: 4,
+		Allow0RTT:             cfg.Allow0RTT,
+	}
+	if cfg.Allow0RTT {
+		s.ln, err = s.tr.ListenEarly(tlsConf, qc)
+	} else {
+		s.ln, err = s.tr.Listen(tlsConf, qc)
+	}
+	if err != nil {
+		s.udp.Close()
+		return nil, fmt.Errorf("http/3: %w", err)
+	}
+	s.hs = &http3.Server{
+		Handler:        cfg.Handler,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
+		IdleTimeout:    cfg.IdleTimeout,
+		Logger:         nil, // quic-go's own debug lines are not ours to print
+	}
+	return s, nil
+}
+
+// setBuffers asks for size-byte socket buffers, forcing past
+// net.core.rmem_max and wmem_max where the process has CAP_NET_ADMIN, and
+// returns what the kernel granted (it reports double the request).
+func setBuffers(c *net.UDPConn, size int) (rx, tx int) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0
+	}
+	raw.Control(func(fd uintptr) {
+		for _, o := range []struct{ opt, force int }{{unix.SO_RCVBUF, unix.SO_RCVBUFFORCE}, {unix.SO_SNDBUF, unix.SO_SNDBUFFORCE}} {
+			if cur, _ := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, o.opt); cur/2 >= size {
+				continue
+			}
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.force, size) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o.opt, size)
+			}
+		}
+		rx, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		tx, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+	})
+	return rx / 2, tx / 2
+}
+
+// Addr returns the UDP address the server listens on.
+func (s *Server) Addr() *net.UDPAddr { return s.udp.LocalAddr().(*net.UDPAddr) }
+
+// Buffers returns the socket buffer sizes the kernel granted.
+func (s *Server) Buffers() (rx, tx int) { return s.bufRx, s.bufTx }
+
+// AltSvc returns the Alt-Svc field value that advertises this listener
+// to clients of the TCP side: h3 on the same port, for a day.
+func (s *Server) AltSvc() string {
+	return `h3=":` + strconv.Itoa(s.Addr().Port) + `"; ma=86400`
+}
+
+// Serve answers requests until Shutdown or Close.
+func (s *Server) Serve() error {
+	err := s.hs.ServeListener(countingListener{s})
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown sends GOAWAY on every connection, lets the requests in flight
+// finish until ctx ends, then closes what remains and the socket.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.ln.Close() // no new connections; those open continue
+	err := s.hs.Shutdown(ctx)
+	s.tr.Close()
+	return err
+}
+
+// Close closes every connection and the socket at once.
+func (s *Server) Close() error {
+	err := s.hs.Close()
+	s.ln.Close()
+	s.tr.Close()
+	return err
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Connections: s.stats.conns.Load(),
+		Active:      s.active.Load(),
+		Refused:     s.stats.refused.Load(),
+		ConnErrors:  map[string]int64{},
+	}
+	s.stats.mu.Lock()
+	for k, v := range s.stats.errors {
+		st.ConnErrors[k] = v
+	}
+	s.stats.mu.Unlock()
+	return st
+}
+
+// listener is a *quic.Listener, or a *quic.EarlyListener with 0-RTT.
+type listener interface {
+	Accept(context.Context) (*quic.Conn, error)
+	Addr() net.Addr
+	Close() error
+}
+
+// countingListener counts connections and, when each ends, why.
+type countingListener struct{ s *Server }
+
+func (l countingListener) Accept(ctx context.Context) (*quic.Conn, error) {
+	c, err := l.s.ln.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := l.s
+	s.stats.conns.Add(1)
+	s.active.Add(1)
+	context.AfterFunc(c.Context(), func() {
+		s.active.Add(-1)
+		if code := closeCode(context.Cause(c.Context())); code != "" {
+			s.stats.mu.Lock()
+			s.stats.errors[code]++
+			s.stats.mu.Unlock()
+		}
+	})
+	return c, nil
+}
+
+func (l countingListener) Addr() net.Addr { return l.s.ln.Addr() }
+func (l countingListener) Close() error   { return l.s.ln.Close() }
+
+// closeCode names the error a connection ended with, or "" for a clean
+// end (H3_NO_ERROR, NO_ERROR, idle timeout, server shutdown).
+func closeCode(err error) string {
+	side := func(remote bool) string {
+		if remote {
+			return "remote "
+		}
+		return "local "
+	}
+	if ae, ok := errors.AsType[*quic.ApplicationError](err); ok {
+		if ae.ErrorCode == quic.ApplicationErrorCode(http3.ErrCodeNoError) {
+			return ""
+		}
+		name := http3.ErrCode(ae.ErrorCode).String()
+		if !strings.HasPrefix(name, "H3_") {
+			name = "other application error" // bounded: peers choose codes freely
+		}
+		return side(ae.Remote) + name
+	}
+	if te, ok := errors.AsType[*quic.TransportError](err); ok {
+		if te.ErrorCode == quic.NoError {
+			return ""
+		}
+		if te.ErrorCode.IsCryptoError() {
+			return side(te.Remote) + "CRYPTO_ERROR" // one key for every TLS alert
+		}
+		name := te.ErrorCode.String()
+		if strings.HasPrefix(name, "unknown") {
+			name = "other transport error"
+		}
+		return side(te.Remote) + name
+	}
+	if _, ok := errors.AsType[*quic.HandshakeTimeoutError](err); ok {
+		return "local handshake timeout"
+	}
+	if _, ok := errors.AsType[*quic.StatelessResetError](err); ok {
+		return "remote stateless reset"
+	}
+	return ""
+}
