@@ -163,6 +163,9 @@ func Listen(cfg Config) (*Server, error) {
 		// The client's control and QPACK streams; push is never used.
 		MaxIncomingUniStreams: 4,
 		Allow0RTT:             cfg.Allow0RTT,
+		// Congestion control is quic-go's own (CUBIC with pacing); it has
+		// no option to choose one. Should it gain one, this is where
+		// [kernel] bulk_congestion would select BBR for QUIC too.
 	}
 	if cfg.Allow0RTT {
 		s.ln, err = s.tr.ListenEarly(tlsConf, qc)

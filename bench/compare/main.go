@@ -26,7 +26,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -97,6 +99,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run over a few rows (a smoke test, not a measurement)")
 	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare")
 	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: caddy on PATH)")
+	only := flag.String("rows", "", "measure only the rows whose name matches this regular expression")
 	peers := flag.String("peers", "", "shared/peers directory (default: ../shared/peers beside the repository)")
 	flag.Parse()
 	if *quick {
@@ -149,6 +152,16 @@ func main() {
 	}
 
 	rows := matrix(*quick)
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			log.Fatalf("--rows: %v", err)
+		}
+		rows = slices.DeleteFunc(rows, func(r row) bool { return !re.MatchString(r.name) })
+		if len(rows) == 0 {
+			log.Fatalf("--rows %q matches no row", *only)
+		}
+	}
 	// results[row][server] collects one figure per repeat.
 	results := make([]map[string][]float64, len(rows))
 	notes := make([]map[string]string, len(rows))
