@@ -424,7 +424,7 @@ func (s *server) describe() string {
 	switch s.name {
 	case "engine":
 		out, _ := exec.Command(s.cmd.Path, "version").Output()
-		return strings.TrimSpace(string(out)) + " (two processes: plain, and TLS with HTTP/1.1 and HTTP/2; kernel TLS as this kernel allows)"
+		return strings.TrimSpace(string(out)) + " (two processes: plain, and TLS with HTTP/1.1, HTTP/2 and HTTP/3; kernel TLS as this kernel allows)"
 	case "nginx":
 		out, _ := exec.Command("nginx", "-v").CombinedOutput()
 		return strings.TrimSpace(string(out)) + " (shared/peers/nginx.conf.tmpl: sendfile on, access log off; HTTP/2 on TLS)"
