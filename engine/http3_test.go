@@ -658,3 +658,30 @@ func TestH3MaxConnections(t *testing.T) {
 		t.Error(resp.Status)
 	}
 }
+
+// TestH3FileShrinks: a file cut short while it is sent resets the stream,
+// so the client never takes a short body for the whole file.
+func TestH3FileShrinks(t *testing.T) {
+	root := siteRoot(t)
+	src, _ := bigFile()
+	p := filepath.Join(root, "shrinks.bin")
+	copyFile(t, src, p)
+	ts, pki := startTLS(t, root, ktlsAuto+"[h3]\nbulk_pace_rate = \"20MiB\"\n")
+	c, _ := h3Client(t, pki)
+	resp, err := c.Get("https://" + ts.addr + "/shrinks.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.CopyN(io.Discard, resp.Body, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, 10<<20); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	var se *quic.StreamError
+	if !errors.As(err, &se) || se.ErrorCode != quic.StreamErrorCode(http3.ErrCodeInternalError) {
+		t.Fatalf("after %d more bytes: %v; want the stream reset with H3_INTERNAL_ERROR", n, err)
+	}
+}
