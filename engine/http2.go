@@ -458,49 +458,10 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	srv.stats.requests.Add(1)
 	srv.stats.h2Streams.Add(1)
 
-	f := hh.fields[:0]
-	add := func(name, value string) { f = append(f, hpack.HeaderField{Name: name, Value: value}) }
-	add("server", "engine")
-	add("date", string(hh.h1.httpDate()))
-	if resp.ContentType != "" {
-		add("content-type", resp.ContentType)
-	}
-	if resp.Status != 304 {
-		add("content-length", strconv.FormatInt(resp.ContentLength, 10))
-	}
-	if resp.ContentEncoding != "" {
-		add("content-encoding", resp.ContentEncoding)
-	}
-	if resp.Vary {
-		add("vary", "Accept-Encoding")
-	}
-	if resp.LastModified != "" {
-		add("last-modified", resp.LastModified)
-	}
-	if resp.ETag != "" {
-		add("etag", resp.ETag)
-	}
-	if resp.AcceptRanges {
-		add("accept-ranges", "bytes")
-	}
-	if resp.ContentRange != nil {
-		add("content-range", string(resp.ContentRange))
-	}
-	if resp.Location != nil {
-		add("location", string(resp.Location))
-	}
-	if resp.Allow {
-		add("allow", "GET, HEAD")
-	}
-	if resp.ReprDigest != "" {
-		add("repr-digest", resp.ReprDigest)
-	}
-	if resp.RetryAfter > 0 {
-		add("retry-after", strconv.Itoa(resp.RetryAfter))
-	}
-	if hs.site != nil && hs.site.altSvc != "" {
-		add("alt-svc", hs.site.altSvc)
-	}
+	f := append(hh.fields[:0], hpack.HeaderField{Name: "date", Value: string(hh.h1.httpDate())})
+	responseFields(resp, hs.site, func(name, _, value string) {
+		f = append(f, hpack.HeaderField{Name: name, Value: value})
+	})
 	hh.fields = f
 	var body int64
 	if !resp.NoBody {

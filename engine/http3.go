@@ -149,45 +149,8 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 	srv.stats.requests.Add(1)
 	srv.stats.h3Streams.Add(1)
 
-	h := w.Header()
-	set := func(name, value string) { h[name] = []string{value} }
-	set("Server", "engine")
-	if resp.ContentType != "" {
-		set("Content-Type", resp.ContentType)
-	}
-	if resp.Status != 304 {
-		set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
-	}
-	if resp.ContentEncoding != "" {
-		set("Content-Encoding", resp.ContentEncoding)
-	}
-	if resp.Vary {
-		set("Vary", "Accept-Encoding")
-	}
-	if resp.LastModified != "" {
-		set("Last-Modified", resp.LastModified)
-	}
-	if resp.ETag != "" {
-		set("Etag", resp.ETag)
-	}
-	if resp.AcceptRanges {
-		set("Accept-Ranges", "bytes")
-	}
-	if resp.ContentRange != nil {
-		set("Content-Range", string(resp.ContentRange))
-	}
-	if resp.Location != nil {
-		set("Location", string(resp.Location))
-	}
-	if resp.Allow {
-		set("Allow", "GET, HEAD")
-	}
-	if resp.ReprDigest != "" {
-		set("Repr-Digest", resp.ReprDigest)
-	}
-	if resp.RetryAfter > 0 {
-		set("Retry-After", strconv.Itoa(resp.RetryAfter))
-	}
+	h := w.Header() // quic-go adds Date
+	responseFields(resp, s, func(_, name, value string) { h[name] = []string{value} })
 	if resp.NeedDigest != nil {
 		srv.digests.request(s.files.Root, resp.NeedDigest)
 	}
