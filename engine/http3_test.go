@@ -260,8 +260,19 @@ key = %q
 func TestH3Pacing(t *testing.T) {
 	root := siteRoot(t)
 	linkBig(t, root, "big.bin")
+	pki := newPKI(t, t.TempDir(), "localhost")
+	site := fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\nroot = %q\n", root)
+	tls := fmt.Sprintf("[sites.tls]\ncert = %q\nkey = %q\n", pki.certFile, pki.keyFile)
+	t.Run("bulk_pace_rate", func(t *testing.T) {
+		testH3Pacing(t, start(t, site+tls+ktlsAuto+"[h3]\nbulk_pace_rate = \"8MiB\"\n"), pki)
+	})
+	t.Run("site limit_rate", func(t *testing.T) {
+		testH3Pacing(t, start(t, site+"limit_rate = \"8MiB\"\n"+tls+ktlsAuto), pki)
+	})
+}
+
+func testH3Pacing(t *testing.T, ts *testServer, pki *testPKI) {
 	const rate = 8 << 20
-	ts, pki := startTLS(t, root, ktlsAuto+"[h3]\nbulk_pace_rate = \"8MiB\"\n")
 	c, _ := h3Client(t, pki)
 	// Warm the connection (handshake, file open) first.
 	if _, _, r := sha256Of(t, c, "https://"+ts.addr+"/alpha.txt"); r.StatusCode != 200 {

@@ -54,12 +54,15 @@ func (p *Pacer) Limit(max int) int {
 	return max
 }
 
-// Wait returns how long until n bytes (at most the burst) may be sent.
+// Wait returns how long until n bytes, or half the burst if less, may be
+// sent. Waiting for half, not all, of the burst leaves room for the
+// sleep's overshoot: tokens refilled past the burst would be lost, and
+// the stream would run slower than its rate.
 func (p *Pacer) Wait(n int) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refill(time.Now())
-	need := min(float64(n), p.burst) - p.tokens
+	need := min(float64(n), p.burst/2) - p.tokens
 	if need <= 0 {
 		return 0
 	}

@@ -31,12 +31,12 @@ func TestPacer(t *testing.T) {
 	p.mu.Lock()
 	p.tokens, p.last = 0, time.Now()
 	p.mu.Unlock()
-	w := p.Wait(8 << 10)
-	if want := time.Second * 8 / 1024; w < want*9/10 || w > want {
-		t.Errorf("Wait(8 KiB) at 1 MiB/s from empty = %v, want about %v", w, want)
+	w := p.Wait(4 << 10)
+	if want := time.Second * 4 / 1024; w < want*9/10 || w > want {
+		t.Errorf("Wait(4 KiB) at 1 MiB/s from empty = %v, want about %v", w, want)
 	}
-	if w := p.Wait(1 << 20); w > 17*time.Millisecond {
-		t.Errorf("Wait beyond the burst = %v; it should be capped at the burst (16 ms)", w)
+	if w := p.Wait(1 << 20); w > 9*time.Millisecond {
+		t.Errorf("Wait beyond the burst = %v; it should be capped at half the burst (8 ms)", w)
 	}
 	p.mu.Lock()
 	p.tokens, p.last = 0, time.Now().Add(-time.Hour)
