@@ -132,7 +132,7 @@ func TestVerifyCommand(t *testing.T) {
 		{"range ok", []string{good + "/f.bin", "--manifest", mf, "--range", "1000-99999"}, 0, "bytes 1000-99999 of the local file"},
 		{"range corrupted", []string{serve(corrupt, "", len(body), false) + "/f.bin", "--manifest", mf, "--range", "100000-199999"}, 1, "digest mismatch"},
 		{"range without local manifest", []string{good + "/f.bin", "--range", "0-9"}, 2, ""},
-		{"h3 not yet", []string{good + "/f.bin", "--protocol", "h3"}, 2, ""},
+		{"h3 from a server without HTTP/3", []string{good + "/f.bin", "--protocol", "h3", "--timeout", "2s"}, 1, "FAIL"},
 		{"h2 refused by an h1 server", []string{good + "/f.bin", "--protocol", "h2"}, 1, "did not speak the requested protocol"},
 	}
 	for _, tt := range tests {
@@ -180,5 +180,45 @@ func TestVerifyAgainstEngine(t *testing.T) {
 	run2("digest", "--root", root, "-o", mf)
 	if code, out, _ := run2("verify", url, "--manifest", mf); code != 0 {
 		t.Errorf("with a manifest: %s", out)
+	}
+}
+
+// TestVerifyOverHTTP3: engine verify --protocol h3 downloads from the
+// engine over QUIC and checks its Repr-Digest, and --protocol h2 over TLS
+// on the same port.
+func TestVerifyOverHTTP3(t *testing.T) {
+	root := t.TempDir()
+	body := bytes.Repeat([]byte("release artifact "), 200000)
+	os.WriteFile(filepath.Join(root, "a.bin"), body, 0o644)
+	cfg, _ := engine.ParseConfig("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n[kernel]\nktls = \"auto\"\n", root)))
+	cfg.SetFlag("self-signed", "true")
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := engine.New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	url := "https://" + srv.Addr() + "/a.bin"
+	for _, proto := range []string{"h3", "h2"} {
+		var code int
+		var out, errs string
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			code, out, errs = run2("verify", url, "--protocol", proto, "-k")
+			if code == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // the first responses come before the digest
+		}
+		if code != 0 || !strings.Contains(out, "3400000 bytes") || !strings.Contains(out, "(Repr-Digest)") {
+			t.Errorf("--protocol %s: exit %d\n%s%s", proto, code, out, errs)
+		}
+	}
+	if st := srv.Stats(); st.H3Streams == 0 {
+		t.Error("no HTTP/3 response was served")
 	}
 }

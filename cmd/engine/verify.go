@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/integrity"
+	"github.com/quic-go/quic-go/http3"
 )
 
 const verifyUsage = `Usage: engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
@@ -33,7 +34,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	manifest := fs.String("manifest", "", "b3sum manifest (file or URL) with the expected digests")
-	proto := fs.String("protocol", "h1", "HTTP version: h1, h2 (TLS) or h3")
+	proto := fs.String("protocol", "h1", "HTTP version: h1, h2 (TLS) or h3 (QUIC)")
 	insecure := fs.Bool("k", false, "accept any TLS certificate")
 	rng := fs.String("range", "", "verify only bytes A-B (needs a local --manifest and the file beside it)")
 	timeout := fs.Duration("timeout", 0, "give up on a URL after this long (default: no limit)")
@@ -117,7 +118,8 @@ func verifyClient(proto string, insecure bool, timeout time.Duration) (*http.Cli
 	case "h2":
 		tr.ForceAttemptHTTP2 = true
 	case "h3":
-		return nil, errors.New("--protocol h3: the HTTP/3 client arrives with the HTTP/3 work; use h1 or h2")
+		h3 := &http3.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}, DisableCompression: true}
+		return &http.Client{Transport: h3, Timeout: timeout}, nil
 	default:
 		return nil, fmt.Errorf("--protocol %q: expected h1, h2 or h3", proto)
 	}
@@ -179,7 +181,7 @@ func verifyOne(c *http.Client, proto, raw string, sums map[string]integrity.Dige
 	if resp.StatusCode != wantStatus {
 		return verifyResult{err: fmt.Errorf("%w %d (want %d)", errStatus, resp.StatusCode, wantStatus)}
 	}
-	if proto == "h2" && resp.ProtoMajor != 2 {
+	if proto == "h2" && resp.ProtoMajor != 2 || proto == "h3" && resp.ProtoMajor != 3 {
 		return verifyResult{err: fmt.Errorf("%w: got %s", errWrongProto, resp.Proto)}
 	}
 	against := "manifest"
