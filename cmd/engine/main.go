@@ -28,7 +28,7 @@ Usage:
   engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--self-signed] [--check]
   engine preflight [-c engine.toml] [--json]
   engine digest [--root DIR] [-o B3SUMS] [--check B3SUMS]
-  engine verify URL... [--manifest FILE|URL] [--protocol h1|h2] [-k] [--range A-B]
+  engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
   engine version
   engine help
