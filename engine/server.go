@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mediaship/engine/engine/files"
@@ -140,7 +142,7 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.known})
-	s.group, err = reactor.Listen(reactor.Config{
+	rc := reactor.Config{
 		Addr:     cfg.Listen,
 		Workers:  cfg.Workers,
 		MaxConns: cfg.Limits.MaxConnections,
@@ -157,10 +159,19 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		Logger:     log,
 		NoSteering: disabled("ENGINE_DISABLE_STEERING"),
 		Pin:        cfg.PinWorkers,
-	})
-	if err == nil {
-		if err = s.listenH3(); err != nil {
-			s.group.Close()
+	}
+	// With port 0 the kernel picks the TCP port, and HTTP/3 needs the
+	// same number free on UDP, which another socket may hold: pick again.
+	for try := 0; ; try++ {
+		if s.group, err = reactor.Listen(rc); err != nil {
+			break
+		}
+		if err = s.listenH3(); err == nil {
+			break
+		}
+		s.group.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) || !anyPort(cfg.Listen) || try == 4 {
+			break
 		}
 	}
 	if err != nil {
@@ -171,6 +182,12 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// anyPort reports whether addr asks for a port the kernel chooses.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && (port == "0" || port == "")
 }
 
 // Addr returns the address the server listens on.
