@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"strconv"
+	"time"
 
 	"golang.org/x/net/http2/hpack"
 
@@ -42,6 +43,7 @@ type h2Conn struct {
 	wantPromote bool      // a response passed promote_after: hand TLS to the kernel
 	held        []*h2Strm // done streams whose file ranges may still be queued
 	shut        bool      // GOAWAY for shutdown sent
+	idleSince   int64     // loop time the last stream ended; 0 while streams are open
 	closing     bool      // closeGracefully called
 }
 
@@ -139,10 +141,18 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 	switch {
 	case hc.conn.Open() > 0:
 		c.SetReadDeadline(0)
-	case !c.HasReadDeadline():
-		c.SetReadDeadline(hh.srv.cfg.Limits.IdleTimeout.D())
+		hc.idleSince = 0
+	case hc.idleSince == 0:
+		// tick sends GOAWAY once idle_timeout has passed; the deadline
+		// closes a connection whose client does not take it.
+		hc.idleSince = hh.h1.loop.Now().UnixNano()
+		c.SetReadDeadline(hh.srv.cfg.Limits.IdleTimeout.D() + idleGoAwayGrace)
 	}
 }
+
+// idleGoAwayGrace is how long an idle connection may stay open after its
+// idle GOAWAY before it is closed regardless.
+const idleGoAwayGrace = 5 * time.Second
 
 // output moves what the connection can send now towards the socket:
 // frames filled into a buffer and sealed as records in userspace TLS,
@@ -532,8 +542,16 @@ func (hh *h2Handler) tick() {
 	}
 	now := hh.h1.loop.Now().UnixNano()
 	timeout := int64(hh.srv.cfg.Limits.SendTimeout.D())
+	idle := int64(hh.srv.cfg.Limits.IdleTimeout.D())
 	for hc := range hh.conns {
 		if hc.conn.Open() == 0 {
+			// Idle too long: GOAWAY (NO_ERROR) tells the client not to
+			// reuse the connection, then it closes, as nginx does.
+			if hc.idleSince != 0 && !hc.shut && now-hc.idleSince > idle {
+				hc.shut = true
+				hc.conn.Shutdown()
+				hc.c.Wake()
+			}
 			continue
 		}
 		hc.conn.Expire(now, timeout)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -589,6 +590,36 @@ func TestH2GracefulShutdown(t *testing.T) {
 	case <-stopped:
 	case <-time.After(scale(10 * time.Second)):
 		t.Fatal("server did not stop after the last stream")
+	}
+}
+
+// TestH2IdleGoAway: a connection idle for idle_timeout gets GOAWAY
+// (NO_ERROR, naming the last stream it served), then is closed.
+func TestH2IdleGoAway(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nidle_timeout = \"1s\"\n")
+	r := dialH2(t, ts.addr, pki)
+	r.get(1, "/alpha.txt")
+	r.until(scale(10*time.Second), func(f http2.Frame) bool {
+		return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream)
+	})
+	t0 := time.Now()
+	f := r.until(scale(10*time.Second), isGoAway(http2.ErrCodeNo))
+	if g := f.(*http2.GoAwayFrame); g.LastStreamID != 1 {
+		t.Errorf("GOAWAY last stream %d, want 1", g.LastStreamID)
+	}
+	waited := time.Since(t0)
+	r.conn.SetReadDeadline(time.Now().Add(scale(10 * time.Second)))
+	for {
+		if _, err := r.read(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("not closed after the idle GOAWAY")
+			}
+			break
+		}
+	}
+	if waited < 900*time.Millisecond {
+		t.Errorf("GOAWAY after %v of idleness, before idle_timeout (1s)", waited)
 	}
 }
 
