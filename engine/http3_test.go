@@ -696,3 +696,30 @@ func TestH3FileShrinks(t *testing.T) {
 		t.Fatalf("after %d more bytes: %v; want the stream reset with H3_INTERNAL_ERROR", n, err)
 	}
 }
+
+// TestH3SNI: HTTP/3 picks each site's certificate by SNI, from the same
+// store as the TCP side.
+func TestH3SNI(t *testing.T) {
+	root := siteRoot(t)
+	a := newPKI(t, t.TempDir(), "a.test")
+	b := newPKI(t, t.TempDir(), "b.test")
+	ts := start(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"a.test\"\n[sites.tls]\ncert = %q\nkey = %q\n[[sites]]\ndomain = \"b.test\"\n[sites.tls]\ncert = %q\nkey = %q\n%s",
+		root, a.certFile, a.keyFile, b.certFile, b.keyFile, ktlsAuto))
+	for _, c := range []struct {
+		name string
+		pki  *testPKI
+	}{{"a.test", a}, {"b.test", b}} {
+		tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: c.pki.pool, ServerName: c.name}}
+		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+		req.Host = c.name
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if got := resp.TLS.PeerCertificates[0].Subject.CommonName; resp.StatusCode != 200 || got != c.name {
+			t.Errorf("%s: status %d, certificate for %q", c.name, resp.StatusCode, got)
+		}
+		tr.Close()
+	}
+}
