@@ -171,6 +171,8 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 		}
 	}
 	if resp.File == nil && rate == 0 {
+		// From memory: quic-go's writer, bounded like the file path.
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(srv.cfg.Limits.SendTimeout.D()))
 		var n int64
 		for _, p := range resp.Parts {
 			m, err := w.Write(p.Mem)

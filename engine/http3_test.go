@@ -723,3 +723,45 @@ func TestH3SNI(t *testing.T) {
 		tr.Close()
 	}
 }
+
+// TestH3StalledSmallResponse: a response built in memory (a directory
+// listing) to a client whose window stays shut is also reset after
+// send_timeout.
+func TestH3StalledSmallResponse(t *testing.T) {
+	root := siteRoot(t)
+	for i := range 200 {
+		writeFile(t, filepath.Join(root, "many", fmt.Sprintf("file-with-a-long-name-%03d.bin", i)), "x")
+	}
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\nroot = %q\ndirectory_listing = true\n[sites.tls]\ncert = %q\nkey = %q\n%s[limits]\nsend_timeout = \"2s\"\n",
+		root, pki.certFile, pki.keyFile, ktlsAuto))
+	ctx, cancel := context.WithTimeout(context.Background(), scale(10*time.Second))
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, ts.addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}},
+		&quic.Config{InitialStreamReceiveWindow: 1 << 10, MaxStreamReceiveWindow: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/many/", nil)
+	if err := str.SendRequestHeader(req); err != nil {
+		t.Fatal(err)
+	}
+	str.Close()
+	if resp, err := str.ReadResponse(); err != nil || resp.ContentLength < 8<<10 {
+		t.Fatalf("listing: %v, %d bytes", err, resp.ContentLength)
+	}
+	time.Sleep(scale(3 * time.Second)) // past send_timeout, reading nothing
+	str.SetReadDeadline(time.Now().Add(scale(5 * time.Second)))
+	_, err = io.ReadAll(str)
+	var se *quic.StreamError
+	if !errors.As(err, &se) || !se.Remote {
+		t.Fatalf("stalled small response ended with %v, want a reset from the server", err)
+	}
+	t.Logf("reset with %v", se.ErrorCode)
+}
