@@ -118,6 +118,7 @@ type Group struct {
 	bpf   *steering
 
 	wg       sync.WaitGroup
+	running  chan struct{} // closed by Run once wg counts the loops
 	shutOnce sync.Once
 }
 
@@ -128,7 +129,7 @@ func Listen(cfg Config) (*Group, error) {
 	if cfg.NewHandler == nil {
 		return nil, errors.New("reactor: Config.NewHandler is nil")
 	}
-	g := &Group{cfg: cfg, log: cfg.Logger, pool: NewPool(max(4, 2*cfg.Workers))}
+	g := &Group{cfg: cfg, log: cfg.Logger, pool: NewPool(max(4, 2*cfg.Workers)), running: make(chan struct{})}
 	perLoop := (cfg.MaxConns + cfg.Workers - 1) / cfg.Workers
 	// Loop i serves the i-th CPU this process may use (and runs on it when
 	// Pin is set), when there are enough CPUs for one loop each.
@@ -190,8 +191,9 @@ func (g *Group) Loops() []*Loop { return g.loops }
 // Run starts every loop and blocks until they have all stopped.
 func (g *Group) Run() error {
 	errs := make(chan error, len(g.loops))
+	g.wg.Add(len(g.loops))
+	close(g.running) // Shutdown may wait for the loops from now on
 	for _, l := range g.loops {
-		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
 			if err := l.run(); err != nil {
@@ -220,6 +222,11 @@ func (g *Group) Shutdown(ctx context.Context) error {
 			l.Post(l.drain)
 		}
 	})
+	select {
+	case <-g.running:
+	case <-ctx.Done(): // Run was never called
+		return ctx.Err()
+	}
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	select {
