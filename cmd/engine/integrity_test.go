@@ -143,14 +143,17 @@ func TestVerifyCommand(t *testing.T) {
 	}
 }
 
-// TestVerifyAgainstEngine: engine verify downloads from the engine itself
-// and checks what it advertises; a file corrupted on disk after it was
-// hashed is caught by the manifest check.
-func TestVerifyAgainstEngine(t *testing.T) {
-	root := t.TempDir()
-	body := bytes.Repeat([]byte("model weights "), 300000)
-	os.WriteFile(filepath.Join(root, "w.bin"), body, 0o644)
-	cfg, _ := engine.ParseConfig("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n", root)))
+// startServer runs an engine serving root on a loopback port until the
+// test ends; extra is more TOML, flags are name, value pairs as serve's.
+func startServer(t *testing.T, root, extra string, flags ...string) *engine.Server {
+	t.Helper()
+	cfg, err := engine.ParseConfig("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n%s", root, extra)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(flags); i += 2 {
+		cfg.SetFlag(flags[i], flags[i+1])
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,18 +164,31 @@ func TestVerifyAgainstEngine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	url := "http://" + srv.Addr() + "/w.bin"
-	var out string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var code int
-		code, out, _ = run2("verify", url)
+	t.Cleanup(func() { cancel(); <-done })
+	return srv
+}
+
+// verifyUntilOK runs engine with args until it succeeds, for up to 10 s:
+// the first responses for a file come before its digest is known.
+func verifyUntilOK(args ...string) (code int, out, errs string) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, out, errs = run2(args...)
 		if code == 0 || time.Now().After(deadline) {
-			break
+			return code, out, errs
 		}
-		time.Sleep(50 * time.Millisecond) // the first responses come before the digest
 	}
+}
+
+// TestVerifyAgainstEngine: engine verify downloads from the engine itself
+// and checks what it advertises; a file corrupted on disk after it was
+// hashed is caught by the manifest check.
+func TestVerifyAgainstEngine(t *testing.T) {
+	root := t.TempDir()
+	body := bytes.Repeat([]byte("model weights "), 300000)
+	os.WriteFile(filepath.Join(root, "w.bin"), body, 0o644)
+	srv := startServer(t, root, "")
+	url := "http://" + srv.Addr() + "/w.bin"
+	_, out, _ := verifyUntilOK("verify", url)
 	if !strings.HasPrefix(out, "OK    "+url) || !strings.Contains(out, "(Repr-Digest)") {
 		t.Fatalf("verify against the engine: %s", out)
 	}
@@ -190,30 +206,10 @@ func TestVerifyOverHTTP3(t *testing.T) {
 	root := t.TempDir()
 	body := bytes.Repeat([]byte("release artifact "), 200000)
 	os.WriteFile(filepath.Join(root, "a.bin"), body, 0o644)
-	cfg, _ := engine.ParseConfig("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n[kernel]\nktls = \"auto\"\n", root)))
-	cfg.SetFlag("self-signed", "true")
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := engine.New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	srv := startServer(t, root, "[kernel]\nktls = \"auto\"\n", "self-signed", "true")
 	url := "https://" + srv.Addr() + "/a.bin"
 	for _, proto := range []string{"h3", "h2"} {
-		var code int
-		var out, errs string
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			code, out, errs = run2("verify", url, "--protocol", proto, "-k")
-			if code == 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond) // the first responses come before the digest
-		}
+		code, out, errs := verifyUntilOK("verify", url, "--protocol", proto, "-k")
 		if code != 0 || !strings.Contains(out, "3400000 bytes") || !strings.Contains(out, "(Repr-Digest)") {
 			t.Errorf("--protocol %s: exit %d\n%s%s", proto, code, out, errs)
 		}
