@@ -13,6 +13,7 @@ type BodySkipper struct {
 	state      chunkState
 	sizeDigits int
 	lineLen    int   // bytes of the current extension or trailer line
+	trailers   int   // trailer lines so far
 	total      int64 // body bytes consumed, for the caller's limit
 }
 
@@ -32,7 +33,10 @@ const (
 	chunkDone
 )
 
-const maxChunkLine = 4096
+const (
+	maxChunkLine = 4096
+	maxTrailers  = 100
+)
 
 // Reset prepares s for the body of r.
 func (s *BodySkipper) Reset(r *Request) {
@@ -134,11 +138,23 @@ func (s *BodySkipper) Skip(buf []byte) (int, error) {
 			s.sizeDigits = 0
 			i++
 		case chunkTrailer:
-			if c == '\r' {
+			// RFC 9112 §7.1.2: trailer-section = *( field-line CRLF ),
+			// then CRLF. A line starts with a field name; a bare LF, a
+			// control character or obs-fold whitespace here is refused
+			// like the same bytes in a head, or the next pipelined
+			// request would be swallowed as a trailer line.
+			switch {
+			case c == '\r':
 				s.state = chunkFinalLF
-			} else {
+			case !tokenChars[c]:
+				return i, fail(400, "invalid trailer line")
+			default:
 				s.state = chunkTrailerLine
 				s.lineLen = 1
+				s.trailers++
+				if s.trailers > maxTrailers {
+					return i, fail(400, "too many trailer lines")
+				}
 			}
 			i++
 		case chunkTrailerLine:
@@ -146,6 +162,8 @@ func (s *BodySkipper) Skip(buf []byte) (int, error) {
 				s.state = chunkTrailerLF
 			} else if c == '\n' {
 				return i, fail(400, "bare LF in trailer")
+			} else if (c < ' ' && c != '\t') || c == 0x7f {
+				return i, fail(400, "control character in trailer")
 			} else if s.lineLen++; s.lineLen > maxChunkLine {
 				return i, fail(400, "trailer line too long")
 			}

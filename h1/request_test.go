@@ -176,6 +176,12 @@ func TestChunkedSkip(t *testing.T) {
 		{"1000000000000000\r\n", false},
 		{"5\r\nhello\r\n0\r\nT: x\n\r\n", false},
 		{"0\r\n\rX", false},
+		{"0\r\n\n", false},                           // bare LF where the trailer section starts
+		{"0\r\n\nGET / HTTP/1.1\r\n\r\n", false},       // ...swallowing the next request
+		{"0\r\n T: folded\r\n\r\n", false},              // obs-fold
+		{"0\r\n:x\r\n\r\n", false},                      // no field name
+		{"0\r\nT: a\x01b\r\n\r\n", false},              // control character
+		{"0\r\nT: a\tb\r\nU: c\r\n\r\n", true},
 	}
 	for _, tt := range tests {
 		// Feed byte by byte to exercise every state boundary.
@@ -289,4 +295,82 @@ func FuzzParseRequest(f *testing.F) {
 			s.Skip(in[n:])
 		}
 	})
+}
+
+// FuzzBodySkipper feeds a chunked body in two pieces split anywhere: the
+// skipper must consume the same bytes and reach the same verdict as with
+// the whole input, never read past the body's end, and accept only bodies
+// whose framing a strict reading of RFC 9112 §7.1 accepts.
+func FuzzBodySkipper(f *testing.F) {
+	for _, s := range []string{"0\r\n\r\n", "5\r\nhello\r\n0\r\nT: x\r\n\r\nGET", "0\r\n\nGET", "3;a=b\r\nabc\r\n0\r\n\r\n"} {
+		f.Add([]byte(s), uint(3))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, cut uint) {
+		skip := func(parts ...[]byte) (int, bool, error) {
+			var s BodySkipper
+			s.Reset(&Request{Chunked: true})
+			used := 0
+			for _, p := range parts {
+				n, err := s.Skip(p)
+				used += n
+				if err != nil {
+					return used, false, err
+				}
+				if s.Done() {
+					return used, true, nil
+				}
+			}
+			return used, s.Done(), nil
+		}
+		whole, done, err := skip(in)
+		k := int(cut % uint(len(in)+1))
+		split, done2, err2 := skip(in[:k], in[k:])
+		if (err == nil) != (err2 == nil) || done != done2 || (done && whole != split) {
+			t.Fatalf("whole: %d %v %v; split at %d: %d %v %v", whole, done, err, k, split, done2, err2)
+		}
+		if !done {
+			return
+		}
+		body := in[:whole]
+		if !bytes.HasSuffix(body, []byte("\r\n\r\n")) {
+			t.Fatalf("accepted body %q does not end with an empty line", body)
+		}
+		for i, c := range body {
+			if c == '\n' && (i == 0 || body[i-1] != '\r') {
+				// A LF inside chunk data is data; outside it, framing.
+				if !inChunkData(body, i) {
+					t.Fatalf("accepted bare LF at %d in %q", i, body)
+				}
+			}
+		}
+	})
+}
+
+// inChunkData reports whether byte i of a well-formed chunked body lies
+// inside chunk data.
+func inChunkData(body []byte, i int) bool {
+	pos := 0
+	for pos < len(body) {
+		eol := bytes.Index(body[pos:], []byte("\r\n"))
+		if eol < 0 {
+			return false
+		}
+		line := body[pos : pos+eol]
+		if j := bytes.IndexAny(line, "; \t"); j >= 0 {
+			line = line[:j]
+		}
+		var size int64
+		for _, c := range line {
+			size = size<<4 | int64(hexVal(c))
+		}
+		start := pos + eol + 2
+		if size == 0 {
+			return false
+		}
+		if i >= start && i < start+int(size) {
+			return true
+		}
+		pos = start + int(size) + 2
+	}
+	return false
 }
