@@ -84,7 +84,15 @@ func TestParseRange(t *testing.T) {
 		{"bytes=+1-2", 10, nil, rangeIgnore},
 		{"items=0-1", 10, nil, rangeIgnore},
 		{"bytes=0-1", 0, nil, rangeIgnore},
-		{"bytes=0-9,0-9,0-9", 10, nil, rangeIgnore}, // more than twice the size
+		{"bytes=0-9,0-9,0-9", 10, nil, rangeIgnore}, // more than the size
+		{"bytes=0-,0-", 10, nil, rangeIgnore},       // twice the file: nginx serves it whole
+		{"bytes=0-5,5-9", 10, nil, rangeIgnore},     // 11 bytes of 10
+		{"bytes=0-4,5-9", 10, []Range{{0, 10}}, rangeOK},
+		{"bytes=0-3,2-5", 100, []Range{{0, 6}}, rangeOK},
+		{"bytes=50-59,0-9,10-19", 100, []Range{{0, 20}, {50, 10}}, rangeOK},
+		{"bytes=-5,0-1", 100, []Range{{0, 2}, {95, 5}}, rangeOK},
+		{"bytes=20-29,22-24", 100, []Range{{20, 10}}, rangeOK},
+		{"bytes=0-0,2-2", 100, []Range{{0, 1}, {2, 1}}, rangeOK},
 		{"bytes=0-99999999999999999999", 10, nil, rangeIgnore},
 	}
 	for _, tt := range tests {
@@ -175,7 +183,7 @@ func TestPreconditions(t *testing.T) {
 }
 
 func FuzzParseRange(f *testing.F) {
-	for _, s := range []string{"bytes=0-0", "bytes=-5", "bytes=1-,2-3", "bytes=5-1"} {
+	for _, s := range []string{"bytes=0-0", "bytes=-5", "bytes=1-,2-3", "bytes=5-1", "bytes=0-,0-", "bytes=9-9,0-1,2-3,-1"} {
 		f.Add(s, int64(100))
 	}
 	f.Fuzz(func(t *testing.T, v string, size int64) {
@@ -187,13 +195,16 @@ func FuzzParseRange(f *testing.F) {
 			return
 		}
 		var total int64
-		for _, r := range rs {
+		for i, r := range rs {
 			if r.Off < 0 || r.Len <= 0 || r.Off+r.Len > size {
 				t.Fatalf("range %+v outside size %d", r, size)
 			}
+			if i > 0 && r.Off <= rs[i-1].Off+rs[i-1].Len {
+				t.Fatalf("ranges %+v and %+v overlap or touch: not coalesced", rs[i-1], r)
+			}
 			total += r.Len
 		}
-		if total > 2*size || len(rs) > maxRanges {
+		if total > size || len(rs) > maxRanges {
 			t.Fatalf("%d ranges, %d bytes of %d", len(rs), total, size)
 		}
 	})
@@ -288,5 +299,48 @@ func TestErrorResponseKeepsStatus(t *testing.T) {
 		if r.Status != code || r.ContentLength != int64(len(r.Parts[0].Mem)) {
 			t.Errorf("ErrorResponse(%d) = status %d, length %d", code, r.Status, r.ContentLength)
 		}
+	}
+}
+
+// TestMissingPathsKeepFiles: a flood of requests for paths that do not
+// exist must not push the files being served out of the cache (each
+// eviction costs a reopen, and a rehash where digests are not persisted).
+func TestMissingPathsKeepFiles(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCache(Config{MaxEntries: 40})
+	defer c.Close()
+	root, err := NewRoot(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	var names []string
+	for i := 0; i < 20; i++ {
+		n := "f" + string(rune('a'+i))
+		os.WriteFile(dir+"/"+n, []byte(n), 0o644)
+		names = append(names, n)
+	}
+	// Opened after every write: the directory is watched from the first
+	// open, so no event of the writes can invalidate an entry.
+	for _, n := range names {
+		c.Open(root, n).Release()
+	}
+	for i := 0; i < 2000; i++ {
+		e := c.Open(root, "missing-"+time.Duration(i).String())
+		if e.Kind != KindMissing {
+			t.Fatalf("kind %v", e.Kind)
+		}
+		e.Release()
+	}
+	for _, n := range names {
+		e, _ := c.Lookup(root, []byte(n), nil)
+		if e == nil {
+			t.Errorf("%s was evicted by missing paths", n)
+			continue
+		}
+		e.Release()
+	}
+	if l := c.Len(); l > 40 {
+		t.Errorf("cache holds %d entries, bound 40", l)
 	}
 }

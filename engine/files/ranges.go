@@ -24,9 +24,13 @@ const (
 
 // ParseRange parses a Range header value against a representation of the
 // given size, appending satisfiable ranges to dst. Syntax errors, other
-// units, too many ranges and ranges that add up to more than the
-// representation twice over are ignored (the whole representation is
-// served), as RFC 9110 §14.2 allows.
+// units, too many ranges, and ranges that add up to more than the
+// representation (as nginx judges them) are ignored: the whole
+// representation is served, as RFC 9110 §14.2 allows. The ranges that
+// remain are sorted, and overlapping or adjacent ones are coalesced
+// (§14.2: "a server MAY coalesce any of the ranges that overlap"), so a
+// multipart body never repeats a byte and is never larger than the
+// representation plus its part headers.
 func ParseRange(v []byte, size int64, dst []Range) ([]Range, rangeResult) {
 	dst = dst[:0]
 	const prefix = "bytes="
@@ -88,7 +92,7 @@ func ParseRange(v []byte, size int64, dst []Range) ([]Range, rangeResult) {
 			r = Range{Off: a, Len: min(b, size-1) - a + 1}
 		}
 		total += r.Len
-		if total > 2*size {
+		if total > size {
 			return dst[:0], rangeIgnore
 		}
 		dst = append(dst, r)
@@ -99,7 +103,30 @@ func ParseRange(v []byte, size int64, dst []Range) ([]Range, rangeResult) {
 	if len(dst) == 0 {
 		return dst, rangeUnsatisfiable
 	}
-	return dst, rangeOK
+	return coalesce(dst), rangeOK
+}
+
+// coalesce sorts ranges by offset and merges those that overlap or touch.
+func coalesce(rs []Range) []Range {
+	if len(rs) < 2 {
+		return rs
+	}
+	// Insertion sort: at most maxRanges, and no allocation.
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].Off < rs[j-1].Off; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if end := last.Off + last.Len; r.Off <= end {
+			last.Len = max(end, r.Off+r.Len) - last.Off
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func trimOWS(b []byte) []byte {
