@@ -144,6 +144,7 @@ type Cache struct {
 	m          map[string]*Entry   // guarded by mu; key -> entry
 	byPath     map[string][]*Entry // guarded by mu; absolute path -> entries (one per root)
 	smallBytes int64               // guarded by mu
+	negative   int                 // guarded by mu; entries for missing or forbidden paths
 
 	stop chan struct{}
 	done chan struct{}
@@ -268,8 +269,17 @@ func (c *Cache) Open(root *Root, rel string) *Entry {
 		e.Release()
 		return old
 	}
-	if len(c.m) >= c.cfg.MaxEntries {
-		c.evictOneLocked()
+	switch {
+	case e.negative() && c.negative >= c.cfg.MaxEntries/4:
+		// Entries for paths that do not exist cost an attacker nothing
+		// to make (a flood of 404s); they may hold a quarter of the
+		// cache and replace each other, never the files being served.
+		c.evictOneLocked(true)
+	case len(c.m) >= c.cfg.MaxEntries:
+		c.evictOneLocked(c.negative > 0)
+	}
+	if e.negative() {
+		c.negative++
 	}
 	if e.Small != nil {
 		if c.smallBytes+int64(len(e.Small)) > c.cfg.MaxSmallBytes {
@@ -295,13 +305,30 @@ func lastSlash(s string) int {
 }
 
 // evictOneLocked drops an arbitrary entry (Go's map order is random enough
-// to stand in for a clock).
-func (c *Cache) evictOneLocked() {
-	for k, e := range c.m {
-		c.removeLocked(k, e)
-		return
+// to stand in for a clock), a negative one when negative is set and one
+// turns up among the first few looked at.
+func (c *Cache) evictOneLocked(negative bool) {
+	var victim *Entry
+	tries := 0
+	for _, e := range c.m {
+		if victim == nil {
+			victim = e
+		}
+		if !negative || e.negative() {
+			victim = e
+			break
+		}
+		if tries++; tries == 64 {
+			break
+		}
+	}
+	if victim != nil {
+		c.removeLocked(victim.key, victim)
 	}
 }
+
+// negative reports whether e records that a path cannot be served.
+func (e *Entry) negative() bool { return e.Kind == KindMissing || e.Kind == KindForbidden }
 
 func (c *Cache) removeLocked(k string, e *Entry) {
 	delete(c.m, k)
@@ -319,6 +346,9 @@ func (c *Cache) removeLocked(k string, e *Entry) {
 	}
 	if e.Small != nil {
 		c.smallBytes -= int64(len(e.Small))
+	}
+	if e.negative() {
+		c.negative--
 	}
 	e.gone.Store(true)
 	if c.w != nil {
