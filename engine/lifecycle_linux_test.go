@@ -256,7 +256,7 @@ func TestDirectoryListing(t *testing.T) {
 	c := dial(t, ts.addr)
 	c.send(get("/files/"))
 	resp, body := c.response("GET")
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `<a href="a.txt">a.txt</a>`) ||
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `<a href="./a.txt">a.txt</a>`) ||
 		!strings.Contains(string(body), "b&lt;x&gt;.txt") || strings.Contains(string(body), "<x>") {
 		t.Errorf("listing %d:\n%s", resp.StatusCode, body)
 	}

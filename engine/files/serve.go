@@ -3,12 +3,7 @@ package files
 import (
 	"bytes"
 	"errors"
-	"html"
-	"net/url"
-	"os"
-	"sort"
 	"strconv"
-	"strings"
 )
 
 // Site is what the file layer needs to know about a site.
@@ -20,6 +15,10 @@ type Site struct {
 	// RequireDigest answers 503 (with Retry-After) for a file whose
 	// digest is not known yet, instead of serving it without one.
 	RequireDigest bool
+	// HideDotfiles answers 404 for any path with a segment starting with
+	// "." (/.git/config, /.env), except a leading /.well-known/, and
+	// leaves such names out of listings.
+	HideDotfiles bool
 }
 
 // Request is what the file layer needs of a GET or HEAD request.
@@ -123,7 +122,7 @@ func (s *Scratch) Fetch(c *Cache, site *Site) {
 	}
 	s.need = s.need[:0]
 	if s.needListing {
-		s.listing = listDirectory(site.Root, s.listingRel)
+		s.listing = listDirectory(site.Root, s.listingRel, site.HideDotfiles)
 		s.needListing = false
 	}
 }
@@ -162,6 +161,10 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 		r.Err = err
 		return true
 	}
+	if site.HideDotfiles && hidden(rel) {
+		ErrorResponse(r, 404)
+		return true
+	}
 	if len(s.opened) > maxOpened {
 		ErrorResponse(r, 500)
 		return true
@@ -185,8 +188,12 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 	case KindDir:
 		if !dirSlash && len(rel) > 0 {
 			// nginx and Caddy redirect "/dir" to "/dir/" so relative links
-			// in the index resolve.
-			loc := append(s.tmp[:0], req.Path...)
+			// in the index resolve. The location is built from the
+			// cleaned path, never from the request's bytes: "//evil.com"
+			// must not become "//evil.com/", which a browser follows to
+			// another host. rel has no empty segment, so it starts "/x".
+			loc := append(s.tmp[:0], '/')
+			loc = AppendPathEscaped(loc, string(rel), true)
 			loc = append(loc, '/')
 			if req.Query != nil {
 				loc = append(loc, '?')
@@ -370,6 +377,21 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 	return true
 }
 
+// hidden reports whether a cleaned path names a dotfile or passes
+// through a dot directory. "/.well-known/" (RFC 8615) stays visible.
+func hidden(rel []byte) bool {
+	for i := 0; i < len(rel); i++ {
+		if rel[i] != '.' || (i > 0 && rel[i-1] != '/') {
+			continue
+		}
+		if i == 0 && (string(rel) == ".well-known" || bytes.HasPrefix(rel, []byte(".well-known/"))) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
 var errCorrupt = errors.New("files: content contradicts the manifest (on_mismatch = \"refuse\")")
 
 // retryAfter estimates, in seconds, when a file of size bytes will have
@@ -467,33 +489,3 @@ var errorPages = func() map[int][]Part {
 	}
 	return m
 }()
-
-// listDirectory renders rel beneath root as a minimal HTML index. It
-// returns nil when the directory cannot be read.
-func listDirectory(root *Root, rel string) []byte {
-	fd, err := openBeneath(root, rel)
-	if err != nil {
-		return nil
-	}
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil
-	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
-	title := html.EscapeString("/" + rel)
-	var b strings.Builder
-	b.WriteString("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Index of " + title +
-		"</title></head><body><h1>Index of " + title + "</h1><pre>\n<a href=\"../\">../</a>\n")
-	for _, de := range ents {
-		name := de.Name()
-		if de.IsDir() {
-			name += "/"
-		}
-		b.WriteString("<a href=\"" + html.EscapeString((&url.URL{Path: name}).EscapedPath()) + "\">" +
-			html.EscapeString(name) + "</a>\n")
-	}
-	b.WriteString("</pre></body></html>\n")
-	return []byte(b.String())
-}
