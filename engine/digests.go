@@ -27,9 +27,10 @@ type digests struct {
 	jobs      chan func()
 	wg        sync.WaitGroup
 
-	inflight sync.Map // *files.Entry -> struct{}: hashing queued or running
+	mu       sync.Mutex
+	inflight map[integrity.FileID]*hashJob // guarded by mu: hashing queued or running
 
-	files, bytes, nanos, mismatches, dropped atomic.Int64
+	files, bytes, nanos, mismatches, dropped, joined atomic.Int64
 }
 
 // manifest is a site's B3SUMS: trusted for files not modified after it.
@@ -42,7 +43,8 @@ type manifest struct {
 func newDigests(cfg *Config, roots []*files.Root, log *slog.Logger) (*digests, error) {
 	ic := &cfg.Integrity
 	d := &digests{cache: integrity.NewCache(0), path: ic.Cache, manifests: map[*files.Root]*manifest{},
-		refuse: ic.OnMismatch == "refuse", log: log, jobs: make(chan func(), 4096)}
+		refuse: ic.OnMismatch == "refuse", log: log, jobs: make(chan func(), 4096),
+		inflight: map[integrity.FileID]*hashJob{}}
 	if d.path != "" {
 		if err := d.cache.Load(d.path); err != nil {
 			log.Warn("digest cache unreadable; starting empty", "file", d.path, "err", err)
@@ -113,7 +115,7 @@ func identity(e *files.Entry) integrity.FileID {
 // manifest when the file was not modified after the manifest was written.
 func (d *digests) known(root *files.Root, e *files.Entry) *files.Digest {
 	if sum, ok := d.cache.Get(identity(e)); ok {
-		return info(sum, false)
+		return d.judge(root, e, sum)
 	}
 	if m := d.manifests[root]; m != nil {
 		if sum, ok := m.sums[e.Rel()]; ok && e.ModTime.UnixNano() <= m.mtimeNs {
@@ -123,58 +125,127 @@ func (d *digests) known(root *files.Root, e *files.Entry) *files.Digest {
 	return nil
 }
 
-// request queues hashing e unless it is already queued. It never blocks.
-func (d *digests) request(root *files.Root, e *files.Entry) {
-	if _, busy := d.inflight.LoadOrStore(e, struct{}{}); busy {
-		return
+// judge turns the digest of e's content into what the file layer serves
+// with: marked corrupt when it contradicts the site's manifest and the
+// policy is to refuse, however the digest was learned (hashed now, or
+// from the cache after the entry was evicted and opened again).
+func (d *digests) judge(root *files.Root, e *files.Entry, sum integrity.Digest) *files.Digest {
+	if m := d.manifests[root]; m != nil && d.refuse {
+		if want, ok := m.sums[e.Rel()]; ok && want != sum {
+			return info(sum, true)
+		}
 	}
-	e.Ref()
-	job := func() {
-		defer e.Release()
-		defer d.inflight.Delete(e)
-		d.hash(root, e)
-	}
-	select {
-	case d.jobs <- job:
-	default:
-		// A full queue: the next request for the file asks again.
-		d.dropped.Add(1)
-		e.Release()
-		d.inflight.Delete(e)
-	}
+	return info(sum, false)
 }
 
-// hash computes e's digest from its open descriptor and records it,
-// unless the file changed meanwhile.
-func (d *digests) hash(root *files.Root, e *files.Entry) {
+// hashJob is the hashing of one file content (device, inode, size, mtime)
+// and the entries waiting for its digest: the same file opened again after
+// its cache entry was evicted, or under another site's root, joins the job
+// instead of reading the file a second time.
+type hashJob struct {
+	waiters []waiter // guarded by digests.mu
+}
+
+type waiter struct {
+	root *files.Root
+	e    *files.Entry
+}
+
+// request queues hashing e unless its digest is known or its content is
+// already being hashed. It never blocks.
+func (d *digests) request(root *files.Root, e *files.Entry) {
 	if e.Digest() != nil {
 		return
 	}
 	id := identity(e)
+	if sum, ok := d.cache.Get(id); ok {
+		e.SetDigest(d.judge(root, e, sum))
+		return
+	}
+	d.mu.Lock()
+	if j := d.inflight[id]; j != nil {
+		for _, w := range j.waiters {
+			if w.e == e {
+				d.mu.Unlock()
+				return
+			}
+		}
+		e.Ref()
+		j.waiters = append(j.waiters, waiter{root, e})
+		d.joined.Add(1)
+		d.mu.Unlock()
+		return
+	}
+	e.Ref()
+	j := &hashJob{waiters: []waiter{{root, e}}}
+	d.inflight[id] = j
+	d.mu.Unlock()
+	select {
+	case d.jobs <- func() { d.run(id, j) }:
+	default:
+		// A full queue: the next request for the file asks again.
+		d.dropped.Add(1)
+		d.finish(id, j, integrity.Digest{}, false)
+	}
+}
+
+// run hashes the content of job j from its first entry's descriptor.
+func (d *digests) run(id integrity.FileID, j *hashJob) {
+	d.mu.Lock()
+	first := j.waiters[0]
+	d.mu.Unlock()
+	sum, ok := d.hash(first.e, id)
+	d.finish(id, j, sum, ok)
+}
+
+// finish ends job j: every waiting entry gets the digest (when ok) and
+// its reference back.
+func (d *digests) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok bool) {
+	d.mu.Lock()
+	delete(d.inflight, id)
+	ws := j.waiters
+	j.waiters = nil
+	d.mu.Unlock()
+	if ok {
+		d.cache.Put(id, sum)
+	}
+	for _, w := range ws {
+		if ok {
+			dg := d.judge(w.root, w.e, sum)
+			if m := d.manifests[w.root]; m != nil {
+				if want, listed := m.sums[w.e.Rel()]; listed && want != sum {
+					d.mismatches.Add(1)
+					d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", w.e.Rel(), "manifest", m.path,
+						"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
+				}
+			}
+			w.e.SetDigest(dg)
+		}
+		w.e.Release()
+	}
+}
+
+// hash computes the digest of e's content from its open descriptor. It
+// reports false when the file changed meanwhile (the digest would belong
+// to no version of it).
+func (d *digests) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, bool) {
+	if sum, ok := d.cache.Get(id); ok {
+		return sum, true // learned since the job was queued
+	}
 	start := time.Now()
 	sum, err := integrity.SumRange(fdReaderAt(e.Fd()), 0, id.Size)
 	d.nanos.Add(int64(time.Since(start)))
 	if err != nil {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel(), "err", err)
-		return
+		return sum, false
 	}
 	d.files.Add(1)
 	d.bytes.Add(id.Size)
 	if now, err := fdIdentity(e.Fd()); err != nil || now != id {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel())
-		return
+		return sum, false
 	}
-	d.cache.Put(id, sum)
-	if m := d.manifests[root]; m != nil {
-		if want, ok := m.sums[e.Rel()]; ok && want != sum {
-			d.mismatches.Add(1)
-			d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", e.Rel(), "manifest", m.path,
-				"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
-			e.SetDigest(info(sum, d.refuse))
-			return
-		}
-	}
-	e.SetDigest(info(sum, false))
+	return sum, true
 }
 
 // saveLoop persists the cache now and then, until stop closes.
