@@ -108,17 +108,50 @@ func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error)
 
 // getCertificate is tls.Config.GetCertificate.
 func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	t := s.cur.Load()
-	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
+	return s.cur.Load().pick(serverName(hello.ServerName)), nil
+}
+
+// serverName normalizes an SNI value or a Host: lowercase, no trailing dot.
+func serverName(n string) string { return strings.ToLower(strings.TrimSuffix(n, ".")) }
+
+// pick chooses the certificate for a normalized name: exact, then
+// wildcard, then the default.
+func (t *certTable) pick(name string) *tls.Certificate {
 	if c := t.exact[name]; c != nil {
-		return c, nil
+		return c
 	}
 	for _, w := range t.wildcards {
 		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return w.cert, nil
+			return w.cert
 		}
 	}
-	return t.def, nil
+	return t.def
+}
+
+// misdirected reports whether a request naming host (normalized as
+// siteTable.lookup leaves it: lowercase, without port or trailing dot) on
+// a TLS connection whose handshake named serverName and settled on version
+// must be answered 421
+// Misdirected Request (RFC 9110 §15.5.20): the Host names a site with
+// another TLS policy than the one the handshake was made for, another
+// certificate, or TLS 1.3 only on a TLS 1.2 connection. Otherwise a client
+// could reach a 1.3-only site over 1.2, or a site under a certificate that
+// is not its own, by naming another site in SNI. A request without a Host
+// is not judged.
+func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
+	if s.certs == nil || len(host) == 0 || len(s.sites.all) == 1 {
+		return false // one site has one policy (and lookup leaves host unnormalized)
+	}
+	sni := serverName(sniName)
+	if string(host) == sni {
+		return false
+	}
+	t := s.certs.cur.Load()
+	h := string(host)
+	if t.pick(h) != t.pick(sni) {
+		return true
+	}
+	return version < tls.VersionTLS13 && !t.allows12(h)
 }
 
 // selfSignedCert makes an in-memory ECDSA P-256 certificate for trying

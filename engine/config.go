@@ -68,6 +68,11 @@ type SiteConfig struct {
 	// DirectoryListing serves an HTML listing of a directory without an
 	// index file. Zero (false) answers 404 instead.
 	DirectoryListing bool `toml:"directory_listing"`
+	// HiddenFiles is "serve" (the zero value, as nginx does) or "deny":
+	// answer 404 for any path with a segment starting with "." (/.git/,
+	// /.env) except a leading /.well-known/, and leave such names out of
+	// directory listings.
+	HiddenFiles string `toml:"hidden_files"`
 	// FollowSymlinksOutsideRoot lets symbolic links point outside Root.
 	// Zero (false) refuses such paths with 404.
 	FollowSymlinksOutsideRoot bool `toml:"follow_symlinks_outside_root"`
@@ -159,6 +164,12 @@ type LimitsConfig struct {
 	// HeaderTimeout bounds the time from the first byte of a request head
 	// to its end. Zero means 30s.
 	HeaderTimeout Duration `toml:"header_timeout"`
+	// BodyTimeout bounds the wait for a request body the client
+	// announced (Content-Length or chunked): the engine answers GET and
+	// HEAD and discards a body, which must then arrive whole within this
+	// time of the response being written, or the connection closes (as
+	// nginx's client_body_timeout and lingering_time do). Zero means 30s.
+	BodyTimeout Duration `toml:"body_timeout"`
 	// IdleTimeout closes keep-alive connections with no request. Zero
 	// means 75s.
 	IdleTimeout Duration `toml:"idle_timeout"`
@@ -529,6 +540,11 @@ func (c *Config) Validate() error {
 		default:
 			add(c.errAt(key+".tls.min_version", "%q is not supported; expected \"1.3\" (the default) or \"1.2\"", t.MinVersion))
 		}
+		switch s.HiddenFiles {
+		case "", "serve", "deny":
+		default:
+			add(c.errAt(key+".hidden_files", "%q is not a policy; expected \"serve\" (the default) or \"deny\" (404 for /.git, /.env and other dotfiles)", s.HiddenFiles))
+		}
 	}
 	if defaults > 1 {
 		add(&ConfigError{File: c.src.file, Key: "sites", Msg: "more than one site has default = true; choose one"})
@@ -642,6 +658,7 @@ func (c *Config) Validate() error {
 		def Duration
 	}{
 		{"limits.header_timeout", &l.HeaderTimeout, Duration(30e9)},
+		{"limits.body_timeout", &l.BodyTimeout, Duration(30e9)},
 		{"limits.idle_timeout", &l.IdleTimeout, Duration(75e9)},
 		{"limits.send_timeout", &l.SendTimeout, Duration(60e9)},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
+	"github.com/mediaship/engine/ktls"
 )
 
 // h1Handler drives HTTP/1.1 on one loop. Its scratch state is shared by
@@ -36,10 +37,12 @@ type h1Handler struct {
 // h1Conn is one connection's HTTP/1.1 state.
 type h1Conn struct {
 	s           stream
-	h2          *h2Conn // the connection speaks HTTP/2 instead
+	tls         *ktls.Session // the TLS handshake's outcome; nil on a plain connection
+	h2          *h2Conn       // the connection speaks HTTP/2 instead
 	files       files.Scratch
 	skip        h1.BodySkipper
 	skipping    bool // discarding a request body
+	bodyWait    bool // the body deadline is set
 	sending     bool // a response is queued; its references are held until it is written
 	closeAfter  bool // close once the queued response is written
 	headStarted bool // the first byte of a request head has arrived
@@ -142,10 +145,17 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			if !st.skip.Done() {
 				if s.eof() || st.skip.Consumed() > maxSkipBody {
 					c.Close()
+					return
+				}
+				if !st.bodyWait {
+					// The whole body must arrive within body_timeout of
+					// the response being written (stateBody).
+					st.bodyWait = true
+					c.SetReadDeadline(lim.BodyTimeout.D())
 				}
 				return
 			}
-			st.skipping = false
+			st.skipping, st.bodyWait = false, false
 		}
 		in := s.input()
 		if len(in) == 0 {
@@ -154,7 +164,9 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 				return
 			}
 			st.headStarted = false
-			c.SetReadDeadline(lim.IdleTimeout.D())
+			if st.requests > 0 {
+				c.SetReadDeadline(lim.IdleTimeout.D()) // stateIdle
+			} // else stateFirst: the header_timeout set at accept still runs
 			return
 		}
 		if !st.headStarted {
@@ -172,7 +184,9 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 				}
 			}
 			st.headStarted = true
-			c.SetReadDeadline(lim.HeaderTimeout.D())
+			if st.requests > 0 {
+				c.SetReadDeadline(lim.HeaderTimeout.D()) // stateHead
+			}
 		}
 		n, err := h.parser.Parse(in, &h.req)
 		if err == h1.ErrIncomplete {
@@ -213,7 +227,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	case r.Path == nil || r.Path[0] != '/':
 		files.ErrorResponse(resp, 400)
 		st.closeAfter = true
-	case !s.h1:
+	case !s.h1 || st.tls != nil && h.srv.misdirected(st.tls.ServerName, st.tls.Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}

@@ -74,7 +74,8 @@ func (hh *h2Handler) start(c *reactor.Conn, s stream, t *tlsConn) *h2Conn {
 	}, hc)
 	hh.conns[hc] = struct{}{}
 	srv.stats.h2Conns.Add(1)
-	c.SetReadDeadline(srv.cfg.Limits.HeaderTimeout.D())
+	// The header_timeout set at accept still runs: it covers the TLS
+	// handshake, the preface and the first request (stateFirst).
 	return hc
 }
 
@@ -140,8 +141,12 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 	}
 	switch {
 	case hc.conn.Open() > 0:
+		// Streams in progress: each is bounded by send_timeout (Expire),
+		// a header block in progress by header_timeout (tick).
 		c.SetReadDeadline(0)
 		hc.idleSince = 0
+	case !hc.conn.Started():
+		// stateFirst: the header_timeout from accept still runs.
 	case hc.idleSince == 0:
 		// tick sends GOAWAY once idle_timeout has passed; the deadline
 		// closes a connection whose client does not take it.
@@ -387,7 +392,7 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		resp.Allow = true
 	case len(path) == 0 || path[0] != '/':
 		files.ErrorResponse(resp, 400)
-	case !s.h2 || hc.t == nil && !s.h2c:
+	case !s.h2 || hc.t == nil && !s.h2c || hc.t != nil && hh.srv.misdirected(hc.t.sess.ServerName, hc.t.sess.Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: method == "HEAD", Path: path, Query: query, Header: r}
@@ -543,7 +548,13 @@ func (hh *h2Handler) tick() {
 	now := hh.h1.loop.Now().UnixNano()
 	timeout := int64(hh.srv.cfg.Limits.SendTimeout.D())
 	idle := int64(hh.srv.cfg.Limits.IdleTimeout.D())
+	header := int64(hh.srv.cfg.Limits.HeaderTimeout.D())
 	for hc := range hh.conns {
+		if hc.conn.HeaderPending() && hc.conn.ExpireHeaders(now, header) != nil {
+			hh.srv.stats.h2ConnErrors.Add(1)
+			hc.c.Wake()
+			continue
+		}
 		if hc.conn.Open() == 0 {
 			// Idle too long: GOAWAY (NO_ERROR) tells the client not to
 			// reuse the connection, then it closes, as nginx does.

@@ -70,9 +70,12 @@ func (s *Server) listenH3() error {
 		StreamReceiveWindow: uint64(c.StreamReceiveWindow),
 		ConnReceiveWindow:   uint64(c.ConnectionReceiveWindow),
 		IdleTimeout:         s.cfg.Limits.IdleTimeout.D(),
-		MaxConnections:      int64(s.cfg.Limits.MaxConnections),
-		Allow0RTT:           c.Allow0RTT,
-		UDPBuffer:           int(c.UDPBuffer),
+		// quic-go ends a handshake idle this long, or not done in twice
+		// it: within header_timeout, as on TCP (stateHandshake).
+		HandshakeTimeout: min(10*time.Second, s.cfg.Limits.HeaderTimeout.D()/2),
+		MaxConnections:   int64(s.cfg.Limits.MaxConnections),
+		Allow0RTT:        c.Allow0RTT,
+		UDPBuffer:        int(c.UDPBuffer),
 	})
 	if err != nil {
 		return fmt.Errorf("%w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
@@ -111,7 +114,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp.Allow = true
 	case len(path) == 0 || path[0] != '/':
 		files.ErrorResponse(resp, 400)
-	case !s.h3:
+	case !s.h3 || r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: isHead, Path: path, Query: query, Header: h3Headers(r.Header)}

@@ -53,7 +53,7 @@ type serverCounters struct {
 	tlsUserBytes, tlsKernelBytes, tlsPromotions, tlsPromoteFailures                      atomic.Int64
 
 	h2Conns, h2Streams, h2Resets, h2ConnErrors atomic.Int64
-	h2Events                                   [h2.EventMalformed + 1]atomic.Int64
+	h2Events                                   [h2.EventHeaderTimeout + 1]atomic.Int64
 
 	h3Streams, h3Resets, h3Stalled atomic.Int64
 }
@@ -100,6 +100,7 @@ type Stats struct {
 	H3ConnErrors map[string]int64
 
 	FilesHashed        int64         // digests computed in the background
+	HashesJoined       int64         // hash requests that joined hashing already under way for the same content
 	BytesHashed        int64         // bytes they covered
 	HashTime           time.Duration // time the hashing workers spent (CPU-bound: about their CPU time)
 	ManifestMismatches int64         // files whose bytes contradicted the manifest
@@ -382,6 +383,7 @@ func (s *Server) Stats() Stats {
 		H3Stalled:     s.stats.h3Stalled.Load(),
 
 		FilesHashed:        s.digests.files.Load(),
+		HashesJoined:       s.digests.joined.Load(),
 		BytesHashed:        s.digests.bytes.Load(),
 		HashTime:           time.Duration(s.digests.nanos.Load()),
 		ManifestMismatches: s.digests.mismatches.Load(),

@@ -83,7 +83,8 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 		s := &site{
 			name: sc.Domain,
 			files: files.Site{Root: r, Index: idx, Listing: sc.DirectoryListing,
-				Precompressed: on(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require"},
+				Precompressed: on(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require",
+				HideDotfiles: sc.HiddenFiles == "deny"},
 			limitRate: uint64(sc.LimitRate),
 			h1:        on(sc.Protocols.H1),
 			h2:        on(sc.Protocols.H2),

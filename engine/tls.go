@@ -64,6 +64,8 @@ type tlsConn struct {
 	in         []byte // decrypted input; nil when empty
 	rpos, wpos int
 	peerDone   bool // close_notify received, or the socket's EOF
+	// closeNotified: close_notify received; later records are ignored.
+	closeNotified bool
 
 	out      []outPart // output not yet handed to the reactor
 	arena    []byte    // copies made by write
@@ -194,6 +196,7 @@ func (t *tlsConn) handshakeDone(s *ktls.Session, err error) {
 	}
 	th.srv.stats.tlsHandshakes.Add(1)
 	t.sess = s
+	t.h1Conn.tls = s
 	t.writeKeys = s.Write
 	if t.open, err = ktls.NewOpener(s.Read, s.ReadSeq); err == nil {
 		t.seal, err = ktls.NewSealer(s.Write, s.WriteSeq)
@@ -212,6 +215,10 @@ func (t *tlsConn) readRecords() bool {
 	c := t.c
 	for {
 		raw := c.Input()
+		if t.closeNotified {
+			c.Consume(len(raw)) // ignored (RFC 8446 §6.1)
+			return true
+		}
 		n := ktls.RecordLen(raw)
 		if n > maxCiphertext {
 			t.fatal(alertRecordOverflow, "record too large")
@@ -252,8 +259,12 @@ func (t *tlsConn) readRecords() bool {
 		case ktls.RecordAlert:
 			c.Consume(n)
 			if len(rec.Data) == 2 && rec.Data[1] == alertCloseNotify {
-				t.peerDone = true
-				continue
+				// RFC 8446 §6.1: "Any data received after a closure
+				// alert has been received MUST be ignored." What came
+				// before it is still answered.
+				t.peerDone, t.closeNotified = true, true
+				c.Consume(len(c.Input()))
+				return true
 			}
 			t.th.srv.stats.tlsAlertsReceived.Add(1)
 			c.Close()

@@ -82,10 +82,11 @@ const (
 	EventQueueFlood                     // control output piling up unread
 	EventStall                          // a zero window held past the stall timeout
 	EventMalformed                      // a malformed request: RST_STREAM PROTOCOL_ERROR
+	EventHeaderTimeout                  // a header block left unfinished past the header timeout
 )
 
 var eventNames = [...]string{"protocol error", "compression error", "refused stream", "header list too large",
-	"CONTINUATION flood", "control frame flood", "rapid reset", "control queue flood", "flow-control stall", "malformed request"}
+	"CONTINUATION flood", "control frame flood", "rapid reset", "control queue flood", "flow-control stall", "malformed request", "header block timeout"}
 
 func (e Event) String() string {
 	if int(e) < len(eventNames) {
@@ -210,6 +211,7 @@ type Conn struct {
 		bad      error // first malformation
 		pseudoOK bool  // still in the pseudo-header section
 		fields   []Field
+		at       int64 // when its HEADERS frame arrived
 	}
 
 	// Flood accounting: token buckets refilled with time.

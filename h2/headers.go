@@ -26,7 +26,8 @@ func (c *Conn) onHeaders(f *http2.HeadersFrame) error {
 		bad      error
 		pseudoOK bool
 		fields   []Field
-	}{id: id, end: f.StreamEnded(), pseudoOK: true, fields: h.fields[:0]}
+		at       int64
+	}{id: id, end: f.StreamEnded(), pseudoOK: true, fields: h.fields[:0], at: c.now}
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		h.bad = errors.New("stream depends on itself")
 	}

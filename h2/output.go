@@ -230,6 +230,27 @@ func (c *Conn) Expire(now, timeout int64) error {
 	return nil
 }
 
+// ExpireHeaders ends the connection (GOAWAY ENHANCE_YOUR_CALM) when a
+// header block has been left unfinished for longer than timeout
+// (monotonic ns): RFC 9113 §6.10 lets no other frame in until its last
+// CONTINUATION, so a client that stops mid-block holds the connection.
+func (c *Conn) ExpireHeaders(now, timeout int64) error {
+	c.now = now
+	if c.dead || c.hdr.id == 0 || now-c.hdr.at <= timeout {
+		return nil
+	}
+	c.event(EventHeaderTimeout, nil)
+	return c.fail(http2.ErrCodeEnhanceYourCalm, "header block unfinished past the header timeout")
+}
+
+// Started reports whether the client has opened a stream: until then the
+// connection waits for its first request.
+func (c *Conn) Started() bool { return c.maxID > 0 }
+
+// HeaderPending reports whether a header block is waiting for its
+// CONTINUATION frames.
+func (c *Conn) HeaderPending() bool { return c.hdr.id != 0 }
+
 // Shutdown starts a graceful close: GOAWAY names the last stream that
 // will be answered, later ones are refused, and Finished reports true
 // once the open streams are done.

@@ -46,7 +46,9 @@ type Config struct {
 	// long (with H3_NO_ERROR), and is the QUIC idle timeout. Zero means
 	// 75s.
 	IdleTimeout time.Duration
-	// HandshakeTimeout bounds the QUIC handshake. Zero means 10s.
+	// HandshakeTimeout ends a QUIC handshake that is idle this long, or
+	// not complete in twice this long (quic-go's HandshakeIdleTimeout).
+	// Zero means 10s.
 	HandshakeTimeout time.Duration
 	// MaxConnections refuses new connections (CONNECTION_REFUSED) while
 	// this many are open. Zero means 8192.
@@ -176,12 +178,67 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("http/3: %w", err)
 	}
 	s.hs = &http3.Server{
-		Handler:        cfg.Handler,
+		Handler:        activity{cfg.Handler},
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 		IdleTimeout:    cfg.IdleTimeout,
 		Logger:         nil, // quic-go's own debug lines are not ours to print
+		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
+			return context.WithValue(ctx, watchKey{}, newConnWatch(c, cfg.IdleTimeout))
+		},
 	}
 	return s, nil
+}
+
+// connWatch closes a connection on which no request has been answered for
+// the idle timeout. quic-go's own HTTP/3 idle timer stops while any
+// request stream is open, including one whose client never finishes its
+// HEADERS frame, and quic-go offers no hook before the headers are read:
+// without this, a client keeping QUIC alive with PINGs could hold such a
+// stream, and so the connection and its slot, forever. The watch counts
+// only requests that reached the handler, so a connection whose streams
+// never became requests is closed (H3_NO_ERROR) idle_timeout after its
+// last request, whatever its streams are doing.
+type connWatch struct {
+	idle   time.Duration // immutable
+	mu     sync.Mutex
+	active int         // guarded by mu: requests in the handler
+	timer  *time.Timer // fires idle after the last request ended
+}
+
+type watchKey struct{}
+
+func newConnWatch(c *quic.Conn, idle time.Duration) *connWatch {
+	w := &connWatch{idle: idle}
+	w.timer = time.AfterFunc(idle, func() {
+		w.mu.Lock()
+		busy := w.active > 0
+		w.mu.Unlock()
+		if !busy {
+			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "idle timeout")
+		}
+	})
+	context.AfterFunc(c.Context(), func() { w.timer.Stop() })
+	return w
+}
+
+// activity tells each request's connection watch when it starts and ends.
+type activity struct{ h http.Handler }
+
+func (a activity) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if w, _ := r.Context().Value(watchKey{}).(*connWatch); w != nil {
+		w.mu.Lock()
+		w.active++
+		w.timer.Stop()
+		w.mu.Unlock()
+		defer func() {
+			w.mu.Lock()
+			if w.active--; w.active == 0 {
+				w.timer.Reset(w.idle)
+			}
+			w.mu.Unlock()
+		}()
+	}
+	a.h.ServeHTTP(rw, r)
 }
 
 // Addr returns the UDP address the server listens on.

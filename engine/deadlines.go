@@ -1,0 +1,42 @@
+package engine
+
+// Every state in which the engine waits for a client has a deadline and a
+// size bound, so no client can hold a connection slot forever. The names
+// in the first column appear beside the code that sets each deadline.
+//
+//	state           waiting for                          deadline (from)                         bound           enforced by
+//	--------------  -----------------------------------  --------------------------------------  --------------  ------------------------
+//	stateHandshake  the TLS handshake                    header_timeout (accept), shared with    16 KiB records  reactor read deadline
+//	                                                     stateFirst
+//	stateFirst      the first request: its head (h1),    header_timeout (accept)                 max_header_bytes reactor read deadline
+//	                or the preface, SETTINGS and first
+//	                HEADERS (h2, h2c)
+//	stateHead       the rest of a later request head     header_timeout (its first byte)         max_header_bytes reactor read deadline
+//	stateBody       an announced request body, being     body_timeout (the response written),    1 MiB, then the reactor read deadline
+//	                discarded, chunked trailer included  for the whole body                      connection closes
+//	stateIdle       the next request on a keep-alive     idle_timeout (the last response)        -               reactor read deadline
+//	                connection (h1)
+//	(TLS record)    the rest of a TLS record             whichever of the above the driver is     16 KiB + 256    (same)
+//	                                                     in: a record is not a state of its own
+//	(close_notify)  nothing: later records are ignored   the driver's own close                  -               -
+//	h2 idle         a new stream (none open)             idle_timeout, then GOAWAY, then 5 s     -               h2 tick, read deadline
+//	h2 header block CONTINUATION frames                  header_timeout (the HEADERS frame)      4×max_header_   h2 tick (ExpireHeaders):
+//	                                                                                             bytes, 32 frames GOAWAY ENHANCE_YOUR_CALM
+//	h2 request body DATA after the response ended        send_timeout (response end):            stream window   h2 Expire
+//	                                                     RST_STREAM NO_ERROR
+//	h2 window       WINDOW_UPDATE for a stream / the     send_timeout: RST_STREAM CANCEL /        -              h2 Expire
+//	                connection                           GOAWAY
+//	(sending)       the client to read (any protocol)    send_timeout (last byte taken)          socket buffer   reactor sweep
+//	(lingering)     the client to read our answer        2 s after an error response             256 KiB read    reactor linger
+//	h3 handshake    the QUIC handshake                   min(10 s, header_timeout/2) idle,       -               quic-go
+//	                                                     twice that in all
+//	h3 streams      a request stream's HEADERS (quic-go  idle_timeout after the connection's     max_streams     h3 connWatch: close
+//	                reads them; it has no hook before)   last request (not per stream)           per connection  H3_NO_ERROR
+//	h3 idle         a new request                        idle_timeout                            -               quic-go, h3 connWatch
+//	h3 response     the client's flow-control credit     send_timeout: H3_REQUEST_CANCELLED      one 128 KiB     h3 Body
+//	                                                                                             chunk
+//	h3 request body nothing: never read; quic-go stops   -                                       stream window   quic-go
+//	                the stream after the response
+//
+// The reactor's read deadline fires only while nothing is queued for the
+// client; while output is queued, send_timeout applies instead.
