@@ -176,11 +176,11 @@ func TestChunkedSkip(t *testing.T) {
 		{"1000000000000000\r\n", false},
 		{"5\r\nhello\r\n0\r\nT: x\n\r\n", false},
 		{"0\r\n\rX", false},
-		{"0\r\n\n", false},                           // bare LF where the trailer section starts
-		{"0\r\n\nGET / HTTP/1.1\r\n\r\n", false},       // ...swallowing the next request
-		{"0\r\n T: folded\r\n\r\n", false},              // obs-fold
-		{"0\r\n:x\r\n\r\n", false},                      // no field name
-		{"0\r\nT: a\x01b\r\n\r\n", false},              // control character
+		{"0\r\n\n", false},                       // bare LF where the trailer section starts
+		{"0\r\n\nGET / HTTP/1.1\r\n\r\n", false}, // ...swallowing the next request
+		{"0\r\n T: folded\r\n\r\n", false},       // obs-fold
+		{"0\r\n:x\r\n\r\n", false},               // no field name
+		{"0\r\nT: a\x01b\r\n\r\n", false},        // control character
 		{"0\r\nT: a\tb\r\nU: c\r\n\r\n", true},
 	}
 	for _, tt := range tests {
