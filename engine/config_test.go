@@ -155,6 +155,10 @@ func TestConfigErrors(t *testing.T) {
 		{"several at once", "root = \".\"\nworkers = 5000\n[kernel]\nbbr = \"maybe\"\n",
 			[]string{"engine.toml:2: workers:", "engine.toml:4: kernel.bbr:"}},
 		{"bad congestion", "root = \".\"\n[kernel]\nbulk_congestion = \"BBR!\"\n", []string{"engine.toml:3: kernel.bulk_congestion:"}},
+		{"bad hidden_files", "root = \".\"\n[[sites]]\ndomain = \"a\"\nhidden_files = \"hide\"\n",
+			[]string{"engine.toml:4: sites[0].hidden_files: \"hide\" is not a policy; expected \"serve\" (the default) or \"deny\""}},
+		{"bad body_timeout", "root = \".\"\n[limits]\nbody_timeout = 5\n",
+			[]string{"engine.toml:3: limits.body_timeout: 5 is too short to be meant"}},
 		{"bad index", "root = \".\"\n[[sites]]\ndomain = \"a\"\nindex = [\"../x\"]\n", []string{"engine.toml:4: sites[0].index:"}},
 	}
 	writeFile(t, filepath.Join(dir, "engine.toml"), "")
