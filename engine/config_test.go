@@ -271,3 +271,26 @@ func FuzzConfig(f *testing.F) {
 		_ = fmt.Sprint(err)
 	})
 }
+
+// TestREADMEConfig: the configuration block in the README parses with the
+// strict decoder, so no documented key is misspelt or missing from Config.
+func TestREADMEConfig(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(readme), "## Configuration")
+	_, block, ok := strings.Cut(rest, "```toml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("no toml block under ## Configuration in README.md")
+	}
+	if _, err := engine.ParseConfig("README.md", t.TempDir(), []byte(block)); err != nil {
+		t.Errorf("README's configuration does not parse: %v", err)
+	}
+	for _, key := range []string{"hidden_files", "body_timeout", "header_timeout", "idle_timeout", "send_timeout"} {
+		if !strings.Contains(block, key+" =") {
+			t.Errorf("README's configuration does not show %s", key)
+		}
+	}
+}
