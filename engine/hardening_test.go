@@ -423,6 +423,21 @@ func TestDataAfterCloseNotify(t *testing.T) {
 	if resp, err := http.ReadResponse(c.r, nil); err == nil {
 		t.Errorf("a request after close_notify was answered: %s", resp.Status)
 	}
+
+	// A request and close_notify in one write (one TCP segment): the
+	// request is answered at once, then the connection closes.
+	c = dialRawTLS(t, ts.addr, pki)
+	req, _ := c.seal.Seal(nil, ktls.RecordApplicationData, []byte(get("/alpha.txt")))
+	req, _ = c.seal.Seal(req, ktls.RecordAlert, []byte{1, 0})
+	c.raw.Write(req)
+	c.raw.SetReadDeadline(time.Now().Add(scale(3 * time.Second)))
+	resp, err = http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("request sent with close_notify: %v", err)
+	}
+	if body, _ := io.ReadAll(resp.Body); string(body) != "abcdefghijklmnopqrstuvwxyz" {
+		t.Errorf("request sent with close_notify: %d %q", resp.StatusCode, body)
+	}
 }
 
 // TestMisdirectedSNI: a request whose Host names a site with another TLS
@@ -570,5 +585,61 @@ func TestHashOnce(t *testing.T) {
 	}
 	if st.FilesHashed != 1 {
 		t.Errorf("the file was hashed %d times, want once", st.FilesHashed)
+	}
+}
+
+// TestH2WindowTrickle: a stream window reopened a byte at a time does not
+// hold the stream (and its connection slot): it is reset at send_timeout
+// as a shut window is.
+func TestH2WindowTrickle(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+limits("send_timeout", "1s"))
+	r := dialH2(t, ts.addr, pki, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	r.fr.WriteWindowUpdate(0, 1<<30)
+	r.get(1, "/big.bin")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+				r.mu.Lock()
+				r.fr.WriteWindowUpdate(1, 1)
+				r.mu.Unlock()
+			}
+		}
+	}()
+	f := r.until(scale(15*time.Second), func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst := f.(*http2.RSTStreamFrame); rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeCancel {
+		t.Fatalf("reset %v", rst)
+	}
+}
+
+// TestH2ProvokedResets: streams the client makes the server reset (a
+// zero WINDOW_UPDATE after each request: MadeYouReset, CVE-2025-8671)
+// spend the rapid-reset budget: the connection ends with GOAWAY
+// ENHANCE_YOUR_CALM.
+func TestH2ProvokedResets(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, ktlsAuto)
+	r := dialH2(t, ts.addr, pki)
+	r.fr.AllowIllegalWrites = true
+	go func() {
+		for id := uint32(1); id < 5000; id += 2 {
+			r.get(id, "/alpha.txt")
+			r.mu.Lock()
+			err := r.fr.WriteWindowUpdate(id, 0)
+			r.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	r.until(scale(15*time.Second), isGoAway(http2.ErrCodeEnhanceYourCalm))
+	if n := ts.Stats().H2Events["rapid reset"]; n != 1 {
+		t.Errorf("rapid reset events %d, want 1", n)
 	}
 }

@@ -549,6 +549,7 @@ func (hh *h2Handler) tick() {
 	timeout := int64(hh.srv.cfg.Limits.SendTimeout.D())
 	idle := int64(hh.srv.cfg.Limits.IdleTimeout.D())
 	header := int64(hh.srv.cfg.Limits.HeaderTimeout.D())
+	body := int64(hh.srv.cfg.Limits.BodyTimeout.D())
 	for hc := range hh.conns {
 		if hc.conn.HeaderPending() && hc.conn.ExpireHeaders(now, header) != nil {
 			hh.srv.stats.h2ConnErrors.Add(1)
@@ -565,7 +566,7 @@ func (hh *h2Handler) tick() {
 			}
 			continue
 		}
-		hc.conn.Expire(now, timeout)
+		hc.conn.Expire(now, timeout, body)
 		if hc.conn.HasOutput() || hc.conn.Dead() {
 			hc.c.Wake()
 		}

@@ -154,6 +154,7 @@ type Stream struct {
 	sent       int64
 	bodyRecv   int64
 	blocked    int64 // monotonic ns since the stream waits on a window; 0 when not
+	markSent   int64 // sent when blocked was set: progress since is judged against it
 	served     uint64
 	arena      []byte // request field bytes
 }
@@ -197,6 +198,8 @@ type Conn struct {
 	peerInit  int64 // SETTINGS_INITIAL_WINDOW_SIZE of the client
 	now       int64
 	connBlock int64 // since when streams wait on the connection window; 0 when not
+	connSent  int64 // DATA payload bytes produced on the connection
+	connMark  int64 // connSent when connBlock was set
 
 	// The header block being received.
 	hdr struct {
@@ -345,7 +348,7 @@ func (c *Conn) frame(raw []byte) error {
 		case errors.As(err, &se):
 			c.event(EventProtocolError, err)
 			c.resetStream(se.StreamID, se.Code)
-			return nil
+			return c.deadErr()
 		case errors.Is(err, http2.ErrFrameTooLarge):
 			return c.fail(http2.ErrCodeFrameSize, "frame too large")
 		}
@@ -388,7 +391,7 @@ func (c *Conn) frame(raw []byte) error {
 			// RFC 9113 §5.3.1: a stream cannot depend on itself.
 			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
 		}
-		return nil
+		return c.deadErr()
 	case *http2.PriorityUpdateFrame:
 		return c.onPriorityUpdate(f)
 	case *http2.GoAwayFrame:
@@ -466,10 +469,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 			return c.fail(http2.ErrCodeFlowControl, "connection window past 2^31-1")
 		}
 		c.sendWin += int64(f.Increment)
-		if c.sendWin > 0 {
-			c.connBlock = 0
-		}
-		return nil
+		return nil // connBlock clears on progress (Produce), not on a credit
 	}
 	if f.StreamID > c.maxID {
 		return c.fail(http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream")
@@ -480,13 +480,10 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	if st.sendWindow+int64(f.Increment) > maxWindow {
 		c.resetStream(st.ID, http2.ErrCodeFlowControl)
-		return nil
+		return c.deadErr()
 	}
 	st.sendWindow += int64(f.Increment)
-	if st.sendWindow > 0 {
-		st.blocked = 0
-	}
-	return nil
+	return nil // blocked clears on progress (Produce), not on a credit
 }
 
 func (c *Conn) onReset(f *http2.RSTStreamFrame) error {

@@ -527,7 +527,7 @@ func TestStall(t *testing.T) {
 	p.flush()
 	p.frames()
 	p.now += 5e9
-	if err := p.c.Expire(p.now, 10e9); err != nil {
+	if err := p.c.Expire(p.now, 10e9, 10e9); err != nil {
 		t.Fatal(err)
 	}
 	p.flush()
@@ -535,7 +535,7 @@ func TestStall(t *testing.T) {
 		t.Fatalf("reset too early: %v", got)
 	}
 	p.now += 6e9
-	p.c.Expire(p.now, 10e9)
+	p.c.Expire(p.now, 10e9, 10e9)
 	p.flush()
 	if got := p.frames(); !contains(got, "RST_STREAM 1 CANCEL") {
 		t.Fatalf("frames %v", got)
@@ -545,6 +545,61 @@ func TestStall(t *testing.T) {
 	p.flush()
 	if p.c.Dead() || len(p.h.reqs) != 2 {
 		t.Errorf("connection after a stalled stream: dead %v, requests %d", p.c.Dead(), len(p.h.reqs))
+	}
+}
+
+// TestStallTrickle: a window reopened a byte at a time is still a stall:
+// the stream is reset at the stall timeout however often credit comes.
+// Credit that lets it send stallProgress bytes stops the clock.
+func TestStallTrickle(t *testing.T) {
+	p := newPeer(t, Config{}, bytes.Repeat([]byte{1}, 100<<10), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
+	p.frames()
+	p.request(1, true)
+	p.flush()
+	p.frames()
+	for i := 0; i < 6; i++ {
+		p.now += 2e9
+		p.fr.WriteWindowUpdate(1, 1)
+		p.flush()
+		p.c.Expire(p.now, 10e9, 10e9)
+		p.flush()
+	}
+	if got := p.frames(); !contains(got, "RST_STREAM 1 CANCEL") {
+		t.Fatalf("a trickled window was not reset: %v", got)
+	}
+
+	p = newPeer(t, Config{}, bytes.Repeat([]byte{1}, 100<<10), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 10})
+	p.frames()
+	p.request(1, true)
+	p.flush()
+	for i := 0; i < 12; i++ {
+		p.now += 2e9
+		p.fr.WriteWindowUpdate(1, 8<<10) // 16 KiB every 4 s: slow, but moving
+		p.flush()
+		p.c.Expire(p.now, 10e9, 10e9)
+		p.flush()
+	}
+	if got := p.frames(); contains(got, "RST_STREAM 1 CANCEL") {
+		t.Fatalf("a slow but steady window was reset: %v", got)
+	}
+}
+
+// TestProvokedResets: resets the server must send for the client's
+// errors (MadeYouReset, CVE-2025-8671) cost from the rapid-reset budget.
+func TestProvokedResets(t *testing.T) {
+	p := newPeer(t, Config{}, []byte("x"))
+	p.frames()
+	p.fr.AllowIllegalWrites = true
+	for id := uint32(1); id < 2000 && !p.c.Dead(); id += 2 {
+		p.request(id, true)
+		p.fr.WriteWindowUpdate(id, 0) // a zero increment: PROTOCOL_ERROR on the stream
+		p.flush()
+	}
+	if !p.c.Dead() {
+		t.Fatal("a flood of provoked resets did not end the connection")
+	}
+	if got := p.frames(); len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "GOAWAY") || !strings.HasSuffix(got[len(got)-1], "ENHANCE_YOUR_CALM") {
+		t.Errorf("last frames %v", got[max(0, len(got)-3):])
 	}
 }
 
@@ -657,7 +712,7 @@ func FuzzFrames(f *testing.F) {
 				break
 			}
 		}
-		c.Expire(1e12, 1)
+		c.Expire(1e12, 1, 1)
 		for c.Produce(sink{&out}, 1<<16) > 0 {
 		}
 		r := http2.NewFramer(nil, &out)

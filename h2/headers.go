@@ -202,10 +202,10 @@ func (c *Conn) headersDone() error {
 	}
 	if uint32(len(c.streams)+c.zombies) >= c.cfg.MaxConcurrentStreams {
 		c.event(EventRefused, nil)
+		// Streams opened past the limit cost like streams reset (in
+		// resetStream): a flood of them is the rapid-reset attack
+		// against a busy server.
 		c.resetStream(st.ID, http2.ErrCodeRefusedStream)
-		// Streams opened past the limit cost like streams reset: a flood
-		// of them is the rapid-reset attack against a busy server.
-		c.resetCost()
 		return c.deadErr()
 	}
 	st.Req.Fields = append(st.Req.Fields[:0], h.fields...)

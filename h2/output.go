@@ -133,6 +133,13 @@ func (c *Conn) Produce(s Sink, budget int) int {
 		st.sent += size
 		st.sendWindow -= size
 		c.sendWin -= size
+		c.connSent += size
+		if st.blocked != 0 && st.sent-st.markSent >= stallProgress {
+			st.blocked = 0
+		}
+		if c.connBlock != 0 && c.connSent-c.connMark >= stallProgress {
+			c.connBlock = 0
+		}
 		c.serveSeq++
 		st.served = c.serveSeq
 		n += 9 + int(size)
@@ -142,11 +149,11 @@ func (c *Conn) Produce(s Sink, budget int) int {
 	}
 	for _, st := range c.sending {
 		if st.sendWindow <= 0 && st.blocked == 0 {
-			st.blocked = max(c.now, 1)
+			st.blocked, st.markSent = max(c.now, 1), st.sent
 		}
 	}
 	if c.sendWin <= 0 && len(c.sending) > 0 && c.connBlock == 0 {
-		c.connBlock = max(c.now, 1)
+		c.connBlock, c.connMark = max(c.now, 1), c.connSent
 	}
 	return n
 }
@@ -196,21 +203,29 @@ func (c *Conn) HasOutput() bool {
 	return false
 }
 
-// Expire enforces the stall timeout (monotonic ns): a stream whose window
-// has stayed closed that long is reset (CANCEL); when the connection's
-// own window has, the connection ends. A *ConnError means the latter.
-func (c *Conn) Expire(now, timeout int64) error {
+// stallProgress is how much a stream (or the connection) that ran out of
+// window must send before its stall clock stops: a window reopened a byte
+// at a time is still a stall.
+const stallProgress = 16 << 10
+
+// Expire enforces the stall timeout (monotonic ns): a stream that ran out
+// of window and has not since been granted enough to send stallProgress
+// bytes (or its whole rest) within timeout is reset (CANCEL); when the
+// connection's own window is so held, the connection ends. A stream whose
+// response ended while its request goes on (a body nobody reads) is reset
+// (NO_ERROR) after bodyTimeout. A *ConnError means the connection ended.
+func (c *Conn) Expire(now, timeout, bodyTimeout int64) error {
 	c.now = now
 	if c.dead {
 		return nil
 	}
-	if c.connBlock != 0 && c.sendWin <= 0 && len(c.sending) > 0 && now-c.connBlock > timeout {
+	if c.connBlock != 0 && c.sendWin < stallProgress && len(c.sending) > 0 && now-c.connBlock > timeout {
 		c.event(EventStall, nil)
 		return c.fail(http2.ErrCodeEnhanceYourCalm, "connection flow-control window closed too long")
 	}
 	var stalled []uint32
 	for _, st := range c.sending {
-		if st.blocked != 0 && st.sendWindow <= 0 && now-st.blocked > timeout {
+		if st.blocked != 0 && st.sendWindow < min(stallProgress, st.bodyLen-st.sent) && now-st.blocked > timeout {
 			stalled = append(stalled, st.ID)
 		}
 	}
@@ -220,7 +235,7 @@ func (c *Conn) Expire(now, timeout int64) error {
 	}
 	stalled = stalled[:0]
 	for id, st := range c.streams {
-		if st.localDone && now-st.localAt > timeout {
+		if st.localDone && now-st.localAt > bodyTimeout {
 			stalled = append(stalled, id) // answered; the request never ended
 		}
 	}

@@ -1,7 +1,17 @@
 package h2
 
-// resetStream sends RST_STREAM and ends the stream if it is open.
+import "golang.org/x/net/http2"
+
+// resetStream sends RST_STREAM and ends the stream if it is open. A reset
+// for the client's error (anything but NO_ERROR and CANCEL, which are the
+// server's own choices) costs from the same budget as a reset the client
+// sends: provoking resets with malformed frames is the rapid-reset attack
+// by other means (CVE-2025-8671, "MadeYouReset"). When the budget is
+// spent the connection ends instead (deadErr reports it).
 func (c *Conn) resetStream(id uint32, code ErrCode) {
+	if code != http2.ErrCodeNo && code != http2.ErrCodeCancel && !c.resetCost() {
+		return
+	}
 	c.fr.WriteRSTStream(id, code)
 	c.reset[c.resetN%len(c.reset)] = id
 	c.resetN++
