@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -174,8 +175,14 @@ func TestSlowloris(t *testing.T) {
 	}
 }
 
+// TestMaxConnections: at max_connections a new client is admitted by
+// closing a connection that only waits for its client (keep-alive idle,
+// no request yet), the one nearest its deadline; connections with a
+// response in progress are never closed for it, and when all are busy
+// the new connection is refused.
 func TestMaxConnections(t *testing.T) {
 	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
 	ts := start(t, fmt.Sprintf("root = %q\nworkers = 1\n[limits]\nmax_connections = 2\n", root))
 	a, b := dial(t, ts.addr), dial(t, ts.addr)
 	a.send(get("/alpha.txt"))
@@ -183,20 +190,38 @@ func TestMaxConnections(t *testing.T) {
 	b.send(get("/alpha.txt"))
 	b.response("GET")
 	c := dial(t, ts.addr)
-	if !c.closed(scale(3 * time.Second)) {
-		t.Error("third connection not closed at max_connections = 2")
+	c.send(get("/alpha.txt"))
+	if resp, _ := c.response("GET"); resp.StatusCode != 200 {
+		t.Errorf("new client at max_connections with idle ones: %d", resp.StatusCode)
 	}
-	a.Close()
-	if !waitFor(scale(3*time.Second), func() bool { return ts.Stats().Open < 2 }) {
-		t.Fatal("closed connection still counted")
+	if !a.closed(scale(3 * time.Second)) {
+		t.Error("the idle connection nearest its deadline was not closed for the new client")
 	}
+	if b.closed(100 * time.Millisecond) {
+		t.Error("a second idle connection was closed too")
+	}
+	if st := ts.Stats(); st.Reclaimed != 1 || st.Open != 2 {
+		t.Errorf("Reclaimed %d Open %d, want 1 and 2", st.Reclaimed, st.Open)
+	}
+
+	// Both slots busy sending (clients not reading): a new client is
+	// refused, and the downloads go on.
+	b.send(get("/big.bin"))
+	c.send(get("/big.bin"))
+	time.Sleep(200 * time.Millisecond)
 	d := dial(t, ts.addr)
-	d.send(get("/alpha.txt"))
-	if resp, _ := d.response("GET"); resp.StatusCode != 200 {
-		t.Errorf("after a slot freed: status %d", resp.StatusCode)
+	if !d.closed(scale(3 * time.Second)) {
+		t.Error("a connection with a response in progress was closed for a new client")
 	}
 	if ts.Stats().Rejected < 1 {
 		t.Error("Rejected not counted")
+	}
+	for _, x := range []*rawConn{b, c} {
+		x.SetReadDeadline(time.Now().Add(scale(20 * time.Second)))
+		resp := x.head("GET")
+		if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != 100<<20 {
+			t.Errorf("download beside the refusal: %d bytes, %v", n, err)
+		}
 	}
 }
 

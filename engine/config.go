@@ -176,7 +176,11 @@ type LimitsConfig struct {
 	// SendTimeout closes a connection whose client accepts no bytes for
 	// this long. Zero means 60s.
 	SendTimeout Duration `toml:"send_timeout"`
-	// MaxConnections bounds open client connections. Zero means 8192.
+	// MaxConnections bounds open client connections, split evenly among
+	// the workers. At its share a worker admits a new connection by
+	// closing the one that waits for its client nearest its deadline
+	// (keep-alive idle, no request yet), never one with a response in
+	// progress, and refuses it when there is none. Zero means 8192.
 	MaxConnections int `toml:"max_connections"`
 }
 

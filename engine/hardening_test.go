@@ -643,3 +643,26 @@ func TestH2ProvokedResets(t *testing.T) {
 		t.Errorf("rapid reset events %d, want 1", n)
 	}
 }
+
+// TestSilentConnectionsCannotLockOut: connections that never send a
+// request cannot keep new clients out at max_connections: the oldest
+// waiting one makes room.
+func TestSilentConnectionsCannotLockOut(t *testing.T) {
+	root := siteRoot(t)
+	ts := start(t, fmt.Sprintf("root = %q\nworkers = 1\n", root)+limits()+"max_connections = 4\n")
+	for i := 0; i < 12; i++ {
+		dial(t, ts.addr) // silent: no request
+		time.Sleep(10 * time.Millisecond)
+		if open := ts.Stats().Open; open > 4 {
+			t.Fatalf("%d connections open, max_connections = 4", open)
+		}
+	}
+	c := dial(t, ts.addr)
+	c.send(get("/alpha.txt"))
+	if resp, _ := c.response("GET"); resp.StatusCode != 200 {
+		t.Errorf("a client behind silent connections got %d", resp.StatusCode)
+	}
+	if st := ts.Stats(); st.Reclaimed < 8 {
+		t.Errorf("Reclaimed %d, want at least 8", st.Reclaimed)
+	}
+}

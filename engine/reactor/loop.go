@@ -24,7 +24,7 @@ type Loop struct {
 	cfg      *Config
 	log      *slog.Logger
 	handler  Handler
-	maxConns int
+	maxConns int // this loop's share of Config.MaxConns
 	epfd     int
 	efd      int // eventfd: the door into the loop
 	sys      loopSys
@@ -40,6 +40,7 @@ type Loop struct {
 	stopped  bool
 	paused   bool      // accepting paused: out of descriptors
 	lastWarn int64     // when the last accept failure was logged
+	lastFull int64     // when max_connections was last logged
 	clock    time.Time // wall clock at now, for Date headers
 
 	// The queue; the only state other goroutines touch.
@@ -197,8 +198,9 @@ func (l *Loop) acceptAll() {
 			}
 			return
 		}
-		if int(l.stats.open.Load()) >= l.maxConns {
+		if !l.admit() {
 			l.stats.rejected.Add(1)
+			l.warnFull("max_connections reached and no connection is idle: new connection refused")
 			closeFd(fd)
 			continue
 		}
@@ -214,6 +216,44 @@ func (l *Loop) acceptAll() {
 		l.handler.Open(c)
 		c.readable = true // ET may have fired before registration; a read finds out
 		l.process(c)
+	}
+}
+
+// admit takes one of this loop's connection slots (its share of
+// MaxConns). When every slot is taken it frees one by closing the
+// connection that waits for its client with the nearest deadline (a
+// keep-alive connection between requests, one that has not sent its
+// request yet, a lingering close), as nginx reuses keep-alive connections
+// when it runs out, so that connections that merely wait cannot lock new
+// clients out. Connections with a response in progress are never closed
+// for this. It reports false when no slot could be had.
+func (l *Loop) admit() bool {
+	if int(l.stats.open.Load()) < l.maxConns {
+		return true
+	}
+	var victim *Conn
+	for _, c := range l.slots {
+		if c == nil || c.closed || c.busy || len(c.out) > 0 || c.deadline == 0 {
+			continue
+		}
+		if victim == nil || c.deadline < victim.deadline {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	l.stats.reclaimed.Add(1)
+	l.warnFull("max_connections reached: closing connections that wait for their clients to admit new ones")
+	l.closeConn(victim, false)
+	return true
+}
+
+// warnFull logs msg at most once a minute per loop.
+func (l *Loop) warnFull(msg string) {
+	if l.lastFull == 0 || l.now-l.lastFull > int64(time.Minute) {
+		l.lastFull = l.now
+		l.log.Warn(msg, "max_connections", l.cfg.MaxConns, "this_worker", l.maxConns, "refused", l.stats.rejected.Load(), "closed_idle", l.stats.reclaimed.Load())
 	}
 }
 

@@ -32,7 +32,11 @@ type Config struct {
 	Addr string
 	// Workers is the number of loops. Zero means runtime.NumCPU().
 	Workers int
-	// MaxConns bounds open connections over all loops. Zero means 16384.
+	// MaxConns bounds open connections over all loops: each loop holds
+	// an equal share (as nginx's worker_connections, but divided rather
+	// than multiplied). At its share a loop admits a new connection by
+	// closing its connection that waits for its client with the nearest
+	// deadline, and refuses it when there is none. Zero means 16384.
 	MaxConns int
 	// ReadBuffer is the size of a connection's input buffer, taken from a
 	// pool while the connection has unread input. Zero means 20 KiB.
@@ -88,7 +92,8 @@ func (c *Config) withDefaults() {
 // Stats are counters summed over loops.
 type Stats struct {
 	Accepted   int64 // connections accepted
-	Rejected   int64 // closed at once: over MaxConns
+	Rejected   int64 // closed at once: over MaxConns with no waiting connection to close
+	Reclaimed  int64 // waiting connections closed to admit new ones at MaxConns
 	Open       int64 // connections open now
 	BytesMem   int64 // bytes written from memory
 	BytesFile  int64 // bytes written by sendfile
@@ -100,7 +105,7 @@ type Stats struct {
 }
 
 type counters struct {
-	accepted, rejected, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
+	accepted, rejected, reclaimed, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 }
 
 // ErrClosed is returned by Run after Shutdown.
@@ -130,12 +135,12 @@ func Listen(cfg Config) (*Group, error) {
 		return nil, errors.New("reactor: Config.NewHandler is nil")
 	}
 	g := &Group{cfg: cfg, log: cfg.Logger, pool: NewPool(max(4, 2*cfg.Workers)), running: make(chan struct{})}
-	perLoop := (cfg.MaxConns + cfg.Workers - 1) / cfg.Workers
 	// Loop i serves the i-th CPU this process may use (and runs on it when
 	// Pin is set), when there are enough CPUs for one loop each.
 	cpus := allowedCPUs()
 	pinned := len(cpus) >= cfg.Workers
 	addr := cfg.Addr
+	perLoop := (cfg.MaxConns + cfg.Workers - 1) / cfg.Workers
 	for i := 0; i < cfg.Workers; i++ {
 		l, bound, err := newLoop(g, i, addr, perLoop)
 		if err != nil {
@@ -264,6 +269,7 @@ func (g *Group) Stats() Stats {
 		c := &l.stats
 		s.Accepted += c.accepted.Load()
 		s.Rejected += c.rejected.Load()
+		s.Reclaimed += c.reclaimed.Load()
 		s.Open += c.open.Load()
 		s.BytesMem += c.bytesMem.Load()
 		s.BytesFile += c.bytesFile.Load()
