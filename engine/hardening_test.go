@@ -365,6 +365,13 @@ func TestRangesCoalesced(t *testing.T) {
 		strings.Count(string(body), "Content-Range:") != 2 || !strings.Contains(string(body), "bytes 3-5/26") {
 		t.Errorf("disjoint and adjacent ranges: %d %s\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
+	// The boundary is chosen per response, so no file can contain it in
+	// advance and forge parts.
+	c.send(get("/alpha.txt", "Range: bytes=0-1,4-5\r\n"))
+	resp2, _ := c.response("GET")
+	if b1, b2 := resp.Header.Get("Content-Type"), resp2.Header.Get("Content-Type"); b1 == b2 || len(b1) < len("multipart/byteranges; boundary=")+20 {
+		t.Errorf("multipart boundaries %q and %q: fixed or short", b1, b2)
+	}
 }
 
 // TestHiddenFiles: hidden_files = "deny" answers 404 for dotfiles and dot

@@ -3,6 +3,7 @@ package files
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 )
 
@@ -359,8 +360,9 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 			r.Bulk = rg.Len
 			break
 		}
-		parts, r.ContentLength = multipart(s, sel, r.ContentType, ranges, size, parts)
-		r.ContentType = "multipart/byteranges; boundary=" + boundary
+		b := newBoundary()
+		parts, r.ContentLength = multipart(s, sel, r.ContentType, b, ranges, size, parts)
+		r.ContentType = "multipart/byteranges; boundary=" + b
 		for _, rg := range ranges {
 			r.Bulk += rg.Len
 		}
@@ -430,25 +432,43 @@ func filePart(e *Entry, off, n int64) Part {
 	return Part{Off: off, Len: n}
 }
 
-// boundary separates multipart/byteranges parts. It only has to be absent
-// from the part headers we write, so a fixed string does.
-const boundary = "3d6b6a416f9b5e4c8f2a"
+// newBoundary returns a fresh multipart/byteranges boundary: 24 hex
+// digits from a CSPRNG (math/rand/v2's ChaCha8, randomly seeded). A fixed
+// boundary let a file that contains it forge parts of its own (another
+// Content-Type, fake ranges) and end the body early in a client's eyes;
+// a file cannot guess a boundary chosen per response.
+func newBoundary() string {
+	const hex = "0123456789abcdef"
+	var b [24]byte
+	x, y := rand.Uint64(), rand.Uint32()
+	for i := 0; i < 16; i++ {
+		b[i] = hex[x>>(4*i)&15]
+	}
+	for i := 0; i < 8; i++ {
+		b[16+i] = hex[y>>(4*i)&15]
+	}
+	return string(b[:])
+}
 
-func multipart(s *Scratch, e *Entry, ctype string, ranges []Range, size int64, parts []Part) ([]Part, int64) {
+func multipart(s *Scratch, e *Entry, ctype, boundary string, ranges []Range, size int64, parts []Part) ([]Part, int64) {
 	// Build all part headers in one buffer first; slices into it are taken
 	// after, since appending may move it.
 	buf := s.mp[:0]
 	offs := make([]int, 0, len(ranges)+1)
 	for _, rg := range ranges {
 		offs = append(offs, len(buf))
-		buf = append(buf, "\r\n--"+boundary+"\r\nContent-Type: "...)
+		buf = append(buf, "\r\n--"...)
+		buf = append(buf, boundary...)
+		buf = append(buf, "\r\nContent-Type: "...)
 		buf = append(buf, ctype...)
 		buf = append(buf, "\r\nContent-Range: "...)
 		buf = AppendContentRange(buf, rg, size)
 		buf = append(buf, "\r\n\r\n"...)
 	}
 	offs = append(offs, len(buf))
-	buf = append(buf, "\r\n--"+boundary+"--\r\n"...)
+	buf = append(buf, "\r\n--"...)
+	buf = append(buf, boundary...)
+	buf = append(buf, "--\r\n"...)
 	s.mp = buf
 	var total int64
 	for i, rg := range ranges {
