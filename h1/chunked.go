@@ -14,6 +14,8 @@ type BodySkipper struct {
 	sizeDigits int
 	lineLen    int   // bytes of the current extension or trailer line
 	trailers   int   // trailer lines so far
+	ext        uint8 // where in a chunk extension (extBWS...)
+	colon      bool  // the current trailer line has its colon
 	total      int64 // body bytes consumed, for the caller's limit
 }
 
@@ -88,7 +90,7 @@ func (s *BodySkipper) Skip(buf []byte) (int, error) {
 			}
 			switch c {
 			case ';', ' ', '\t':
-				s.state = chunkExt
+				s.state, s.ext = chunkExt, extBWS
 			case '\r':
 				s.state = chunkSizeLF
 				i++
@@ -96,14 +98,20 @@ func (s *BodySkipper) Skip(buf []byte) (int, error) {
 				return i, fail(400, "invalid chunk size")
 			}
 		case chunkExt:
-			// chunk-ext is discarded; its length is bounded and it may
-			// not contain control characters.
-			if c == '\r' {
-				s.state = chunkSizeLF
-			} else if (c < ' ' && c != '\t') || c == 0x7f {
-				return i, fail(400, "invalid chunk extension")
-			} else if s.lineLen++; s.lineLen > maxChunkLine {
+			// chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] ),
+			// value a token or a quoted-string (RFC 9112 §7.1.1). The
+			// extensions are discarded but must be well formed, and
+			// their length is bounded.
+			if s.lineLen++; s.lineLen > maxChunkLine {
 				return i, fail(400, "chunk extension too long")
+			}
+			if c == '\r' && (s.ext == extName || s.ext == extValue || s.ext == extQuoted+2) {
+				s.state = chunkSizeLF
+				i++
+				continue
+			}
+			if !s.extByte(c) {
+				return i, fail(400, "invalid chunk extension")
 			}
 			i++
 		case chunkSizeLF:
@@ -151,6 +159,7 @@ func (s *BodySkipper) Skip(buf []byte) (int, error) {
 			default:
 				s.state = chunkTrailerLine
 				s.lineLen = 1
+				s.colon = false
 				s.trailers++
 				if s.trailers > maxTrailers {
 					return i, fail(400, "too many trailer lines")
@@ -158,13 +167,22 @@ func (s *BodySkipper) Skip(buf []byte) (int, error) {
 			}
 			i++
 		case chunkTrailerLine:
-			if c == '\r' {
+			// field-line = field-name ":" OWS field-value OWS
+			switch {
+			case c == '\r' && s.colon:
 				s.state = chunkTrailerLF
-			} else if c == '\n' {
+			case c == '\r':
+				return i, fail(400, "trailer line without a colon")
+			case c == '\n':
 				return i, fail(400, "bare LF in trailer")
-			} else if (c < ' ' && c != '\t') || c == 0x7f {
+			case !s.colon && c == ':':
+				s.colon = true
+			case !s.colon && !tokenChars[c]:
+				return i, fail(400, "invalid trailer field name")
+			case (c < ' ' && c != '\t') || c == 0x7f:
 				return i, fail(400, "control character in trailer")
-			} else if s.lineLen++; s.lineLen > maxChunkLine {
+			}
+			if s.lineLen++; s.lineLen > maxChunkLine {
 				return i, fail(400, "trailer line too long")
 			}
 			i++
@@ -191,4 +209,86 @@ func hexVal(c byte) byte {
 		return c - '0'
 	}
 	return c | 0x20 - 'a' + 10
+}
+
+// Positions in a chunk extension.
+const (
+	extBWS     = iota // whitespace, then ";"
+	extSemi           // after ";": whitespace, then a name
+	extName           // in a name
+	extNameEnd        // whitespace after a name: "=" or ";"
+	extEq             // after "=": whitespace, then a value
+	extValue          // in a token value
+	extQuoted         // in a quoted-string; +1: after a backslash; +2: after the closing quote
+)
+
+// extByte advances the chunk extension parser by one byte other than
+// the CR that ends it; false means the extension is malformed.
+func (s *BodySkipper) extByte(c byte) bool {
+	ws := c == ' ' || c == '\t'
+	switch s.ext {
+	case extBWS:
+		if c == ';' {
+			s.ext = extSemi
+		}
+		return ws || c == ';'
+	case extSemi:
+		if tokenChars[c] {
+			s.ext = extName
+		}
+		return ws || tokenChars[c]
+	case extName, extNameEnd:
+		switch {
+		case tokenChars[c] && s.ext == extName:
+		case ws:
+			s.ext = extNameEnd
+		case c == '=':
+			s.ext = extEq
+		case c == ';':
+			s.ext = extSemi
+		default:
+			return false
+		}
+		return true
+	case extEq:
+		switch {
+		case ws:
+		case c == '"':
+			s.ext = extQuoted
+		case tokenChars[c]:
+			s.ext = extValue
+		default:
+			return false
+		}
+		return true
+	case extValue, extQuoted + 2:
+		switch {
+		case tokenChars[c] && s.ext == extValue:
+		case ws:
+			s.ext = extBWS
+		case c == ';':
+			s.ext = extSemi
+		default:
+			return false
+		}
+		return true
+	case extQuoted:
+		switch {
+		case c == '"':
+			s.ext = extQuoted + 2
+		case c == '\\':
+			s.ext = extQuoted + 1
+		case c == '\t' || c >= ' ' && c != 0x7f:
+		default:
+			return false
+		}
+		return true
+	case extQuoted + 1:
+		if c == '\t' || c >= ' ' && c != 0x7f {
+			s.ext = extQuoted
+			return true
+		}
+		return false
+	}
+	return false
 }

@@ -182,6 +182,17 @@ func TestChunkedSkip(t *testing.T) {
 		{"0\r\n:x\r\n\r\n", false},               // no field name
 		{"0\r\nT: a\x01b\r\n\r\n", false},        // control character
 		{"0\r\nT: a\tb\r\nU: c\r\n\r\n", true},
+		{"0\r\nbad trailer\r\n\r\n", false}, // no colon
+		{"0\r\nT : x\r\n\r\n", false},       // whitespace in the name
+		{"5 \r\nhello\r\n0\r\n\r\n", false}, // whitespace without an extension
+		{"5\t\r\nhello\r\n0\r\n\r\n", false},
+		{"5;\r\nhello\r\n0\r\n\r\n", false},      // ";" without a name
+		{"5;x \r\nhello\r\n0\r\n\r\n", false},    // trailing whitespace
+		{"5;x=\r\nhello\r\n0\r\n\r\n", false},    // "=" without a value
+		{"5;x=\"a\r\nhello\r\n0\r\n\r\n", false}, // unterminated quoted-string
+		{"5;x=\"a b\\\"c\"\r\nhello\r\n0\r\n\r\n", true},
+		{"5 ; x = y ;z\r\nhello\r\n0\r\n\r\n", true}, // BWS around ";" and "="
+		{"5;x=y\x01\r\nhello\r\n0\r\n\r\n", false},
 	}
 	for _, tt := range tests {
 		// Feed byte by byte to exercise every state boundary.
