@@ -3,6 +3,7 @@ package h1
 import (
 	"bytes"
 	"errors"
+	"github.com/mediaship/engine/internal/httpsyntax"
 )
 
 // ErrIncomplete means the buffer does not yet hold a whole request head.
@@ -206,7 +207,7 @@ func (p *Parser) Parse(buf []byte, r *Request) (int, error) {
 				return 0, fail(400, "repeated Host")
 			}
 			sawHost = true
-			if !validHost(h.Value) {
+			if !httpsyntax.ValidHost(h.Value) {
 				return 0, fail(400, "invalid Host")
 			}
 			if r.Host == nil {
@@ -324,7 +325,7 @@ func splitTarget(r *Request) error {
 		} else {
 			t = nil
 		}
-		if len(auth) == 0 || !validHost(auth) {
+		if len(auth) == 0 || !httpsyntax.ValidHost(auth) {
 			return fail(400, "invalid authority in request target")
 		}
 		r.Host = auth
@@ -392,51 +393,6 @@ func parseContentLength(v []byte) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
-}
-
-// validHost checks the uri-host [ ":" port ] grammar loosely: reg-name or
-// IPv4 characters, or a bracketed IPv6 literal, and a numeric port.
-func validHost(h []byte) bool {
-	if len(h) == 0 || len(h) > 255 {
-		return len(h) == 0 // an empty Host is allowed (RFC 9112 §3.2)
-	}
-	host := h
-	if h[0] == '[' {
-		end := bytes.IndexByte(h, ']')
-		if end < 0 {
-			return false
-		}
-		for _, c := range h[1:end] {
-			if !(isHex(c) || c == ':' || c == '.') {
-				return false
-			}
-		}
-		host = nil
-		h = h[end+1:]
-		if len(h) > 0 && h[0] != ':' {
-			return false
-		}
-	} else if c := bytes.LastIndexByte(h, ':'); c >= 0 {
-		host, h = h[:c], h[c:]
-	} else {
-		h = nil
-	}
-	for _, c := range host {
-		if !(isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '%') {
-			return false
-		}
-	}
-	if len(h) > 0 { // ":port"
-		if len(h) > 6 {
-			return false
-		}
-		for _, c := range h[1:] {
-			if !isDigit(c) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // tokenListHas reports whether the comma-separated list v contains tok

@@ -408,6 +408,16 @@ func TestMalformed(t *testing.T) {
 		{"value with newline", []string{":method", "GET", ":scheme", "https", ":path", "/", "x", "a\nb"}},
 		{"content-length mismatch", []string{":method", "GET", ":scheme", "https", ":path", "/", "content-length", "5"}},
 		{"host differs", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a", "host", "b"}},
+		{"space in path", []string{":method", "GET", ":scheme", "https", ":path", "/a b"}},
+		{"fragment in path", []string{":method", "GET", ":scheme", "https", ":path", "/x#f"}},
+		{"relative path", []string{":method", "GET", ":scheme", "https", ":path", "x"}},
+		{"asterisk for GET", []string{":method", "GET", ":scheme", "https", ":path", "*"}},
+		{"other scheme", []string{":method", "GET", ":scheme", "javascript", ":path", "/"}},
+		{"space in authority", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "evil com"}},
+		{"userinfo", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "x@a.test"}},
+		{"authority list", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a.test,b.test"}},
+		{"bad port", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a.test:abc"}},
+		{"bad host", []string{":method", "GET", ":scheme", "https", ":path", "/", "host", "a b"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPeer(t, Config{}, []byte("x"))

@@ -3,6 +3,8 @@ package h2
 import (
 	"errors"
 	"strings"
+
+	"github.com/mediaship/engine/internal/httpsyntax"
 )
 
 // Request is a stream's request head. Byte slices stay valid until the
@@ -52,6 +54,22 @@ func (r *Request) validate() error {
 	}
 	if len(r.Scheme) == 0 || len(r.Path) == 0 {
 		return errors.New("no :scheme or :path")
+	}
+	// The same syntax HTTP/1.1 requires of a request line and Host: a
+	// path without whitespace, controls or fragment (or "*" for
+	// OPTIONS), an authority without userinfo (§8.3.1), and a scheme this
+	// origin server serves.
+	if s := string(r.Scheme); s != "https" && s != "http" {
+		return errors.New(":scheme is neither https nor http")
+	}
+	if !httpsyntax.ValidPath(r.Path) && !(string(r.Path) == "*" && string(r.Method) == "OPTIONS") {
+		return errors.New("invalid :path")
+	}
+	if !httpsyntax.ValidHost(r.Authority) {
+		return errors.New("invalid :authority")
+	}
+	if h := r.field("host"); h != nil && !httpsyntax.ValidHost(h) {
+		return errors.New("invalid host")
 	}
 	if h := r.field("host"); len(r.Authority) > 0 && h != nil && !strings.EqualFold(string(h), string(r.Authority)) {
 		return errors.New("host differs from :authority")
