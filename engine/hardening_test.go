@@ -403,7 +403,32 @@ func TestHiddenFiles(t *testing.T) {
 			}
 		}
 	}
+	// Symbolic links inside the root that lead to dotfiles are judged by
+	// where they lead.
+	os.Symlink("../.env", filepath.Join(root, "sub", "env"))
+	os.Symlink(".git", filepath.Join(root, "gitdir"))
+	os.Symlink(".env", filepath.Join(root, "index.html.gz"))
+	for _, tc := range []struct {
+		path       string
+		deny, open int
+	}{{"/sub/env", 404, 200}, {"/gitdir/config", 404, 200}} {
+		for _, s := range []struct {
+			ts   *testServer
+			want int
+		}{{deny, tc.deny}, {serve, tc.open}} {
+			c := dial(t, s.ts.addr)
+			c.send(get(tc.path))
+			if resp, _ := c.response("GET"); resp.StatusCode != s.want {
+				t.Errorf("GET %s: %d, want %d", tc.path, resp.StatusCode, s.want)
+			}
+		}
+	}
 	c := dial(t, deny.addr)
+	c.send(get("/index.html", "Accept-Encoding: gzip\r\n"))
+	if _, body := c.response("GET"); strings.Contains(string(body), "SECRET") {
+		t.Error("a precompressed sidecar linked to a dotfile was served")
+	}
+	c = dial(t, deny.addr)
 	c.send(get("/sub/"))
 	if resp, body := c.response("GET"); resp.StatusCode != 200 || strings.Contains(string(body), "htpasswd") {
 		t.Errorf("listing with hidden_files = deny: %d\n%s", resp.StatusCode, body)

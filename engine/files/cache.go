@@ -45,6 +45,9 @@ type Entry struct {
 	abs  string // dir + "/" + base name: what inotify events name
 	refs atomic.Int32
 	gone atomic.Bool // removed from the cache; the last Release closes fd
+	// viaHidden: the path resolved through a symbolic link to a dotfile
+	// or into a dot directory beneath the root.
+	viaHidden bool
 
 	// Set once the content's digest is known (from a digest cache, a
 	// manifest, or hashing); read by any goroutine.
@@ -104,8 +107,9 @@ type Root struct {
 	// FollowOutside lets symbolic links lead outside Dir.
 	FollowOutside bool
 
-	fd int // O_PATH descriptor of Dir, for openat2
-	id string
+	fd   int // O_PATH descriptor of Dir, for openat2
+	id   string
+	real string // Dir with every symbolic link resolved; "" when unknown
 }
 
 // Config tunes a Cache. The zero value of each field means its default.
@@ -197,7 +201,7 @@ func NewRoot(dir string, followOutside bool) (*Root, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Root{Dir: dir, FollowOutside: followOutside, fd: fd}
+	r := &Root{Dir: dir, FollowOutside: followOutside, fd: fd, real: fdPath(fd)}
 	r.id = strconv.Itoa(fd) + ":"
 	return r, nil
 }

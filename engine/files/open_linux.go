@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -27,6 +29,28 @@ func openDir(dir string) (int, error) {
 }
 
 func closeFd(fd int) { unix.Close(fd) }
+
+// fdPath returns the path the kernel resolved for an open descriptor, or
+// "" when it cannot tell.
+func fdPath(fd int) string {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// resolvesHidden reports whether the descriptor of rel resolved, through
+// symbolic links, to a dotfile or into a dot directory beneath the root:
+// a link "public/env -> ../.env" must not serve what hidden_files denies.
+func resolvesHidden(r *Root, fd int) bool {
+	p := fdPath(fd)
+	if r.real == "" || p == "" {
+		return false
+	}
+	rest, ok := strings.CutPrefix(p, r.real+"/")
+	return ok && hidden([]byte(rest))
+}
 
 // openBeneath opens rel relative to the root. Without FollowOutside the
 // kernel enforces that no component (symlinks included) resolves outside
@@ -91,6 +115,7 @@ func openEntry(r *Root, rel string, small int64) *Entry {
 	}
 	e.dev, e.ino = st.Dev, st.Ino
 	e.ModTime = time.Unix(st.Mtim.Unix())
+	e.viaHidden = resolvesHidden(r, fd)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		unix.Close(fd)

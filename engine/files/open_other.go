@@ -19,6 +19,8 @@ func openDir(dir string) (int, error) {
 
 func closeFd(int) {}
 
+func fdPath(int) string { return "" }
+
 func openEntry(*Root, string, int64) *Entry {
 	return &Entry{Kind: KindError, Err: errors.ErrUnsupported}
 }

@@ -174,6 +174,10 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 	if e == nil {
 		return false
 	}
+	if site.HideDotfiles && e.viaHidden {
+		ErrorResponse(r, 404)
+		return true
+	}
 	switch e.Kind {
 	case KindMissing:
 		ErrorResponse(r, 404)
@@ -262,6 +266,10 @@ func (c *Cache) serveDir(site *Site, req *Request, s *Scratch, rel []byte) bool 
 
 func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *Entry) bool {
 	r := &s.Resp
+	if site.HideDotfiles && e.viaHidden { // an index file linked to a dotfile
+		ErrorResponse(r, 404)
+		return true
+	}
 	sel := e
 	coding := ""
 	vary := false
@@ -282,7 +290,7 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 					pending = true
 					continue
 				}
-				if side.Kind != KindFile {
+				if side.Kind != KindFile || site.HideDotfiles && side.viaHidden {
 					continue
 				}
 				vary = true
