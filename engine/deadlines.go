@@ -22,10 +22,11 @@ package engine
 //	h2 idle         a new stream (none open)             idle_timeout, then GOAWAY, then 5 s     -               h2 tick, read deadline
 //	h2 header block CONTINUATION frames                  header_timeout (the HEADERS frame)      4×max_header_   h2 tick (ExpireHeaders):
 //	                                                                                             bytes, 32 frames GOAWAY ENHANCE_YOUR_CALM
-//	h2 request body DATA after the response ended        send_timeout (response end):            stream window   h2 Expire
+//	h2 request body DATA after the response ended        body_timeout (response end):            stream window   h2 Expire
 //	                                                     RST_STREAM NO_ERROR
-//	h2 window       WINDOW_UPDATE for a stream / the     send_timeout: RST_STREAM CANCEL /        -              h2 Expire
-//	                connection                           GOAWAY
+//	h2 window       WINDOW_UPDATE for a stream / the     send_timeout (window ran out) unless    -               h2 Expire
+//	                connection, enough to send 16 KiB    16 KiB could be sent since: RST_STREAM
+//	                (a byte at a time is a stall)        CANCEL / GOAWAY ENHANCE_YOUR_CALM
 //	(sending)       the client to read (any protocol)    send_timeout (last byte taken)          socket buffer   reactor sweep
 //	(lingering)     the client to read our answer        2 s after an error response             256 KiB read    reactor linger
 //	h3 handshake    the QUIC handshake                   min(10 s, header_timeout/2) idle,       -               quic-go
@@ -39,4 +40,7 @@ package engine
 //	                the stream after the response
 //
 // The reactor's read deadline fires only while nothing is queued for the
-// client; while output is queued, send_timeout applies instead.
+// client; while output is queued, send_timeout applies instead. And at
+// max_connections a worker admits a new connection by closing the one
+// that waits for its client nearest its deadline (any row above with a
+// read deadline), never one with a response in progress.
