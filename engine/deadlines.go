@@ -24,9 +24,12 @@ package engine
 //	                                                                                             bytes, 32 frames GOAWAY ENHANCE_YOUR_CALM
 //	h2 request body DATA after the response ended        body_timeout (response end):            stream window   h2 Expire
 //	                                                     RST_STREAM NO_ERROR
-//	h2 window       WINDOW_UPDATE for a stream / the     send_timeout (window ran out) unless    -               h2 Expire
-//	                connection, enough to send 16 KiB    16 KiB could be sent since: RST_STREAM
-//	                (a byte at a time is a stall)        CANCEL / GOAWAY ENHANCE_YOUR_CALM
+//	h2 window       WINDOW_UPDATE for a stream, enough   send_timeout (window ran out) unless    -               h2 Expire
+//	                to send 16 KiB (a byte at a time     16 KiB could be sent since:
+//	                is a stall)                          RST_STREAM CANCEL
+//	h2 progress     any response on the connection to    send_timeout (responses waiting)        -               h2 Expire
+//	                send 16 KiB or finish (shut or       unless one did: GOAWAY
+//	                trickled windows, streams rotated)   ENHANCE_YOUR_CALM
 //	(sending)       the client to read (any protocol)    send_timeout (last byte taken)          socket buffer   reactor sweep
 //	(lingering)     the client to read our answer        2 s after an error response             256 KiB read    reactor linger
 //	h3 handshake    the QUIC handshake                   min(10 s, header_timeout/2) idle,       -               quic-go

@@ -682,6 +682,11 @@ func TestH2ProvokedResets(t *testing.T) {
 func TestSilentConnectionsCannotLockOut(t *testing.T) {
 	root := siteRoot(t)
 	ts := start(t, fmt.Sprintf("root = %q\nworkers = 1\n", root)+limits()+"max_connections = 4\n")
+	// A client that has begun its request outlasts connections that have
+	// sent nothing.
+	begun := dial(t, ts.addr)
+	begun.send("GET /alpha.txt HTTP/1.1\r\n")
+	time.Sleep(50 * time.Millisecond)
 	for i := 0; i < 12; i++ {
 		dial(t, ts.addr) // silent: no request
 		time.Sleep(10 * time.Millisecond)
@@ -697,4 +702,32 @@ func TestSilentConnectionsCannotLockOut(t *testing.T) {
 	if st := ts.Stats(); st.Reclaimed < 8 {
 		t.Errorf("Reclaimed %d, want at least 8", st.Reclaimed)
 	}
+	begun.send("Host: x\r\n\r\n")
+	if resp, _ := begun.response("GET"); resp.StatusCode != 200 {
+		t.Errorf("the client that had begun its request got %d", resp.StatusCode)
+	}
+}
+
+// TestH2StreamRotation: a client that never opens a window but keeps a new
+// stream waiting before the last is reset cannot hold its connection: it
+// ends with GOAWAY ENHANCE_YOUR_CALM about send_timeout after its
+// responses stopped progressing.
+func TestH2StreamRotation(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+limits("send_timeout", "1s"))
+	r := dialH2(t, ts.addr, pki, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for id := uint32(1); ; id += 2 {
+			r.get(id, "/big.bin")
+			select {
+			case <-stop:
+				return
+			case <-time.After(700 * time.Millisecond):
+			}
+		}
+	}()
+	r.until(scale(15*time.Second), isGoAway(http2.ErrCodeEnhanceYourCalm))
 }

@@ -197,7 +197,7 @@ type Conn struct {
 	peerMax   int   // SETTINGS_MAX_FRAME_SIZE of the client
 	peerInit  int64 // SETTINGS_INITIAL_WINDOW_SIZE of the client
 	now       int64
-	connBlock int64 // since when streams wait on the connection window; 0 when not
+	connBlock int64 // since when responses wait without progress; 0 when not
 	connSent  int64 // DATA payload bytes produced on the connection
 	connMark  int64 // connSent when connBlock was set
 

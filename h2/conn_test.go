@@ -418,6 +418,8 @@ func TestMalformed(t *testing.T) {
 		{"authority list", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a.test,b.test"}},
 		{"bad port", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a.test:abc"}},
 		{"bad host", []string{":method", "GET", ":scheme", "https", ":path", "/", "host", "a b"}},
+		{"port out of range", []string{":method", "GET", ":scheme", "https", ":path", "/", ":authority", "a.test:99999"}},
+		{"bad method", []string{":method", "G(T", ":scheme", "https", ":path", "/"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPeer(t, Config{}, []byte("x"))
@@ -591,6 +593,28 @@ func TestStallTrickle(t *testing.T) {
 	}
 	if got := p.frames(); contains(got, "RST_STREAM 1 CANCEL") {
 		t.Fatalf("a slow but steady window was reset: %v", got)
+	}
+}
+
+// TestStallRotate: streams with shut windows opened one after another, each
+// reset at the stall timeout with the next already waiting, cannot keep a
+// connection that sends nothing: it ends once no response has progressed
+// for the timeout.
+func TestStallRotate(t *testing.T) {
+	p := newPeer(t, Config{}, bytes.Repeat([]byte{1}, 100<<10), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	p.frames()
+	for i, id := 0, uint32(1); i < 15 && !p.c.Dead(); i++ {
+		if i%4 == 0 {
+			p.request(id, true)
+			id += 2
+		}
+		p.now += 2e9
+		p.flush()
+		p.c.Expire(p.now, 10e9, 10e9)
+		p.flush()
+	}
+	if !p.c.Dead() {
+		t.Fatal("a connection cycling stalled streams lived on")
 	}
 }
 

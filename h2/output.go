@@ -145,6 +145,7 @@ func (c *Conn) Produce(s Sink, budget int) int {
 		n += 9 + int(size)
 		if size == left {
 			c.localEnd(st)
+			c.connBlock = 0 // a finished response is progress
 		}
 	}
 	for _, st := range c.sending {
@@ -152,7 +153,7 @@ func (c *Conn) Produce(s Sink, budget int) int {
 			st.blocked, st.markSent = max(c.now, 1), st.sent
 		}
 	}
-	if c.sendWin <= 0 && len(c.sending) > 0 && c.connBlock == 0 {
+	if len(c.sending) > 0 && c.connBlock == 0 {
 		c.connBlock, c.connMark = max(c.now, 1), c.connSent
 	}
 	return n
@@ -211,7 +212,8 @@ const stallProgress = 16 << 10
 // Expire enforces the stall timeout (monotonic ns): a stream that ran out
 // of window and has not since been granted enough to send stallProgress
 // bytes (or its whole rest) within timeout is reset (CANCEL); when the
-// connection's own window is so held, the connection ends. A stream whose
+// connection has had responses waiting for timeout without sending
+// stallProgress bytes or finishing one, it ends. A stream whose
 // response ended while its request goes on (a body nobody reads) is reset
 // (NO_ERROR) after bodyTimeout. A *ConnError means the connection ended.
 func (c *Conn) Expire(now, timeout, bodyTimeout int64) error {
@@ -219,9 +221,8 @@ func (c *Conn) Expire(now, timeout, bodyTimeout int64) error {
 	if c.dead {
 		return nil
 	}
-	if c.connBlock != 0 && c.sendWin < stallProgress && len(c.sending) > 0 && now-c.connBlock > timeout {
-		c.event(EventStall, nil)
-		return c.fail(http2.ErrCodeEnhanceYourCalm, "connection flow-control window closed too long")
+	if len(c.sending) == 0 {
+		c.connBlock = 0
 	}
 	var stalled []uint32
 	for _, st := range c.sending {
@@ -232,6 +233,15 @@ func (c *Conn) Expire(now, timeout, bodyTimeout int64) error {
 	for _, id := range stalled {
 		c.event(EventStall, nil)
 		c.resetStream(id, http2.ErrCodeCancel)
+	}
+	if c.connBlock != 0 && len(c.sending) > 0 && now-c.connBlock > timeout {
+		// Responses are waiting, yet for timeout the connection has
+		// neither sent stallProgress bytes nor finished a response: its
+		// window is shut or trickled, or its streams are, one after
+		// another (each reset, the next already open), which per-stream
+		// resets alone would let hold the connection forever.
+		c.event(EventStall, nil)
+		return c.fail(http2.ErrCodeEnhanceYourCalm, "responses made no progress")
 	}
 	stalled = stalled[:0]
 	for id, st := range c.streams {

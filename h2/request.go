@@ -59,6 +59,11 @@ func (r *Request) validate() error {
 	// path without whitespace, controls or fragment (or "*" for
 	// OPTIONS), an authority without userinfo (§8.3.1), and a scheme this
 	// origin server serves.
+	for _, c := range r.Method {
+		if !isTchar(c) {
+			return errors.New("invalid :method")
+		}
+	}
 	if s := string(r.Scheme); s != "https" && s != "http" {
 		return errors.New(":scheme is neither https nor http")
 	}

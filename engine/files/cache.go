@@ -430,7 +430,7 @@ func classify(err error) Kind {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errNotDir), errors.Is(err, errNameTooLong):
 		return KindMissing
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, errEscapes):
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, errEscapes), errors.Is(err, errLoop):
 		return KindForbidden
 	}
 	return KindError

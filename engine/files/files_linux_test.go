@@ -253,6 +253,7 @@ func TestClassify(t *testing.T) {
 		{&os.PathError{Op: "openat2", Err: unix.EACCES}, KindForbidden},
 		{&os.PathError{Op: "openat2", Err: unix.EPERM}, KindForbidden},
 		{errEscapes, KindForbidden},
+		{&os.PathError{Op: "openat2", Err: unix.ELOOP}, KindForbidden}, // a symbolic link loop: 403, not 500
 		{&os.PathError{Op: "openat2", Err: unix.EIO}, KindError},
 	}
 	for _, tt := range tests {

@@ -15,9 +15,10 @@ import (
 //     directory), so "javascript:x" becomes "./javascript%3Ax", a
 //     relative link to that very file, and a browser never sees a scheme;
 //   - the visible text is HTML-escaped, with invalid UTF-8, control
-//     characters (a newline in a name) and bidirectional controls (a
-//     right-to-left override making "exe.txt" look like "txt.exe") shown
-//     as U+FFFD.
+//     characters (a newline in a name), bidirectional controls (a
+//     right-to-left override making "exe.txt" look like "txt.exe") and
+//     invisible characters (zero-width spaces and joiners, line and
+//     paragraph separators, BOM) shown as U+FFFD.
 
 // listEntry is one name in a listing.
 type listEntry struct {
@@ -95,14 +96,14 @@ func AppendPathEscaped(b []byte, p string, keepSlash bool) []byte {
 }
 
 // appendHTMLText appends s escaped for HTML text and attribute values,
-// with invalid UTF-8, control characters and bidirectional controls
-// replaced by U+FFFD.
+// with invalid UTF-8, control characters, bidirectional controls and
+// invisible characters replaced by U+FFFD.
 func appendHTMLText(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1, r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0,
-			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+			r == 0x061c, r >= 0x200b && r <= 0x200f, r >= 0x2028 && r <= 0x202e, r >= 0x2060 && r <= 0x2069, r == 0xfeff:
 			b = append(b, "\uFFFD"...)
 		case r == '&':
 			b = append(b, "&amp;"...)

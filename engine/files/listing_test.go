@@ -44,7 +44,7 @@ func checkListing(t *testing.T, names []string) {
 			t.Fatalf("href %q parses as %#v, %v", href, u, err)
 		}
 		shown := html.UnescapeString(text)
-		if !utf8.ValidString(shown) || strings.ContainsAny(shown, "\n\r\x00\u202e\u2066") {
+		if !utf8.ValidString(shown) || strings.ContainsAny(shown, "\n\r\x00\u202e\u2066\u200b\u2028\ufeff") {
 			t.Fatalf("visible text %q of %q", shown, name)
 		}
 		got[name] = true
@@ -61,7 +61,7 @@ func renderEmpty() string { return string(renderListing(nil, "/dir", nil)) }
 func TestListingEscapes(t *testing.T) {
 	names := []string{
 		"javascript:alert(document.domain)", `a"b`, "<script>x</script>", "a&amp;b", "#frag", "?q=1",
-		"100%", "two words", "line\nbreak", "evil\u202etxt.exe", "bad\xffutf8", "café", "'quote'", "//evil.example", "data:text/html,x",
+		"100%", "two words", "line\nbreak", "evil\u202etxt.exe", "zero\u200bwidth\ufeff", "bad\xffutf8", "café", "'quote'", "//evil.example", "data:text/html,x",
 	}
 	checkListing(t, names)
 	out := string(renderListing(nil, "/dir", []listEntry{{name: "javascript:alert(document.domain)"}, {name: "sub", dir: true}}))

@@ -17,6 +17,7 @@ import (
 var (
 	errNotDir      = unix.ENOTDIR
 	errNameTooLong = unix.ENAMETOOLONG
+	errLoop        = unix.ELOOP
 	errEscapes     = errors.New("files: path leaves the root")
 )
 
@@ -65,12 +66,16 @@ func openBeneath(r *Root, rel string) (int, error) {
 	if !r.FollowOutside {
 		how.Resolve |= unix.RESOLVE_BENEATH
 	}
-	for {
+	for tries := 0; ; tries++ {
 		fd, err := unix.Openat2(r.fd, name, &how)
 		switch {
 		case err == nil:
 			return fd, nil
 		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN && tries < 16:
+			// RESOLVE_BENEATH saw a rename race (a "current" symlink
+			// swapped by a deploy) and asks to be retried (openat2(2)).
 			continue
 		case err == unix.EXDEV:
 			return -1, errEscapes

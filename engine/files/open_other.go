@@ -10,6 +10,7 @@ import (
 var (
 	errNotDir      = errors.New("not a directory")
 	errNameTooLong = errors.New("name too long")
+	errLoop        = errors.New("too many levels of symbolic links")
 	errEscapes     = errors.New("files: path leaves the root")
 )
 

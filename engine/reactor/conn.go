@@ -38,6 +38,7 @@ type Conn struct {
 	sent            int64 // bytes written to the socket
 	congestion      string
 	pacing          uint64
+	heard           bool // the client has sent something
 	readable        bool // the socket may have input (edge-triggered epoll)
 	writable        bool // the socket may take output
 	eof             bool

@@ -220,23 +220,27 @@ func (l *Loop) acceptAll() {
 }
 
 // admit takes one of this loop's connection slots (its share of
-// MaxConns). When every slot is taken it frees one by closing the
-// connection that waits for its client with the nearest deadline (a
-// keep-alive connection between requests, one that has not sent its
-// request yet, a lingering close), as nginx reuses keep-alive connections
-// when it runs out, so that connections that merely wait cannot lock new
-// clients out. Connections with a response in progress are never closed
-// for this. It reports false when no slot could be had.
+// MaxConns). When every slot is taken it frees one by closing a
+// connection that waits for its client (one that has sent nothing yet
+// first, then the one nearest its deadline: a keep-alive connection
+// between requests, a request head or TLS handshake under way, a
+// lingering close), as nginx reuses keep-alive connections when it runs
+// out, so that connections that merely wait cannot lock new clients out.
+// Connections with a response in progress are never closed for this. It
+// reports false when no slot could be had.
 func (l *Loop) admit() bool {
 	if int(l.stats.open.Load()) < l.maxConns {
 		return true
 	}
+	// A connection that has sent nothing at all goes first: a flood of
+	// silent connections then evicts itself before it reaches a client
+	// that has begun its handshake or request.
 	var victim *Conn
 	for _, c := range l.slots {
 		if c == nil || c.closed || c.busy || len(c.out) > 0 || c.deadline == 0 {
 			continue
 		}
-		if victim == nil || c.deadline < victim.deadline {
+		if victim == nil || c.heard != victim.heard && !c.heard || c.heard == victim.heard && c.deadline < victim.deadline {
 			victim = c
 		}
 	}
@@ -367,6 +371,7 @@ func (l *Loop) readIn(c *Conn) {
 		switch {
 		case n > 0:
 			c.wpos += n
+			c.heard = true
 			c.progress++
 			continue
 		case err == nil:

@@ -41,10 +41,15 @@ func ValidHost(h []byte) bool {
 		if len(h) > 6 {
 			return false
 		}
+		port := 0
 		for _, c := range h[1:] {
 			if !isDigit(c) {
 				return false
 			}
+			port = port*10 + int(c-'0')
+		}
+		if port > 65535 {
+			return false
 		}
 	}
 	return true
