@@ -130,11 +130,10 @@ func (t *certTable) pick(name string) *tls.Certificate {
 
 // misdirected reports whether a request naming host (normalized as
 // siteTable.lookup leaves it: lowercase, without port or trailing dot) on
-// a TLS connection whose handshake named serverName and settled on version
-// must be answered 421
-// Misdirected Request (RFC 9110 §15.5.20): the Host names a site with
-// another TLS policy than the one the handshake was made for, another
-// certificate, or TLS 1.3 only on a TLS 1.2 connection. Otherwise a client
+// a TLS connection whose handshake named sniName and settled on version
+// must be answered 421 Misdirected Request (RFC 9110 §15.5.20): the Host
+// names a site with another TLS policy than the one the handshake was
+// made for, another certificate, or TLS 1.3 only on a TLS 1.2 connection. Otherwise a client
 // could reach a 1.3-only site over 1.2, or a site under a certificate that
 // is not its own, by naming another site in SNI. A request without a Host
 // is not judged.

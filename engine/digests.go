@@ -130,12 +130,19 @@ func (d *digests) known(root *files.Root, e *files.Entry) *files.Digest {
 // policy is to refuse, however the digest was learned (hashed now, or
 // from the cache after the entry was evicted and opened again).
 func (d *digests) judge(root *files.Root, e *files.Entry, sum integrity.Digest) *files.Digest {
-	if m := d.manifests[root]; m != nil && d.refuse {
-		if want, ok := m.sums[e.Rel()]; ok && want != sum {
-			return info(sum, true)
+	want, _, listed := d.listed(root, e)
+	return info(sum, d.refuse && listed && want != sum)
+}
+
+// listed returns the digest the site's manifest gives for e, and the
+// manifest, when it lists e.
+func (d *digests) listed(root *files.Root, e *files.Entry) (integrity.Digest, *manifest, bool) {
+	if m := d.manifests[root]; m != nil {
+		if want, ok := m.sums[e.Rel()]; ok {
+			return want, m, true
 		}
 	}
-	return info(sum, false)
+	return integrity.Digest{}, nil, false
 }
 
 // hashJob is the hashing of one file content (device, inode, size, mtime)
@@ -211,15 +218,12 @@ func (d *digests) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, 
 	}
 	for _, w := range ws {
 		if ok {
-			dg := d.judge(w.root, w.e, sum)
-			if m := d.manifests[w.root]; m != nil {
-				if want, listed := m.sums[w.e.Rel()]; listed && want != sum {
-					d.mismatches.Add(1)
-					d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", w.e.Rel(), "manifest", m.path,
-						"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
-				}
+			if want, m, listed := d.listed(w.root, w.e); listed && want != sum {
+				d.mismatches.Add(1)
+				d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", w.e.Rel(), "manifest", m.path,
+					"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
 			}
-			w.e.SetDigest(dg)
+			w.e.SetDigest(d.judge(w.root, w.e, sum))
 		}
 		w.e.Release()
 	}

@@ -551,7 +551,7 @@ func (hh *h2Handler) tick() {
 	header := int64(hh.srv.cfg.Limits.HeaderTimeout.D())
 	body := int64(hh.srv.cfg.Limits.BodyTimeout.D())
 	for hc := range hh.conns {
-		if hc.conn.HeaderPending() && hc.conn.ExpireHeaders(now, header) != nil {
+		if hc.conn.ExpireHeaders(now, header) != nil {
 			hh.srv.stats.h2ConnErrors.Add(1)
 			hc.c.Wake()
 			continue

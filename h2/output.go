@@ -272,10 +272,6 @@ func (c *Conn) ExpireHeaders(now, timeout int64) error {
 // connection waits for its first request.
 func (c *Conn) Started() bool { return c.maxID > 0 }
 
-// HeaderPending reports whether a header block is waiting for its
-// CONTINUATION frames.
-func (c *Conn) HeaderPending() bool { return c.hdr.id != 0 }
-
 // Shutdown starts a graceful close: GOAWAY names the last stream that
 // will be answered, later ones are refused, and Finished reports true
 // once the open streams are done.
