@@ -1,16 +1,19 @@
 // Package bench is an integrity-gated HTTP load generator: every response
-// body is counted and hashed as it streams, and a sample of the run is
-// accepted only when every response in it had the right status, the exact
-// length and the expected BLAKE3 digest, with no client, protocol or
-// transport error. Rejected samples are reported with their reasons and
-// never enter a median.
+// body is counted and hashed as it streams, and a byte counts toward a
+// sample only when the response it belongs to was verified in full (the
+// right status, the exact length and the expected BLAKE3 digest). A sample
+// is accepted only when every byte that arrived in it was verified and no
+// response overlapping it failed (client, protocol or transport error
+// included). Rejected samples are reported with their reasons and never
+// enter a median.
 //
 // It speaks HTTP/1.1 (plain and TLS), HTTP/2 (TLS) and HTTP/3, keeps its
 // connections, reads with large buffers and hashes on goroutines of its
 // own, so that the server, not the client, is what is measured; SelfCheck
 // measures the client's own ceiling.
 //
-// Invariant: a figure in a Report comes only from accepted samples.
+// Invariant: a figure in a Report comes only from accepted samples, and an
+// accepted sample holds only verified bytes.
 package bench
 
 import (
@@ -50,12 +53,13 @@ type Config struct {
 	RangeFirst, RangeLast int64
 	// The expected bodies: a manifest (with LocalRoot, the directory the
 	// manifest's files are in, needed for ranges), or one digest and size
-	// for every URL. Without either, only status and length are checked,
-	// and the report says so.
+	// for every URL. Without either, Run refuses unless LengthOnly is set:
+	// then only status and length are checked, and the report says so.
 	Manifest     []integrity.Entry
 	LocalRoot    string
 	ExpectDigest *integrity.Digest
 	ExpectSize   int64 // -1: unknown
+	LengthOnly   bool
 	// NewConnectionPerRequest closes every connection after one response
 	// (a full TLS handshake each time).
 	NewConnectionPerRequest bool
@@ -63,7 +67,9 @@ type Config struct {
 	// ServerPID, when set, is measured: CPU seconds and peak RSS (with
 	// its child processes).
 	ServerPID int
-	// Timeout bounds one request. Zero means 60s.
+	// Timeout bounds one request, from its start to the last byte of its
+	// body; it also bounds how long the run waits for the requests in
+	// flight at the end. Zero means 60s.
 	Timeout time.Duration
 	// Progress, when set, is called about once a second.
 	Progress func(ProgressInfo)
@@ -76,6 +82,7 @@ type ProgressInfo struct {
 	Responses int64
 	Errors    int64
 	Warmup    bool
+	Draining  bool // the measured time is over: waiting for responses in flight
 }
 
 func (c *Config) withDefaults() error {

@@ -30,22 +30,50 @@ type Report struct {
 
 	Samples  []Sample `json:"samples"`
 	Accepted int      `json:"accepted"`
-	Bytes    int64    `json:"bytes"` // body bytes over all samples
-	MiBps    Summary  `json:"mib_per_s"`
-	RPS      Summary  `json:"requests_per_s"`
-	Latency  Latency  `json:"latency"`
+	// BytesReceived is every body byte that arrived from the end of the
+	// warmup to the end of the run (the samples and the wait for the
+	// responses in flight at the end); Bytes is the part of them whose
+	// response was verified in full. Figures count only verified bytes.
+	BytesReceived int64   `json:"bytes_received"`
+	Bytes         int64   `json:"bytes_verified"`
+	MiBps         Summary `json:"mib_per_s"`
+	RPS           Summary `json:"requests_per_s"`
+	Latency       Latency `json:"latency"`
 	// Errors counts failed responses by kind over the whole run
 	// (warmup included): connect, tls, status, protocol, length,
 	// no-length, truncated, too-long, digest, reset, timeout, transport.
 	Errors            map[string]int `json:"errors"`
 	ConnectionsOpened int64          `json:"connections_opened"`
-	Server            *ServerStats   `json:"server,omitempty"`
-	Interrupted       bool           `json:"interrupted,omitempty"`
+	// Tail is the responses in flight when the measured time ended: the
+	// run waited for each (up to its timeout) and judged it.
+	Tail Tail `json:"in_flight_at_end"`
+	// CutOff is the responses an interruption cancelled unjudged; their
+	// bytes are in no figure.
+	CutOff      CutOff       `json:"cut_off"`
+	Server      *ServerStats `json:"server,omitempty"`
+	Interrupted bool         `json:"interrupted,omitempty"`
+}
+
+// Tail is what the wait after the measured time found.
+type Tail struct {
+	Responses int64 `json:"responses"` // finished after the end
+	Failed    int64 `json:"failed"`    // of them, failed: their samples are rejected
+	// Bytes of those responses that arrived after the end are in no
+	// sample; their bytes that arrived before it count where they arrived.
+	BytesReceived int64 `json:"bytes_received_after_end"`
+	BytesVerified int64 `json:"bytes_verified_after_end"`
+}
+
+// CutOff is what an interruption left unjudged.
+type CutOff struct {
+	Responses     int64 `json:"responses"`
+	BytesReceived int64 `json:"bytes_received"`
 }
 
 // Sample is one slice of the run.
 type Sample struct {
-	Bytes     int64          `json:"bytes"`
+	Received  int64          `json:"bytes_received"`
+	Bytes     int64          `json:"bytes_verified"`
 	Responses int64          `json:"responses"`
 	Seconds   float64        `json:"seconds"`
 	MiBps     float64        `json:"mib_per_s"`
@@ -86,25 +114,37 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 	for k, v := range s.warmErrs {
 		r.Errors[k] += v
 	}
+	for k, v := range s.lateErrs {
+		r.Errors[k] += v
+	}
+	r.Tail = Tail{Responses: s.tail.responses, Failed: s.tail.failed, BytesReceived: s.tail.received, BytesVerified: s.tail.verified}
+	r.CutOff = CutOff{Responses: s.cut.responses, BytesReceived: s.cut.received}
+	r.BytesReceived, r.Bytes = s.tail.received, s.tail.verified
 	var accepted []*acc
 	var mibs, rps []float64
 	for i := range s.samples {
 		a := &s.samples[i]
 		secs := s.sampleD.Seconds()
-		if c.Requests > 0 || i == len(s.samples)-1 && c.Duration == 0 {
+		if c.Requests > 0 {
 			secs = elapsed.Seconds() / float64(c.Samples)
 		}
-		smp := Sample{Bytes: a.bytes, Responses: a.responses, Seconds: secs, Accepted: len(a.errs) == 0 && a.checked}
+		// Accepted: no failure overlapped it, every byte that arrived in
+		// it was verified, and at least one verified response vouches.
+		smp := Sample{Received: a.received, Bytes: a.verified, Responses: a.responses, Seconds: secs,
+			Accepted: len(a.errs) == 0 && a.checked && a.received == a.verified}
 		if secs > 0 {
-			smp.MiBps = float64(a.bytes) / (1 << 20) / secs
+			smp.MiBps = float64(a.verified) / (1 << 20) / secs
 			smp.RPS = float64(a.responses) / secs
 		}
-		if len(a.errs) > 0 {
+		switch {
+		case len(a.errs) > 0:
 			smp.Rejected = a.errs
 			for k, v := range a.errs {
 				r.Errors[k] += v
 			}
-		} else if !a.checked {
+		case a.received != a.verified:
+			smp.Rejected = map[string]int{"unjudged": 1} // bytes of responses cut off
+		case !a.checked:
 			smp.Rejected = map[string]int{"unverified": 1}
 		}
 		if interrupted && i >= s.sampleAt(time.Now()) {
@@ -114,7 +154,8 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 			}
 		}
 		r.Samples = append(r.Samples, smp)
-		r.Bytes += a.bytes
+		r.BytesReceived += a.received
+		r.Bytes += a.verified
 		if smp.Accepted {
 			accepted = append(accepted, a)
 			mibs = append(mibs, smp.MiBps)
@@ -179,7 +220,18 @@ func (r *Report) WriteText(w io.Writer) {
 		if !s.Accepted {
 			verdict = "REJECTED " + kinds(s.Rejected)
 		}
-		fmt.Fprintf(w, "  %2d  %10.1f MiB/s  %10.1f req/s  %s\n", i+1, s.MiBps, s.RPS, verdict)
+		fmt.Fprintf(w, "  %2d  %10.1f MiB/s  %10.1f req/s  %s verified of %s received  %s\n", i+1, s.MiBps, s.RPS,
+			mib(s.Bytes), mib(s.Received), verdict)
+	}
+	fmt.Fprintf(w, "\nbytes:      %s verified of %s received (%s); figures count verified bytes only\n",
+		mib(r.Bytes), mib(r.BytesReceived), share(r.Bytes, r.BytesReceived))
+	if t := r.Tail; t.Responses > 0 {
+		fmt.Fprintf(w, "at the end: %d response(s) in flight were finished and judged (%d failed); their %s after the end (%s verified) are in no sample\n",
+			t.Responses, t.Failed, mib(t.BytesReceived), mib(t.BytesVerified))
+	}
+	if c := r.CutOff; c.Responses > 0 {
+		fmt.Fprintf(w, "cut off:    %d response(s) cancelled in flight by the interruption; their %s are in no figure\n",
+			c.Responses, mib(c.BytesReceived))
 	}
 	if r.Accepted > 0 {
 		fmt.Fprintf(w, "\nthroughput: %.1f MiB/s median [%.1f-%.1f], CV %.3f\n", r.MiBps.Median, r.MiBps.Min, r.MiBps.Max, r.MiBps.CV)
@@ -197,6 +249,15 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: figures cover what was measured before")
 	}
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func share(part, whole int64) string {
+	if whole == 0 {
+		return "nothing received"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
 }
 
 func kinds(m map[string]int) string {

@@ -23,9 +23,10 @@ import (
 
 // expect is what one URL's responses must be.
 type expect struct {
-	status int
-	size   int64             // -1: whatever Content-Length says
-	digest *integrity.Digest // nil: not checked
+	status       int
+	size         int64             // -1: whatever Content-Length says
+	digest       *integrity.Digest // nil: not checked
+	contentRange string            // for a range: the exact Content-Range
 }
 
 // expectations works out, per URL, the status, length and digest to
@@ -57,7 +58,11 @@ func (c *Config) expectations() ([]expect, string, error) {
 			if err != nil {
 				return nil, "", fmt.Errorf("bench: the local copy for the range: %w", err)
 			}
-			st, _ := f.Stat()
+			st, err := f.Stat()
+			if err != nil || c.RangeFirst >= st.Size() {
+				f.Close()
+				return nil, "", fmt.Errorf("bench: the range starts at byte %d, beyond the local copy of %s", c.RangeFirst, rel)
+			}
 			last := min(c.RangeLast, st.Size()-1)
 			d, err := integrity.SumRange(f, c.RangeFirst, last-c.RangeFirst+1)
 			f.Close()
@@ -65,7 +70,8 @@ func (c *Config) expectations() ([]expect, string, error) {
 				return nil, "", err
 			}
 			e.size, e.digest = last-c.RangeFirst+1, &d
-			checked = "status 206, length and BLAKE3 of the slice"
+			e.contentRange = fmt.Sprintf("bytes %d-%d/%d", c.RangeFirst, last, st.Size())
+			checked = "status 206, Content-Range, length and BLAKE3 of the same bytes of the local file"
 		case c.ExpectDigest != nil:
 			d := *c.ExpectDigest
 			e.digest = &d
@@ -78,6 +84,9 @@ func (c *Config) expectations() ([]expect, string, error) {
 			e.digest = &d
 			checked = "status, length and BLAKE3 digest from the manifest"
 		}
+		if e.digest == nil && !c.LengthOnly {
+			return nil, "", errors.New("bench: nothing to verify the bodies against: give a manifest or a digest (--manifest B3SUMS, --expect-digest HEX), or --length-only to count bytes whose length alone was checked")
+		}
 		out[i] = e
 	}
 	return out, checked, nil
@@ -85,15 +94,33 @@ func (c *Config) expectations() ([]expect, string, error) {
 
 var hashBufs = sync.Pool{New: func() any { b := make([]byte, readBuffer); return &b }}
 
-// acc accumulates one sample, per worker (merged at the end).
+// acc accumulates one sample (merged from every worker under runState.mu).
 type acc struct {
-	bytes, responses int64
-	errs             map[string]int
-	lat              []time.Duration
+	// received: body bytes that arrived during this sample; verified: the
+	// part of them whose response was then verified in full (status,
+	// length, digest). Only verified bytes are figures, and a sample is
+	// accepted only when the two are equal.
+	received, verified int64
+	responses          int64
+	errs               map[string]int
+	lat                []time.Duration
 	// checked: a response that passed every check streamed during this
-	// sample, though it may have finished in a later one. A large file at a
-	// low rate can span several samples; they count once it is verified.
+	// sample, though it may have finished in a later one.
 	checked bool
+}
+
+// tail is what happened after the measured time: the responses in flight
+// at the end, which the run waits for (each up to Config.Timeout) and
+// judges.
+type tail struct {
+	responses, failed  int64 // finished after the end
+	received, verified int64 // their bytes that arrived after the end: in no sample
+}
+
+// cutOff is what an interruption left unjudged: responses cancelled in
+// flight, whose bytes therefore count nowhere.
+type cutOff struct {
+	responses, received int64
 }
 
 // worker state shared by all workers of a run.
@@ -105,7 +132,7 @@ type runState struct {
 	end     time.Time
 	done    atomic.Int64 // responses completed while measuring (Requests mode)
 	stop    atomic.Bool
-	bytes   atomic.Int64
+	bytes   atomic.Int64 // received, for the progress line
 	resps   atomic.Int64
 	errs    atomic.Int64
 	dials   atomic.Int64
@@ -113,10 +140,13 @@ type runState struct {
 	mu       sync.Mutex
 	samples  []acc
 	warmErrs map[string]int
+	lateErrs map[string]int // failures of requests begun after the end
+	tail     tail
+	cut      cutOff
 }
 
-// sampleAt is the sample a moment (or the n-th response) belongs to, or
-// -1 during warmup.
+// sampleAt is the sample a moment (or the n-th response) belongs to: -1
+// during warmup, len(samples) after the measured time.
 func (s *runState) sampleAt(t time.Time) int {
 	if t.Before(s.t0) {
 		return -1
@@ -125,11 +155,20 @@ func (s *runState) sampleAt(t time.Time) int {
 		i := int(s.done.Load() * int64(s.c.Samples) / int64(s.c.Requests))
 		return min(i, s.c.Samples-1)
 	}
+	if !t.Before(s.end) {
+		return s.c.Samples
+	}
 	return min(int(t.Sub(s.t0)/s.sampleD), s.c.Samples-1)
 }
 
 // Run measures. It returns the report even when ctx is cancelled midway
 // (Interrupted is then set), and an error only when nothing could run.
+//
+// At the end of the measured time no new request starts, and the ones in
+// flight are finished and judged (each bounded by Config.Timeout): their
+// bytes count in the samples they arrived in once they pass, and a
+// failure rejects those samples. When ctx is cancelled instead, requests
+// in flight are cut off and their bytes leave the figures.
 func Run(ctx context.Context, c Config) (*Report, error) {
 	if err := c.withDefaults(); err != nil {
 		return nil, err
@@ -138,15 +177,15 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &runState{c: &c, exp: exp, samples: make([]acc, c.Samples), warmErrs: map[string]int{}}
+	s := &runState{c: &c, exp: exp, samples: make([]acc, c.Samples), warmErrs: map[string]int{}, lateErrs: map[string]int{}}
 	for i := range s.samples {
 		s.samples[i].errs = map[string]int{}
 	}
 	start := time.Now()
 	s.t0 = start.Add(c.Warmup)
+	s.end = s.t0.Add(c.Duration) // unused in Requests mode
 	if c.Duration > 0 {
 		s.sampleD = c.Duration / time.Duration(c.Samples)
-		s.end = s.t0.Add(c.Duration)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -187,7 +226,8 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 			}(i*c.Streams + st)
 		}
 	}
-	// The clock: stop at the end, report progress.
+	// The clock: stop issuing at the end, report progress.
+	clockDone := make(chan struct{})
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -195,22 +235,22 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 			select {
 			case <-runCtx.Done():
 				return
+			case <-clockDone:
+				return
 			case now := <-t.C:
 				if c.Progress != nil {
 					c.Progress(ProgressInfo{Elapsed: now.Sub(start), Bytes: s.bytes.Load(), Responses: s.resps.Load(),
-						Errors: s.errs.Load(), Warmup: now.Before(s.t0)})
-				}
-				if c.Duration > 0 && now.After(s.end) {
-					s.stop.Store(true)
-					cancel()
+						Errors: s.errs.Load(), Warmup: now.Before(s.t0), Draining: s.stop.Load()})
 				}
 			}
 		}
 	}()
 	if c.Duration > 0 {
-		time.AfterFunc(time.Until(s.end), func() { s.stop.Store(true); cancel() })
+		stopAt := time.AfterFunc(time.Until(s.end), func() { s.stop.Store(true) })
+		defer stopAt.Stop()
 	}
 	wg.Wait()
+	close(clockDone)
 	for _, cn := range conns {
 		cn.close()
 	}
@@ -228,6 +268,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan time.Time) {
 	c := s.c
 	buf := make([]byte, readBuffer)
+	// arrived[k+1] is the body bytes of the current response that arrived
+	// in sample k (k = -1: warmup, k = Samples: after the end).
+	arrived := make([]int64, c.Samples+2)
 	for n := id; ; n++ {
 		if s.stop.Load() || ctx.Err() != nil {
 			return
@@ -244,19 +287,23 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 			}
 			begin = t // latency counts from the schedule, not from when we got to it
 		}
+		clear(arrived)
 		i := n % len(c.URLs)
-		kind, lat := s.one(ctx, cn, c.URLs[i], s.exp[i], begin, buf)
-		end := time.Now()
-		if s.stop.Load() && kind != "" && (ctx.Err() != nil || end.After(s.end) && c.Duration > 0) {
-			return // cut off by the end of the run: not a failure
+		kind, lat := s.one(ctx, cn, c.URLs[i], s.exp[i], begin, buf, arrived)
+		if kind != "" && ctx.Err() != nil {
+			kind = cutKind // cancelled by the caller: neither right nor wrong
 		}
-		s.record(begin, end, kind, lat)
+		s.record(begin, time.Now(), kind, lat, arrived)
 	}
 }
 
+// cutKind marks a response cut off by an interruption.
+const cutKind = "cut-off"
+
 // one makes a request and checks the response. It returns the failure
-// kind ("" when right) and the latency.
-func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin time.Time, buf []byte) (string, time.Duration) {
+// kind ("" when right) and the latency, and adds the body bytes to
+// arrived by the sample they arrived in.
+func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin time.Time, buf []byte, arrived []int64) (string, time.Duration) {
 	c := s.c
 	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
@@ -270,12 +317,16 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != e.status {
-		io.Copy(io.Discard, resp.Body)
+		s.drain(resp.Body, buf, arrived) // counted as received, never verified
 		return "status", 0
 	}
 	want := map[string]int{"h1": 1, "h2": 2, "h3": 3}[c.Protocol]
 	if resp.ProtoMajor != want {
 		return "protocol", 0
+	}
+	if e.contentRange != "" && resp.Header.Get("Content-Range") != e.contentRange {
+		s.drain(resp.Body, buf, arrived)
+		return "range", 0
 	}
 	size := e.size
 	if size < 0 {
@@ -309,7 +360,7 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			s.count(int64(n))
+			s.arrive(arrived, n)
 			if _, werr := pw.Write(buf[:n]); werr != nil {
 				readErr = werr
 				break
@@ -336,8 +387,8 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 		return "too-long", lat
 	case readErr != nil && errors.Is(readErr, syscall.ECONNRESET):
 		return "reset", lat
-	case readErr != nil && isTimeout(readErr):
-		return "timeout", lat
+	case readErr != nil && (isTimeout(readErr) || errors.Is(rctx.Err(), context.DeadlineExceeded)):
+		return "timeout", lat // the h3 client reports a deadline as a cancelled stream
 	case errors.Is(verr, integrity.ErrTruncated), readErr != nil:
 		return "truncated", lat
 	case verr != nil:
@@ -346,26 +397,50 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 	return "", lat
 }
 
-// count adds body bytes to the sample of this moment.
-func (s *runState) count(n int64) {
-	s.bytes.Add(n)
-	if i := s.sampleAt(time.Now()); i >= 0 {
-		s.mu.Lock()
-		s.samples[i].bytes += n
-		s.mu.Unlock()
+// arrive books n body bytes of the current response at this moment.
+func (s *runState) arrive(arrived []int64, n int) {
+	s.bytes.Add(int64(n))
+	arrived[s.sampleAt(time.Now())+1] += int64(n)
+}
+
+// drain reads a body that is already judged wrong, counting what arrives.
+func (s *runState) drain(body io.Reader, buf []byte, arrived []int64) {
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			s.arrive(arrived, n)
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
-// record books one finished request: a failure rejects every sample the
-// request overlapped, a success vouches for them.
-func (s *runState) record(begin, end time.Time, kind string, lat time.Duration) {
+// record books one finished request. Its bytes are received in the
+// samples they arrived in; they are verified there only when the whole
+// response passed. A failure rejects every sample the request
+// overlapped; a pass vouches for them.
+func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, arrived []int64) {
 	s.resps.Add(1)
-	if kind != "" {
+	if kind != "" && kind != cutKind {
 		s.errs.Add(1)
 	}
+	n := s.c.Samples
 	first, last := s.sampleAt(begin), s.sampleAt(end)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var measured int64 // bytes that arrived in the samples
+	for i := range s.samples {
+		s.samples[i].received += arrived[i+1]
+		measured += arrived[i+1]
+	}
+	late := arrived[n+1]
+	s.tail.received += late
+	if kind == cutKind {
+		s.cut.responses++
+		s.cut.received += measured + late
+		return
+	}
 	if last < 0 {
 		if kind != "" {
 			s.warmErrs[kind]++
@@ -375,17 +450,34 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration) 
 	if s.c.Requests > 0 {
 		s.done.Add(1)
 	}
+	if last == n { // finished after the measured time
+		s.tail.responses++
+		if kind != "" {
+			s.tail.failed++
+		}
+	}
 	if kind != "" {
-		for i := max(first, 0); i <= last; i++ {
+		for i := max(first, 0); i <= min(last, n-1); i++ {
 			s.samples[i].errs[kind]++
+		}
+		if first == n { // began and failed after the end: in no sample, still an error of the run
+			s.lateErrs[kind]++
 		}
 		return
 	}
-	for i := max(first, 0); i <= last; i++ {
+	for i := range s.samples {
+		s.samples[i].verified += arrived[i+1]
+	}
+	s.tail.verified += late
+	for i := max(first, 0); i <= min(last, n-1); i++ {
 		s.samples[i].checked = true
 	}
-	s.samples[last].responses++
-	s.samples[last].lat = append(s.samples[last].lat, lat)
+	if last < n {
+		s.samples[last].responses++
+	}
+	if first < n {
+		s.samples[min(last, n-1)].lat = append(s.samples[min(last, n-1)].lat, lat)
+	}
 }
 
 func classify(err error) string {

@@ -20,11 +20,16 @@ import (
 const benchUsage = `Usage: engine bench URL... [flags]
        engine bench --self-check [--size BYTES] [--tls] [--connections N] [--duration D]
 
-Loads URLs and reports throughput and latency from samples in which every
-response had the right status, the exact length and the expected BLAKE3
-digest (--manifest or --expect-digest), with no transport error; other
-samples are rejected with their reasons. Exit 0 only with --min-accepted
-accepted samples (default: all). Ctrl-C reports what was measured.
+Loads URLs and reports throughput and latency. A body byte counts only
+when its whole response was verified: the right status, the exact length
+and the expected BLAKE3 digest (--manifest or --expect-digest; a range is
+checked against the same bytes of the local file beside the manifest). A
+sample is accepted only when every byte that arrived in it was verified
+and no response overlapping it failed; other samples are rejected with
+their reasons. Responses in flight at the end are waited for (each up to
+--timeout) and judged; the report shows bytes verified against bytes
+received. Exit 0 only with --min-accepted accepted samples (default: all).
+Ctrl-C reports what was measured; responses it cuts off count nowhere.
 --self-check measures this client against an in-process source instead.
 `
 
@@ -44,10 +49,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	manifest := fs.String("manifest", "", "B3SUMS with the expected digests (paths matched to URL paths)")
 	expectDigest := fs.String("expect-digest", "", "BLAKE3 hex digest every response must have")
 	fs.Int64Var(&c.ExpectSize, "expect-size", -1, "length every response must have")
+	fs.BoolVar(&c.LengthOnly, "length-only", false, "without a manifest or digest, check status and length only (figures then count unverified bytes)")
 	fs.BoolVar(&c.NewConnectionPerRequest, "new-connections", false, "a new connection (and TLS handshake) per request")
 	fs.BoolVar(&c.Insecure, "k", false, "accept any TLS certificate")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "measure this process's CPU and peak RSS (with its children)")
-	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "per request")
+	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "per request, to the last body byte (also the longest wait for responses in flight at the end)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	svg := fs.String("svg", "", "write a chart of the samples to this SVG file")
 	minAccepted := fs.Int("min-accepted", 0, "accepted samples required for exit 0 (default: all)")

@@ -218,3 +218,53 @@ func TestVerifyOverHTTP3(t *testing.T) {
 		t.Error("no HTTP/3 response was served")
 	}
 }
+
+// TestBenchCommand: engine bench verifies against a manifest (whole files
+// and ranges, checked against the same bytes of the local file), refuses
+// to run with nothing to verify against unless told --length-only, and
+// prints bytes verified against bytes received.
+func TestBenchCommand(t *testing.T) {
+	root := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	os.WriteFile(filepath.Join(root, "f.bin"), data, 0o644)
+	if code, _, errs := run2("digest", "--root", root, "-o", filepath.Join(root, "B3SUMS")); code != 0 {
+		t.Fatal(errs)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(root)))
+	defer srv.Close()
+	u := srv.URL + "/f.bin"
+	short := []string{"--duration", "600ms", "--samples", "2", "--warmup", "0s"}
+	bench := func(args ...string) (int, string, string) {
+		return run2(append(append([]string{"bench", u}, short...), args...)...)
+	}
+
+	code, out, errs := bench("--manifest", filepath.Join(root, "B3SUMS"))
+	if code != 0 || !strings.Contains(out, "2 of 2 accepted") || !strings.Contains(out, "verified of") || !strings.Contains(out, "(100.0%)") {
+		t.Errorf("bench with a manifest: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = bench("--manifest", filepath.Join(root, "B3SUMS"), "--range", "1000-200999")
+	if code != 0 || !strings.Contains(out, "Content-Range, length and BLAKE3 of the same bytes of the local file") {
+		t.Errorf("bench of a range: %d\n%s\n%s", code, out, errs)
+	}
+	// The local copy differs from what is served: every range is wrong.
+	local := t.TempDir()
+	changed := bytes.Clone(data)
+	changed[5000] ^= 1
+	os.WriteFile(filepath.Join(local, "f.bin"), changed, 0o644)
+	if code, _, errs := run2("digest", "--root", local, "-o", filepath.Join(local, "B3SUMS")); code != 0 {
+		t.Fatal(errs)
+	}
+	code, out, _ = bench("--manifest", filepath.Join(local, "B3SUMS"), "--range", "1000-200999")
+	if code != 1 || !strings.Contains(out, "0 of 2 accepted") || !strings.Contains(out, "digest") {
+		t.Errorf("bench of a range that differs from the local file: %d\n%s", code, out)
+	}
+
+	code, _, errs = bench()
+	if code != 2 || !strings.Contains(errs, "--length-only") {
+		t.Errorf("bench with nothing to verify against: %d %s", code, errs)
+	}
+	code, out, errs = bench("--length-only")
+	if code != 0 || !strings.Contains(out, "checked: length only") {
+		t.Errorf("bench --length-only: %d\n%s\n%s", code, out, errs)
+	}
+}
