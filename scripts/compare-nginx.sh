@@ -10,13 +10,13 @@
 #   small   1 KiB file, 64 keep-alive connections, 10 s of wrk (requests/s)
 # plus server CPU seconds per GiB served on the bulk row. Prints medians and
 # ratios engine/nginx. Needs nginx, wrk and curl (apt-get install nginx wrk
-# curl). nginx is configured from shared/peers/nginx.conf.tmpl (sendfile on,
+# curl). nginx is configured from bench/compare/peers/nginx.conf.tmpl (sendfile on,
 # access log off).
 set -euo pipefail
 . "$(dirname "$0")/measure-lib.sh"
 repeats=${1:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
-tmpl=${NGINX_TMPL:-$here/../shared/peers/nginx.conf.tmpl}
+tmpl=${NGINX_TMPL:-$here/bench/compare/peers/nginx.conf.tmpl}
 for tool in nginx wrk curl openssl; do
 	command -v $tool >/dev/null || { echo "missing $tool: apt-get install nginx wrk curl openssl" >&2; exit 2; }
 done
@@ -37,7 +37,8 @@ head -c 1024 /dev/urandom >"$work/www/1k.bin"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
 	-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" \
 	-days 2 2>/dev/null
-sed -e "s#__DIR__#$work#g" -e "s#__KTLS__##" "$tmpl" >"$work/nginx.conf"
+sed -e "s#__DIR__#$work#g" -e "s#__KTLS__##" -e "s#__PLAIN_PORT__#8080#g" -e "s#__TLS_PORT__#8443#g" \
+	-e "s#__TLS_NR_PORT__#8444#g" "$tmpl" >"$work/nginx.conf"
 nginx -c "$work/nginx.conf" &
 npid=$!
 (cd "$here" && go build -o "$work/engine" ./cmd/engine)

@@ -17,7 +17,7 @@ set -euo pipefail
 . "$(dirname "$0")/measure-lib.sh"
 repeats=${1:-3}
 here=$(cd "$(dirname "$0")/.." && pwd)
-peers=${PEERS:-$here/../shared/peers}
+peers=${PEERS:-$here/bench/compare/peers}
 caddy=${CADDY:-$(command -v caddy || true)}
 ktls=${ENGINE_KTLS:-auto}
 for tool in nginx wrk curl openssl; do
@@ -41,10 +41,11 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=l
 	-days 2 2>/dev/null
 chmod 644 "$work/key.pem"
 
-sed -e "s#__DIR__#$work#g" -e "s#__KTLS__##" "$peers/nginx.conf.tmpl" >"$work/nginx.conf"
+sed -e "s#__DIR__#$work#g" -e "s#__KTLS__##" -e "s#__PLAIN_PORT__#8080#g" -e "s#__TLS_PORT__#8443#g" \
+	-e "s#__TLS_NR_PORT__#8444#g" "$peers/nginx.conf.tmpl" >"$work/nginx.conf"
 nginx -c "$work/nginx.conf" &
 pids+=($!)
-sed -e "s#__DIR__#$work#g" -e "s#__TLSPORT__#8453#g" -e "s#__PLAIN__##" "$peers/Caddyfile.tmpl" >"$work/Caddyfile"
+sed -e "s#__DIR__#$work#g" -e "s#__TLS_PORT__#8453#g" -e "s#__PLAIN_PORT__#8081#g" "$peers/Caddyfile.tmpl" >"$work/Caddyfile"
 XDG_DATA_HOME=$work/caddy XDG_CONFIG_HOME=$work/caddy "$caddy" run --config "$work/Caddyfile" --adapter caddyfile \
 	>"$work/logs/caddy.log" 2>&1 &
 pids+=($!)

@@ -1,11 +1,22 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/mediaship/engine/preflight"
 )
 
 // TestQuick runs the comparison harness in --quick mode against the engine
@@ -27,12 +38,382 @@ func TestQuick(t *testing.T) {
 	}
 	for _, want := range []string{"| large file, 1 connection, h1 plain | MiB/s |", "| 1 KiB, 64 keep-alive connections, h1 plain | req/s |",
 		"| large file, 1 connection, h2 TLS | MiB/s |",
-		"## The client's ceiling", "Quick mode"} {
+		"## The client's ceiling", "Quick mode", "at commit ", "Kernel TLS: ", "## What this page does not measure"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("report lacks %q:\n%s", want, doc)
 		}
 	}
-	if strings.Contains(string(doc), "rejected") {
-		t.Errorf("samples rejected against the engine:\n%s", doc)
+	for _, bad := range []string{"samples rejected", "no accepted sample", ": failed: "} {
+		if strings.Contains(string(doc), bad) {
+			t.Errorf("report says %q against the engine:\n%s", bad, doc)
+		}
+	}
+}
+
+// clean is a repeat whose samples were all accepted.
+func clean(repeat int, v float64) outcome {
+	return outcome{repeat: repeat, samples: 3, accepted: 3, value: v}
+}
+
+func TestCellText(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    cell
+		want string
+	}{
+		{"cannot", cell{cannot: "no HTTP/3"}, "no HTTP/3"},
+		{"not run", cell{}, "-"},
+		{"all repeats", cell{repeats: []outcome{clean(1, 10), clean(2, 30), clean(3, 20)}}, "20.0"},
+		{"partly accepted repeat still counts", cell{repeats: []outcome{
+			clean(1, 10),
+			{repeat: 2, samples: 3, accepted: 1, rejected: map[string]int{"timeout": 2}, value: 12},
+		}}, "11.0"},
+		{"one repeat without a figure", cell{repeats: []outcome{
+			clean(1, 812.3),
+			{repeat: 2, samples: 3, rejected: map[string]int{"digest": 3}},
+			clean(3, 900),
+		}}, "856.1 (2 of 3 repeats)"},
+		{"failed repeat", cell{repeats: []outcome{{repeat: 1, err: "connect: refused"}, clean(2, 5)}}, "5.0 (1 of 2 repeats)"},
+		{"no figure", cell{repeats: []outcome{
+			{repeat: 1, samples: 3, rejected: map[string]int{"digest": 1}},
+			{repeat: 2, samples: 3, rejected: map[string]int{"digest": 1}},
+			{repeat: 3, samples: 3, rejected: map[string]int{"digest": 1}},
+		}}, "no accepted sample in 3 repeats: digest x3"},
+		{"no figure, mixed", cell{repeats: []outcome{
+			{repeat: 1, samples: 2, rejected: map[string]int{"unverified": 2}},
+			{repeat: 2, err: "dial tcp: refused"},
+			{repeat: 3, err: "dial tcp: refused"},
+		}}, "no accepted sample in 3 repeats: unverified x2; failed x2: dial tcp: refused"},
+		{"no figure, one repeat", cell{repeats: []outcome{{repeat: 1}}}, "no accepted sample in 1 repeat: no samples taken"},
+	} {
+		if got := tc.c.text(); got != tc.want {
+			t.Errorf("%s: text() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCellNotes: every repeat that lost samples keeps its own note; a
+// later repeat never replaces an earlier one's.
+func TestCellNotes(t *testing.T) {
+	c := cell{repeats: []outcome{
+		{repeat: 1, samples: 3, accepted: 3, value: 1},
+		{repeat: 2, samples: 3, accepted: 2, rejected: map[string]int{"timeout": 1}, value: 1},
+		{repeat: 3, err: "bench: no response"},
+		{repeat: 4, samples: 3, rejected: map[string]int{"digest": 2, "length": 1}},
+	}}
+	want := []string{
+		"repeat 2: 1 of 3 samples rejected (timeout x1)",
+		"repeat 3: failed: bench: no response",
+		"repeat 4: 3 of 3 samples rejected (digest x2, length x1)",
+	}
+	if got := c.notes(); !slices.Equal(got, want) {
+		t.Errorf("notes() = %q, want %q", got, want)
+	}
+	if got := (&cell{repeats: []outcome{clean(1, 1), clean(2, 2)}}).notes(); len(got) != 0 {
+		t.Errorf("notes() of a clean cell = %q, want none", got)
+	}
+}
+
+func testPage(ktls kernelTLS) page {
+	rows := []row{
+		{name: "large file, 1 connection, h1 plain", unit: "MiB/s", metric: "mibps"},
+		{name: "large file, 1 connection, h3", unit: "MiB/s", metric: "mibps"},
+	}
+	servers := []*server{{name: "engine", about: "engine dev"}, {name: "nginx", about: "nginx/1.22.1"}}
+	cells := []map[string]*cell{
+		{
+			"engine": {repeats: []outcome{clean(1, 100), {repeat: 2, samples: 3, rejected: map[string]int{"digest": 3}}, clean(3, 120)}},
+			"nginx":  {repeats: []outcome{clean(1, 50), clean(2, 55), clean(3, 60)}},
+		},
+		{
+			"engine": {repeats: []outcome{
+				{repeat: 1, samples: 3, rejected: map[string]int{"unverified": 3}},
+				{repeat: 2, samples: 3, rejected: map[string]int{"unverified": 3}},
+				{repeat: 3, samples: 3, rejected: map[string]int{"unverified": 3}},
+			}},
+			"nginx": {cannot: "no HTTP/3"},
+		},
+	}
+	return page{command: "go run ./bench/compare", when: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), host: "vm", cpus: 2,
+		kernel: "Linux 6.1.0-test", goVer: "go1.26", ktls: ktls, commit: "0123abcd (with uncommitted changes)",
+		repeats: 3, samples: 3, sample: 2 * time.Second, servers: servers, rows: rows, cells: cells}
+}
+
+func TestRender(t *testing.T) {
+	noULP := &preflight.NotSupportedError{Feature: "kernel TLS", Tried: `setsockopt(TCP_ULP, "tls")`, Err: syscall.ENOENT,
+		Reason: "this kernel has no tls module"}
+	doc := render(testPage(kernelTLS{probe: noULP}))
+	for _, want := range []string{
+		"at commit 0123abcd (with uncommitted changes).",
+		"Kernel: Linux 6.1.0-test.",
+		"Kernel TLS: not available on this kernel (no `tls` ULP): every TLS figure below is the userspace TLS path; the kernel TLS + sendfile path is not in these figures.",
+		"this kernel has no tls module (setsockopt(TCP_ULP, \"tls\")",
+		"says how many (\"812.3 (2 of 3 repeats)\"). A cell without a figure says why",
+		"| large file, 1 connection, h1 plain | MiB/s | 110.0 (2 of 3 repeats) | 55.0 | 2.00 |",
+		"| large file, 1 connection, h3 | MiB/s | no accepted sample in 3 repeats: unverified x9 | no HTTP/3 | - |",
+		"- large file, 1 connection, h1 plain, engine: repeat 2: 3 of 3 samples rejected (digest x3)\n",
+		"- large file, 1 connection, h3, engine: repeat 1: 3 of 3 samples rejected (unverified x3); repeat 2: 3 of 3 samples rejected (unverified x3); repeat 3: 3 of 3 samples rejected (unverified x3)\n",
+		"## What this page does not measure",
+		"- The kernel TLS + sendfile path",
+		"More than 2 CPUs: this machine has 2",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("render lacks %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "large file, 1 connection, h1 plain, nginx:") {
+		t.Errorf("render notes a clean cell:\n%s", doc)
+	}
+
+	doc = render(testPage(kernelTLS{}))
+	if !strings.Contains(doc, "Kernel TLS: active") {
+		t.Errorf("with kernel TLS, render lacks %q:\n%s", "Kernel TLS: active", doc)
+	}
+	if strings.Contains(doc, "kernel TLS + sendfile path is not") || strings.Contains(doc, "- The kernel TLS + sendfile path") {
+		t.Errorf("with kernel TLS, render says its path is not measured:\n%s", doc)
+	}
+}
+
+func TestKTLSStatement(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		k    kernelTLS
+		want string
+	}{
+		{"missing", kernelTLS{probe: &preflight.NotSupportedError{Feature: "kernel TLS", Tried: "x"}}, "Kernel TLS: not available on this kernel"},
+		{"not Linux", kernelTLS{probe: fmt.Errorf("loopback TCP pair: %w", fmt.Errorf("preflight: %w on this OS", errors.ErrUnsupported))}, "Kernel TLS: not available"},
+		{"unknown", kernelTLS{probe: fmt.Errorf("loopback TCP pair: EMFILE")}, "Kernel TLS: could not tell"},
+		{"engine stayed in userspace", kernelTLS{userspace: `msg="kernel TLS unavailable; TLS is served from userspace"`}, "served from userspace"},
+		{"active", kernelTLS{}, "Kernel TLS: active"},
+		{"active, a promotion failed", kernelTLS{promoteFailed: "promotion to kernel TLS failed"}, "failed to promote"},
+	} {
+		if got := tc.k.statement(); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: statement() = %q, want it to contain %q", tc.name, got, tc.want)
+		}
+		if active := tc.k.probe == nil && tc.k.userspace == ""; tc.k.active() != active {
+			t.Errorf("%s: active() = %v, want %v", tc.name, tc.k.active(), active)
+		}
+	}
+}
+
+func TestEngineLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "engine-tls.log")
+	log := `time=1 level=WARN msg="kernel TLS unavailable; TLS is served from userspace" check=ktls.ulp
+time=2 level=WARN msg="promotion to kernel TLS failed; this connection stays in userspace (logged once per loop)" err=EINVAL
+`
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var k kernelTLS
+	k.engineLog(path)
+	if !strings.Contains(k.userspace, "kernel TLS unavailable") || !strings.Contains(k.promoteFailed, "EINVAL") {
+		t.Errorf("engineLog: userspace = %q, promoteFailed = %q", k.userspace, k.promoteFailed)
+	}
+	if k.active() {
+		t.Error("active() = true after the engine said it serves from userspace")
+	}
+}
+
+// TestFillRefusesFixedPorts: a template without a port placeholder (an
+// old copy passed with --peers) is refused, not run on unknown ports.
+func TestFillRefusesFixedPorts(t *testing.T) {
+	old := fstest.MapFS{"nginx.conf.tmpl": {Data: []byte("listen 127.0.0.1:8080;\nroot __DIR__/www;\n")}}
+	_, err := peerTemplates{fs: old, name: "old"}.fill("nginx.conf.tmpl", "__DIR__", "/w", "__PLAIN_PORT__", "1234")
+	if err == nil || !strings.Contains(err.Error(), "__PLAIN_PORT__") {
+		t.Errorf("fill of a template with a fixed port = %v, want an error naming __PLAIN_PORT__", err)
+	}
+}
+
+// TestFreePorts: distinct ports, each free afterwards for what was asked.
+func TestFreePorts(t *testing.T) {
+	udp := []bool{false, true, false, true}
+	ports, err := freePorts(udp...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ports) != len(udp) {
+		t.Fatalf("freePorts returned %d ports, want %d", len(ports), len(udp))
+	}
+	seen := map[int]bool{}
+	for i, p := range ports {
+		if seen[p] {
+			t.Errorf("port %d handed out twice: %v", p, ports)
+		}
+		seen[p] = true
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("port %d not free for TCP: %v", p, err)
+			continue
+		}
+		l.Close()
+		if udp[i] {
+			u, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				t.Errorf("port %d not free for UDP: %v", p, err)
+				continue
+			}
+			u.Close()
+		}
+	}
+}
+
+// TestChoosePortsSkipsTakenUDP: a port whose UDP side is taken is not
+// chosen where UDP is needed, and is where only TCP is.
+func TestChoosePortsSkipsTakenUDP(t *testing.T) {
+	u, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	taken := u.LocalAddr().(*net.UDPAddr).Port
+	// Candidates: the port whose UDP side is taken first, then any.
+	candidates := func() func() (net.Listener, error) {
+		first := true
+		return func() (net.Listener, error) {
+			if first {
+				first = false
+				return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(taken)))
+			}
+			return net.Listen("tcp", "127.0.0.1:0")
+		}
+	}
+	if l, err := candidates()(); err != nil {
+		t.Skipf("TCP port %d is taken too, cannot set up the case: %v", taken, err)
+	} else {
+		l.Close()
+	}
+	ports, err := choosePorts([]bool{true}, candidates())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ports[0] == taken {
+		t.Errorf("choosePorts(udp) = %d, whose UDP port is taken", taken)
+	}
+	ports, err = choosePorts([]bool{false}, candidates())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ports[0] != taken {
+		t.Errorf("choosePorts(tcp only) = %d, want %d (its TCP side is free)", ports[0], taken)
+	}
+}
+
+// TestWaitReadyPortTaken: a server that exits because its port is taken
+// is reported as errPortTaken, which startOnFreePorts retries.
+func TestWaitReadyPortTaken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "engine")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/engine").CombinedOutput(); err != nil {
+		t.Fatalf("build the engine: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	p, err := startProc(filepath.Join(dir, "engine.log"), bin, []string{"serve", "--root", dir, "--listen", addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+	if err := p.waitReady("http://" + addr + "/"); !errors.Is(err, errPortTaken) {
+		t.Errorf("waitReady with %s taken = %v, want errPortTaken", addr, err)
+	} else {
+		t.Log(err)
+	}
+}
+
+func TestStartOnFreePorts(t *testing.T) {
+	other := errors.New("nginx not installed")
+	for _, tc := range []struct {
+		name      string
+		errs      []error // what each call of start returns, in order
+		wantCalls int
+		wantErr   error
+	}{
+		{"first try", []error{nil}, 1, nil},
+		{"port taken, then started", []error{errPortTaken, errPortTaken, nil}, 3, nil},
+		{"port taken every time", []error{errPortTaken, errPortTaken, errPortTaken, nil}, 3, errPortTaken},
+		{"other error: no retry", []error{other, nil}, 1, other},
+	} {
+		calls := 0
+		_, err := startOnFreePorts(func() (*server, error) {
+			err := tc.errs[calls]
+			calls++
+			if err != nil {
+				return nil, fmt.Errorf("engine exited: %w", err)
+			}
+			return &server{}, nil
+		})
+		if calls != tc.wantCalls || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+			t.Errorf("%s: %d calls, err %v; want %d calls, err %v", tc.name, calls, err, tc.wantCalls, tc.wantErr)
+		}
+	}
+}
+
+func TestPortTaken(t *testing.T) {
+	for _, tc := range []struct {
+		log  string
+		want bool
+	}{
+		{`nginx: [emerg] bind() to 127.0.0.1:8080 failed (98: Address already in use)`, true},
+		{`Error: loading initial config: listen tcp 127.0.0.1:9453: bind: address already in use`, true},
+		{`level=ERROR msg="cannot start" err="listen udp 127.0.0.1:9443: bind: address already in use"`, true},
+		{`nginx: [emerg] open() "/x/cert.pem" failed (2: No such file or directory)`, false},
+		{``, false},
+	} {
+		if got := portTaken(tc.log); got != tc.want {
+			t.Errorf("portTaken(%q) = %v, want %v", tc.log, got, tc.want)
+		}
+	}
+}
+
+// TestPeerTemplates: the embedded templates keep the settings the
+// comparison depends on, and every placeholder is one the harness fills.
+func TestPeerTemplates(t *testing.T) {
+	peers, err := fs.Sub(embeddedPeers, "peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file         string
+		placeholders []string
+		settings     []string
+	}{
+		{"nginx.conf.tmpl", []string{"__DIR__", "__KTLS__", "__PLAIN_PORT__", "__TLS_PORT__", "__TLS_NR_PORT__"},
+			[]string{"sendfile on;", "access_log off;", "ssl http2;", "ssl_session_tickets off;", "ssl_session_cache off;", "TLSv1.3", "__DIR__/cert.pem"}},
+		{"Caddyfile.tmpl", []string{"__DIR__", "__PLAIN_PORT__", "__TLS_PORT__"},
+			[]string{"auto_https off", "admin off", "protocols h1 h2 h3", "tls __DIR__/cert.pem __DIR__/key.pem", "http://:__PLAIN_PORT__"}},
+	} {
+		b, err := fs.ReadFile(peers, tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, want := range append(tc.placeholders, tc.settings...) {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s lacks %q", tc.file, want)
+			}
+		}
+		var pairs []string
+		for _, p := range tc.placeholders {
+			pairs = append(pairs, p, "x")
+		}
+		filled, err := peerTemplates{fs: peers, name: "peers"}.fill(tc.file, pairs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Comments may mention placeholders; what is left in the
+		// configuration proper must not.
+		for i, line := range strings.Split(filled, "\n") {
+			if strings.Contains(line, "__") && !strings.HasPrefix(strings.TrimSpace(line), "#") {
+				t.Errorf("%s:%d: placeholder the harness does not fill: %s", tc.file, i+1, line)
+			}
+		}
 	}
 }

@@ -2,26 +2,31 @@
 // this engine, nginx and Caddy on loopback, interleaved and repeated, and
 // writes docs/BENCHMARKS.md with the table and the ratios.
 //
-//	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--caddy PATH]
+//	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--rows REGEXP] [--caddy PATH] [--out FILE]
 //
-// It generates the fixtures (a 99,943,778-byte file, 1 MiB, 1 KiB and
-// their B3SUMS), one self-signed certificate, and configurations for the
-// peers from shared/peers. nginx comes from Debian (apt-get install
-// nginx); Caddy is built from the Go module proxy
-// (GOBIN=DIR go install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9).
-// A server that is missing is left out of the table, and a cell a server
-// cannot do (a protocol it does not speak) says so.
+// It needs nothing outside the checkout but nginx: it generates the
+// fixtures (a 99,943,778-byte file, 1 MiB, 1 KiB and their B3SUMS), one
+// self-signed certificate, and configurations for the peers from the
+// templates in peers/ (embedded in the binary), on ports free at the
+// time. nginx comes from Debian (apt-get install nginx); Caddy v2.11.9 is
+// built once from the Go module proxy into the user's cache directory
+// unless --caddy or $CADDY names a binary. A server that is missing is
+// left out of the table, and a cell a server cannot do (a protocol it
+// does not speak) says so.
+//
+// The page records, for every cell, how many repeats had accepted
+// samples and why the others had none; the kernel, whether kernel TLS
+// was active, and the commit measured.
 package main
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"debug/buildinfo"
+	"embed"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -39,20 +44,11 @@ import (
 	"github.com/mediaship/engine/internal/selfsigned"
 )
 
-// A server under test: its URLs per protocol and its process.
-type server struct {
-	name  string
-	plain string // base URL, http://
-	tls   string // base URL, https:// (h1, h2)
-	tlsNR string // https without session resumption (new connection rows); "" = tls
-	h3    string // base URL for HTTP/3, "" if not spoken
-	h2    bool
-	pid   int
-	cmd   *exec.Cmd
-	// The engine serves plain and TLS from two processes; the TLS one is
-	// measured on TLS rows.
-	tlsCmd *exec.Cmd
-}
+// embeddedPeers holds the nginx and Caddy configuration templates, so the
+// binary needs nothing outside the checkout. Read-only.
+//
+//go:embed peers/*
+var embeddedPeers embed.FS
 
 // A row of the matrix.
 type row struct {
@@ -91,16 +87,16 @@ func matrix(quick bool) []row {
 }
 
 func main() {
-	out := flag.String("out", "docs/BENCHMARKS.md", "report to write")
+	out := flag.String("out", "docs/BENCHMARKS.md", "report to write (relative to the repository)")
 	repeats := flag.Int("repeats", 3, "interleaved repeats")
 	duration := flag.Duration("duration", 6*time.Second, "measured time per cell")
 	samples := flag.Int("samples", 3, "samples per cell")
 	warmup := flag.Duration("warmup", time.Second, "warmup per cell")
 	quick := flag.Bool("quick", false, "a short run over a few rows (a smoke test, not a measurement)")
 	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare")
-	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: caddy on PATH)")
-	only := flag.String("rows", "", "measure only the rows whose name matches this regular expression")
-	peers := flag.String("peers", "", "shared/peers directory (default: ../shared/peers beside the repository)")
+	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: $CADDY, or Caddy "+caddyVersion+" built once into the user's cache)")
+	only := flag.String("rows", "", "measure only the rows of the full matrix whose name matches this regular expression (with --quick too)")
+	peersDir := flag.String("peers", "", "folder with nginx.conf.tmpl and Caddyfile.tmpl (default: the templates in bench/compare/peers, embedded)")
 	flag.Parse()
 	if *quick {
 		*repeats, *duration, *samples, *warmup = 1, 2*time.Second, 2, 500*time.Millisecond
@@ -109,9 +105,31 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if *peers == "" {
-		*peers = filepath.Join(repo, "..", "shared", "peers")
+	var peers peerTemplates
+	if *peersDir != "" {
+		peers = peerTemplates{fs: os.DirFS(*peersDir), name: *peersDir}
+	} else {
+		sub, err := fs.Sub(embeddedPeers, "peers")
+		if err != nil {
+			log.Fatal(err)
+		}
+		peers = peerTemplates{fs: sub, name: "bench/compare/peers"}
 	}
+
+	rows := matrix(*quick)
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			log.Fatalf("--rows: %v", err)
+		}
+		// --rows picks from the whole matrix, so that --quick --rows h3
+		// is a short run of the HTTP/3 rows.
+		rows = slices.DeleteFunc(matrix(false), func(r row) bool { return !re.MatchString(r.name) })
+		if len(rows) == 0 {
+			log.Fatalf("--rows %q matches no row", *only)
+		}
+	}
+
 	work, err := os.MkdirTemp("", "engine-compare-")
 	if err != nil {
 		log.Fatal(err)
@@ -126,48 +144,55 @@ func main() {
 	if err := writeCert(work); err != nil {
 		log.Fatal(err)
 	}
+	// Probed before the servers start: nginx is offered kernel TLS only
+	// where the kernel has it.
+	ktls := kernelTLS{probe: probeKernelTLS()}
+	log.Printf("kernel TLS: %v", orOK(ktls.probe))
+
 	var list []*server
 	for _, name := range strings.Split(*servers, ",") {
-		var s *server
-		var err error
+		var start func() (*server, error)
 		switch name {
 		case "engine":
-			s, err = startEngine(repo, work)
+			bin, err := buildEngine(repo, work)
+			if err != nil {
+				log.Printf("engine left out: %v", err)
+				continue
+			}
+			start = func() (*server, error) { return startEngine(bin, work) }
 		case "nginx":
-			s, err = startNginx(work, *peers)
+			start = func() (*server, error) { return startNginx(work, peers, ktls.probe == nil) }
 		case "caddy":
-			s, err = startCaddy(work, *peers, *caddyBin)
+			bin, err := findCaddy(*caddyBin)
+			if err != nil {
+				log.Printf("caddy left out: %v", err)
+				continue
+			}
+			start = func() (*server, error) { return startCaddy(work, peers, bin) }
 		default:
 			log.Fatalf("unknown server %q", name)
 		}
+		s, err := startOnFreePorts(start)
 		if err != nil {
 			log.Printf("%s left out: %v", name, err)
 			continue
 		}
 		defer s.stop()
+		log.Printf("%s: %s", name, s.where())
 		list = append(list, s)
 	}
 	if len(list) == 0 {
+		os.RemoveAll(work) // log.Fatal skips the deferred removal
 		log.Fatal("no server to measure")
 	}
 
-	rows := matrix(*quick)
-	if *only != "" {
-		re, err := regexp.Compile(*only)
-		if err != nil {
-			log.Fatalf("--rows: %v", err)
-		}
-		rows = slices.DeleteFunc(rows, func(r row) bool { return !re.MatchString(r.name) })
-		if len(rows) == 0 {
-			log.Fatalf("--rows %q matches no row", *only)
-		}
-	}
-	// results[row][server] collects one figure per repeat.
-	results := make([]map[string][]float64, len(rows))
-	notes := make([]map[string]string, len(rows))
-	cpu := make([]map[string][]float64, len(rows))
+	// cells[row][server] collects every repeat's outcome.
+	cells := make([]map[string]*cell, len(rows))
 	for i := range rows {
-		results[i], notes[i], cpu[i] = map[string][]float64{}, map[string]string{}, map[string][]float64{}
+		cells[i] = map[string]*cell{}
+		for _, s := range list {
+			cells[i][s.name] = &cell{}
+		}
 	}
 	// Ctrl-C or SIGTERM stops the run and the servers; nothing is written.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -187,41 +212,23 @@ func main() {
 		for i, rw := range rows {
 			order := rotate(list, r+i)
 			for _, s := range order {
+				c := cells[i][s.name]
 				base, why := s.base(rw)
 				if base == "" {
-					notes[i][s.name] = why
+					c.cannot = why
 					continue
 				}
-				c := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections, Streams: rw.streams,
+				cfg := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections, Streams: rw.streams,
 					Duration: *duration, Samples: *samples, Warmup: *warmup, Rate: rw.rate, Manifest: manifest,
 					LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
 					NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
-				rep, err := bench.Run(ctx, c)
+				rep, err := bench.Run(ctx, cfg)
 				if interrupted() {
 					os.Exit(130)
 				}
-				if err != nil {
-					notes[i][s.name] = err.Error()
-					continue
-				}
-				if rep.Accepted < len(rep.Samples) {
-					notes[i][s.name] = fmt.Sprintf("%d of %d samples rejected (%s)", len(rep.Samples)-rep.Accepted, len(rep.Samples), rejections(rep))
-				}
-				if rep.Accepted == 0 {
-					continue
-				}
-				v := rep.MiBps.Median
-				switch rw.metric {
-				case "rps":
-					v = rep.RPS.Median
-				case "p99":
-					v = float64(rep.Latency.P99) / 1e6
-				}
-				results[i][s.name] = append(results[i][s.name], v)
-				if rep.Server != nil && rep.Bytes > 0 {
-					cpu[i][s.name] = append(cpu[i][s.name], rep.Server.CPUSeconds/(float64(rep.Bytes)/(1<<30)))
-				}
-				log.Printf("repeat %d  %-52s %-7s %10.1f %s", r+1, rw.name, s.name, v, rw.unit)
+				o := newOutcome(r+1, rep, err, rw.metric)
+				c.repeats = append(c.repeats, o)
+				log.Printf("repeat %d  %-52s %-7s %s", r+1, rw.name, s.name, o.logLine(rw.unit))
 			}
 		}
 	}
@@ -229,19 +236,50 @@ func main() {
 	if interrupted() {
 		os.Exit(130)
 	}
-	doc := render(rows, list, results, notes, cpu, ceil, *repeats, *duration, *samples, *quick)
-	if err := os.MkdirAll(filepath.Dir(filepath.Join(repo, *out)), 0o755); err != nil {
-		log.Fatal(err)
+	for _, s := range list {
+		if s.name == "engine" {
+			ktls.engineLog(filepath.Join(work, "engine-tls.log"))
+		}
 	}
+	kernel, _ := exec.Command("uname", "-sr").Output()
+	host, _ := os.Hostname()
+	doc := render(page{
+		command: strings.Join(append([]string{"go run ./bench/compare"}, os.Args[1:]...), " "),
+		when:    time.Now().UTC(),
+		host:    host,
+		cpus:    runtime.NumCPU(),
+		kernel:  strings.TrimSpace(string(kernel)),
+		goVer:   runtime.Version(),
+		ktls:    ktls,
+		commit:  commit(repo),
+		quick:   *quick,
+		repeats: *repeats,
+		samples: *samples,
+		sample:  *duration / time.Duration(*samples),
+		servers: list,
+		rows:    rows,
+		cells:   cells,
+		ceil:    ceil,
+	})
 	path := *out
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(repo, path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		log.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(doc)
 	log.Printf("wrote %s", path)
+}
+
+func orOK(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
 }
 
 // base returns the URL base for a row, or "" and why the server cannot.
@@ -312,160 +350,6 @@ func selfChecks(ctx context.Context, d time.Duration, samples int, warmup time.D
 	return out
 }
 
-func render(rows []row, list []*server, results []map[string][]float64, notes []map[string]string, cpu []map[string][]float64,
-	ceil []ceiling, repeats int, d time.Duration, samples int, quick bool) string {
-	var b strings.Builder
-	kernel, _ := exec.Command("uname", "-sr").Output()
-	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "# Benchmarks\n\nGenerated by `%s` on %s.\n\n", strings.Join(append([]string{"go run ./bench/compare"}, os.Args[1:]...), " "), time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	if quick {
-		b.WriteString("**Quick mode: a smoke test of the harness, not a measurement.**\n\n")
-	}
-	fmt.Fprintf(&b, "Machine: %s, %d CPUs, %s, %s. Client: `engine bench` in the same process as this harness; servers on loopback, one certificate (ECDSA P-256), TLS 1.3.\n\n",
-		host, runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version())
-	fmt.Fprintf(&b, "Every figure is the median over %d interleaved repeats (the server order rotating) of the median over %d samples of %v, after a warmup; a sample counts only when every response in it had the right status, the exact length and the BLAKE3 digest from the fixtures' B3SUMS. Servers:\n\n", repeats, samples, d/time.Duration(samples))
-	for _, s := range list {
-		fmt.Fprintf(&b, "- **%s**: %s\n", s.name, s.describe())
-	}
-	b.WriteString("\n| workload | unit |")
-	for _, s := range list {
-		fmt.Fprintf(&b, " %s |", s.name)
-	}
-	ratios := []string{}
-	for _, s := range list {
-		if s.name != "engine" {
-			ratios = append(ratios, s.name)
-			fmt.Fprintf(&b, " engine/%s |", s.name)
-		}
-	}
-	b.WriteString("\n|---|---|")
-	for range list {
-		b.WriteString("---:|")
-	}
-	for range ratios {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
-	for i, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s |", r.name, r.unit)
-		for _, s := range list {
-			if v := results[i][s.name]; len(v) > 0 {
-				fmt.Fprintf(&b, " %.1f |", median(v))
-			} else {
-				fmt.Fprintf(&b, " %s |", orDash(notes[i][s.name]))
-			}
-		}
-		e := results[i]["engine"]
-		for _, name := range ratios {
-			o := results[i][name]
-			if len(e) == 0 || len(o) == 0 || median(o) == 0 {
-				b.WriteString(" - |")
-				continue
-			}
-			ratio := median(e) / median(o)
-			if r.metric == "p99" {
-				ratio = median(o) / median(e) // lower is better: show how many times better
-			}
-			fmt.Fprintf(&b, " %.2f |", ratio)
-		}
-		b.WriteString("\n")
-	}
-	b.WriteString("\nRatios above 1 favour the engine (for p99, the other server's latency divided by the engine's).\n")
-	b.WriteString("\nServer CPU seconds per GiB served (median), on the throughput rows:\n\n| workload |")
-	for _, s := range list {
-		fmt.Fprintf(&b, " %s |", s.name)
-	}
-	b.WriteString("\n|---|")
-	for range list {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
-	for i, r := range rows {
-		if r.metric != "mibps" {
-			continue
-		}
-		fmt.Fprintf(&b, "| %s |", r.name)
-		for _, s := range list {
-			if v := cpu[i][s.name]; len(v) > 0 {
-				fmt.Fprintf(&b, " %.3f |", median(v))
-			} else {
-				b.WriteString(" - |")
-			}
-		}
-		b.WriteString("\n")
-	}
-	notesShown := false
-	for i, r := range rows {
-		for _, s := range list {
-			if n := notes[i][s.name]; n != "" && len(results[i][s.name]) > 0 {
-				if !notesShown {
-					b.WriteString("\nNotes:\n\n")
-					notesShown = true
-				}
-				fmt.Fprintf(&b, "- %s, %s: %s\n", r.name, s.name, n)
-			}
-		}
-	}
-	b.WriteString("\n## The client's ceiling (`engine bench --self-check`)\n\nThe same client against an in-process source that answers from memory: a server measured near these figures was limited by the client (which hashes every byte), not by itself.\n\n| self-check | MiB/s | req/s |\n|---|---:|---:|\n")
-	for _, c := range ceil {
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f |\n", c.name, c.rep.MiBps.Median, c.rep.RPS.Median)
-	}
-	return b.String()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func (s *server) describe() string {
-	switch s.name {
-	case "engine":
-		out, _ := exec.Command(s.cmd.Path, "version").Output()
-		return strings.TrimSpace(string(out)) + " (two processes: plain, and TLS with HTTP/1.1, HTTP/2 and HTTP/3; kernel TLS as this kernel allows)"
-	case "nginx":
-		out, _ := exec.Command("nginx", "-v").CombinedOutput()
-		return strings.TrimSpace(string(out)) + " (shared/peers/nginx.conf.tmpl: sendfile on, access log off; HTTP/2 on TLS)"
-	case "caddy":
-		v := "(version unknown)"
-		// A caddy built with go install says "unknown" to "caddy version";
-		// its build information still names the module version.
-		if bi, err := buildinfo.ReadFile(s.cmd.Path); err == nil && bi.Main.Version != "" {
-			v = bi.Main.Version + ", " + bi.GoVersion
-		} else if out, err := exec.Command(s.cmd.Path, "version").Output(); err == nil {
-			v = strings.TrimSpace(string(out))
-		}
-		return "caddy " + v + " (shared/peers/Caddyfile.tmpl with h1 h2 h3)"
-	}
-	return ""
-}
-
-// pidFor is the process serving a row.
-func (s *server) pidFor(r row) int {
-	if r.tls && s.tlsCmd != nil {
-		return s.tlsCmd.Process.Pid
-	}
-	return s.pid
-}
-
-func (s *server) stop() {
-	if s.tlsCmd != nil {
-		(&server{cmd: s.tlsCmd}).stop()
-	}
-	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { s.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			s.cmd.Process.Kill()
-		}
-	}
-}
-
 func repoRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -476,6 +360,30 @@ func repoRoot() (string, error) {
 		return "", fmt.Errorf("run from inside the repository")
 	}
 	return filepath.Dir(mod), nil
+}
+
+// commit names what was measured: HEAD, and whether the working tree
+// differed from it. Read-only: --no-optional-locks keeps git status from
+// refreshing the index.
+func commit(repo string) string {
+	git := func(args ...string) (string, error) {
+		cmd := exec.Command("git", append([]string{"--no-optional-locks"}, args...)...)
+		cmd.Dir = repo
+		out, err := cmd.Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	head, err := git("rev-parse", "HEAD")
+	if err != nil {
+		return "unknown (git rev-parse HEAD: " + err.Error() + ")"
+	}
+	status, err := git("status", "--porcelain")
+	switch {
+	case err != nil:
+		return head + " (git status failed: whether it had uncommitted changes is unknown)"
+	case status != "":
+		return head + " (with uncommitted changes)"
+	}
+	return head
 }
 
 // fixtures writes the files and their manifest.
@@ -521,139 +429,4 @@ func writeCert(work string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(work, "key.pem"), keyPEM, 0o644)
-}
-
-// waitReady polls a URL until it answers 200.
-func waitReady(url string) error {
-	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	for i := 0; i < 100; i++ {
-		if resp, err := c.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer", url)
-}
-
-func startProc(logFile string, name string, args []string, env ...string) (*exec.Cmd, error) {
-	lf, err := os.Create(logFile)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = dieWithParent()
-	return cmd, cmd.Start()
-}
-
-func startEngine(repo, work string) (*server, error) {
-	bin := filepath.Join(work, "engine")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/engine")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build: %v\n%s", err, out)
-	}
-	www := filepath.Join(work, "www")
-	cfg := fmt.Sprintf("listen = \"127.0.0.1:9443\"\n[[sites]]\ndomain = \"*\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"auto\"\n",
-		www, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"))
-	if err := os.WriteFile(filepath.Join(work, "engine-tls.toml"), []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
-	plain, err := startProc(filepath.Join(work, "engine-plain.log"), bin, []string{"serve", "--root", www, "--listen", "127.0.0.1:9080"})
-	if err != nil {
-		return nil, err
-	}
-	tlsCmd, err := startProc(filepath.Join(work, "engine-tls.log"), bin, []string{"serve", "-c", filepath.Join(work, "engine-tls.toml")})
-	if err != nil {
-		plain.Process.Kill()
-		return nil, err
-	}
-	s := &server{name: "engine", plain: "http://127.0.0.1:9080", tls: "https://127.0.0.1:9443", cmd: plain, pid: plain.Process.Pid,
-		tlsCmd: tlsCmd, h2: true, h3: "https://127.0.0.1:9443"}
-	if err := waitReady(s.plain + "/1k.bin"); err != nil {
-		return nil, err
-	}
-	return s, waitReady(s.tls + "/1k.bin")
-}
-
-func startNginx(work, peers string) (*server, error) {
-	if _, err := exec.LookPath("nginx"); err != nil {
-		return nil, fmt.Errorf("nginx not installed (apt-get install nginx)")
-	}
-	tmpl, err := os.ReadFile(filepath.Join(peers, "nginx.conf.tmpl"))
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range []string{"run", "logs"} {
-		os.MkdirAll(filepath.Join(work, d), 0o755)
-	}
-	conf := strings.NewReplacer("__DIR__", work, "__KTLS__", "").Replace(string(tmpl))
-	path := filepath.Join(work, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	cmd, err := startProc(filepath.Join(work, "nginx.log"), "nginx", []string{"-c", path})
-	if err != nil {
-		return nil, err
-	}
-	s := &server{name: "nginx", plain: "http://127.0.0.1:8080", tls: "https://127.0.0.1:8443", tlsNR: "https://127.0.0.1:8444",
-		h2: true, cmd: cmd, pid: cmd.Process.Pid}
-	return s, waitReady(s.plain + "/1k.bin")
-}
-
-func startCaddy(work, peers, bin string) (*server, error) {
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("caddy"); err != nil {
-			return nil, fmt.Errorf("no caddy binary (--caddy PATH, or on PATH)")
-		}
-	}
-	tmpl, err := os.ReadFile(filepath.Join(peers, "Caddyfile.tmpl"))
-	if err != nil {
-		return nil, err
-	}
-	plain := fmt.Sprintf("http://:9081 {\n\tbind 127.0.0.1\n\troot * %s/www\n\tfile_server\n}\n", work)
-	// __PLAIN__ also appears in the template's first comment line: replace
-	// only the line that is nothing but the placeholder.
-	conf := strings.Replace(string(tmpl), "\n__PLAIN__", "\n"+plain, 1)
-	conf = strings.NewReplacer("__DIR__", work, "__TLSPORT__", "9453", "protocols h1 h2", "protocols h1 h2 h3").Replace(conf)
-	path := filepath.Join(work, "Caddyfile")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	data := filepath.Join(work, "caddy-data")
-	cmd, err := startProc(filepath.Join(work, "caddy.log"), bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
-		"XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+data)
-	if err != nil {
-		return nil, err
-	}
-	s := &server{name: "caddy", plain: "http://127.0.0.1:9081", tls: "https://127.0.0.1:9453", h3: "https://127.0.0.1:9453",
-		h2: true, cmd: cmd, pid: cmd.Process.Pid}
-	return s, waitReady(s.tls + "/1k.bin")
-}
-
-// rejections sums the reasons the report's samples were rejected for, as
-// "reason xN" in a stable order; "unverified" means no response that passed
-// its checks streamed during the sample, so none of its bytes were proven.
-func rejections(rep *bench.Report) string {
-	why := map[string]int{}
-	for _, s := range rep.Samples {
-		for k, v := range s.Rejected {
-			why[k] += v
-		}
-	}
-	keys := make([]string, 0, len(why))
-	for k := range why {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s x%d", k, why[k])
-	}
-	return strings.Join(parts, ", ")
 }

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/preflight"
+)
+
+// outcome is what one repeat of one cell came to.
+type outcome struct {
+	repeat   int            // 1-based
+	err      string         // bench.Run failed: no samples at all
+	samples  int            // samples taken
+	accepted int            // of which accepted
+	rejected map[string]int // why the others were, summed over the samples
+	value    float64        // the figure over the accepted samples; set when accepted > 0
+	cpu      float64        // server CPU seconds per GiB; set when hasCPU
+	hasCPU   bool
+}
+
+func newOutcome(repeat int, rep *bench.Report, err error, metric string) outcome {
+	o := outcome{repeat: repeat}
+	if err != nil {
+		o.err = err.Error()
+		return o
+	}
+	o.samples, o.accepted, o.rejected = len(rep.Samples), rep.Accepted, rejections(rep)
+	if rep.Accepted == 0 {
+		return o
+	}
+	switch metric {
+	case "rps":
+		o.value = rep.RPS.Median
+	case "p99":
+		o.value = float64(rep.Latency.P99) / 1e6
+	default:
+		o.value = rep.MiBps.Median
+	}
+	if rep.Server != nil && rep.Bytes > 0 {
+		o.cpu, o.hasCPU = rep.Server.CPUSeconds/(float64(rep.Bytes)/(1<<30)), true
+	}
+	return o
+}
+
+// note is what the page says about a repeat that lost samples or failed,
+// "" when every sample was accepted.
+func (o outcome) note() string {
+	switch {
+	case o.err != "":
+		return fmt.Sprintf("repeat %d: failed: %s", o.repeat, o.err)
+	case o.samples == 0:
+		return fmt.Sprintf("repeat %d: no samples taken", o.repeat)
+	case o.accepted < o.samples:
+		return fmt.Sprintf("repeat %d: %d of %d samples rejected (%s)", o.repeat, o.samples-o.accepted, o.samples, counts(o.rejected))
+	}
+	return ""
+}
+
+// logLine is the progress line for the terminal.
+func (o outcome) logLine(unit string) string {
+	s := "no figure"
+	if o.accepted > 0 {
+		s = fmt.Sprintf("%10.1f %s", o.value, unit)
+	}
+	if n := o.note(); n != "" {
+		s += "  (" + n + ")"
+	}
+	return s
+}
+
+// cell is one server on one row: every repeat's outcome, in order.
+type cell struct {
+	cannot  string // why the server cannot do this row ("no HTTP/3"); it has no repeats then
+	repeats []outcome
+}
+
+// figures are the values of the repeats that had accepted samples.
+func (c *cell) figures() []float64 {
+	var v []float64
+	for _, o := range c.repeats {
+		if o.accepted > 0 {
+			v = append(v, o.value)
+		}
+	}
+	return v
+}
+
+func (c *cell) cpus() []float64 {
+	var v []float64
+	for _, o := range c.repeats {
+		if o.accepted > 0 && o.hasCPU {
+			v = append(v, o.cpu)
+		}
+	}
+	return v
+}
+
+// text is the table cell: the median over the repeats that had accepted
+// samples, with how many those were when not all; or why there is no
+// figure.
+func (c *cell) text() string {
+	n, v := len(c.repeats), c.figures()
+	switch {
+	case c.cannot != "":
+		return c.cannot
+	case n == 0:
+		return "-"
+	case len(v) == n:
+		return fmt.Sprintf("%.1f", median(v))
+	case len(v) > 0:
+		return fmt.Sprintf("%.1f (%d of %d repeats)", median(v), len(v), n)
+	}
+	return fmt.Sprintf("no accepted sample in %s: %s", plural(n, "repeat"), c.why())
+}
+
+// why sums what kept the repeats from figures: rejection reasons over all
+// samples, then each distinct failure.
+func (c *cell) why() string {
+	reasons := map[string]int{}
+	failed := map[string]int{}
+	var order []string // failures in the order first seen
+	for _, o := range c.repeats {
+		for k, v := range o.rejected {
+			reasons[k] += v
+		}
+		if o.err != "" {
+			if failed[o.err] == 0 {
+				order = append(order, o.err)
+			}
+			failed[o.err]++
+		}
+	}
+	var parts []string
+	if len(reasons) > 0 {
+		parts = append(parts, counts(reasons))
+	}
+	for _, e := range order {
+		parts = append(parts, fmt.Sprintf("failed x%d: %s", failed[e], e))
+	}
+	if len(parts) == 0 {
+		return "no samples taken"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// notes are the cell's per-repeat notes, in repeat order.
+func (c *cell) notes() []string {
+	var out []string
+	for _, o := range c.repeats {
+		if n := o.note(); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// rejections sums the reasons the report's samples were rejected for;
+// "unverified" means no response that passed its checks streamed during
+// the sample, so none of its bytes were proven.
+func rejections(rep *bench.Report) map[string]int {
+	why := map[string]int{}
+	for _, s := range rep.Samples {
+		for k, v := range s.Rejected {
+			why[k] += v
+		}
+	}
+	return why
+}
+
+// counts formats reasons as "reason xN" in a stable order.
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s x%d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// kernelTLS is whether the engine's TLS process could hand transmission
+// to the kernel, and the evidence.
+type kernelTLS struct {
+	// probe is the preflight answer for the tls ULP and sendfile into it,
+	// the two the engine needs to promote a connection: nil available,
+	// ErrNotSupported missing, any other error unknown.
+	probe error
+	// From the engine's TLS log, after the run: the line saying it serves
+	// TLS from userspace, and the first failed promotion; "" when absent.
+	userspace, promoteFailed string
+}
+
+// probeKernelTLS runs the probes engine serve runs to decide whether it
+// promotes connections to kernel TLS (ktls.ulp and ktls.sendfile).
+func probeKernelTLS() error {
+	p := new(preflight.Prober)
+	if err := p.TLSULP(); err != nil {
+		return err
+	}
+	return p.KTLSSendfile()
+}
+
+// engineLog reads the engine's TLS log for what it said about kernel TLS.
+func (k *kernelTLS) engineLog(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case k.userspace == "" && strings.Contains(line, "kernel TLS unavailable"):
+			k.userspace = strings.TrimSpace(line)
+		case k.promoteFailed == "" && strings.Contains(line, "promotion to kernel TLS failed"):
+			k.promoteFailed = strings.TrimSpace(line)
+		}
+	}
+}
+
+func (k kernelTLS) active() bool { return k.probe == nil && k.userspace == "" }
+
+// statement is the page's sentence on kernel TLS.
+func (k kernelTLS) statement() string {
+	const absent = "every TLS figure below is the userspace TLS path; the kernel TLS + sendfile path is not in these figures."
+	var ns *preflight.NotSupportedError
+	switch {
+	case errors.As(k.probe, &ns):
+		missing := "no " + ns.Feature
+		if ns.Feature == "kernel TLS" {
+			missing = "no `tls` ULP"
+		}
+		return fmt.Sprintf("Kernel TLS: not available on this kernel (%s): %s The probe `engine preflight` runs said: %s.", missing, absent, k.probe)
+	case errors.Is(k.probe, errors.ErrUnsupported):
+		return fmt.Sprintf("Kernel TLS: not available (not Linux): %s", absent)
+	case k.probe != nil:
+		return fmt.Sprintf("Kernel TLS: could not tell whether this kernel has it (%s); take every TLS figure below as possibly the userspace TLS path.", k.probe)
+	case k.userspace != "":
+		return fmt.Sprintf("Kernel TLS: the probes found it, but the engine's TLS process served from userspace (its log: `%s`): %s", k.userspace, absent)
+	}
+	s := "Kernel TLS: active (the `tls` ULP and sendfile into kernel TLS both work here): the engine hands a TLS 1.3 connection to the kernel after the first 1 MiB of response body (`promote_after`), so its large-file HTTP/1.1 and HTTP/2 TLS figures are mostly the kernel TLS + sendfile path; nginx was offered kernel TLS too; Caddy (Go's crypto/tls) and HTTP/3 (QUIC) encrypt in userspace."
+	if k.promoteFailed != "" {
+		s += fmt.Sprintf(" Some engine connections failed to promote and stayed in userspace (its log: `%s`).", k.promoteFailed)
+	}
+	return s
+}
+
+// page is everything the report says, gathered before it is written.
+type page struct {
+	command string
+	when    time.Time
+	host    string
+	cpus    int
+	kernel  string // uname -sr
+	goVer   string
+	ktls    kernelTLS
+	commit  string
+	quick   bool
+	repeats int
+	samples int
+	sample  time.Duration // one sample's length
+	servers []*server
+	rows    []row
+	cells   []map[string]*cell // [row][server name]
+	ceil    []ceiling
+}
+
+func render(p page) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\nGenerated by `%s` on %s, at commit %s.\n\n", p.command, p.when.Format("2006-01-02 15:04 MST"), p.commit)
+	if p.quick {
+		b.WriteString("**Quick mode: a smoke test of the harness, not a measurement.**\n\n")
+	}
+	fmt.Fprintf(&b, "Machine: %s, %s, %s. Kernel: %s. Client: `engine bench` in the same process as this harness; servers on loopback, one certificate (ECDSA P-256), TLS 1.3.\n\n",
+		p.host, plural(p.cpus, "CPU"), p.goVer, p.kernel)
+	fmt.Fprintf(&b, "%s\n\n", p.ktls.statement())
+	fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over %d samples of %v, after a warmup; a sample counts only when every response in it had the right status, the exact length and the BLAKE3 digest from the fixtures' B3SUMS. ",
+		plural(p.repeats, "repeat"), p.samples, p.sample)
+	if p.repeats > 1 {
+		fmt.Fprintf(&b, "A figure that comes from fewer than all %d repeats says how many (\"812.3 (2 of %d repeats)\"). ", p.repeats, p.repeats)
+	}
+	b.WriteString("A cell without a figure says why, and the notes after the tables list every repeat that lost samples. Servers:\n\n")
+	for _, s := range p.servers {
+		fmt.Fprintf(&b, "- **%s**: %s\n", s.name, s.about)
+	}
+	b.WriteString("\n| workload | unit |")
+	for _, s := range p.servers {
+		fmt.Fprintf(&b, " %s |", s.name)
+	}
+	var ratios []string
+	for _, s := range p.servers {
+		if s.name != "engine" {
+			ratios = append(ratios, s.name)
+			fmt.Fprintf(&b, " engine/%s |", s.name)
+		}
+	}
+	b.WriteString("\n|---|---|")
+	for range p.servers {
+		b.WriteString("---:|")
+	}
+	for range ratios {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for i, r := range p.rows {
+		fmt.Fprintf(&b, "| %s | %s |", r.name, r.unit)
+		for _, s := range p.servers {
+			fmt.Fprintf(&b, " %s |", tableSafe(p.cells[i][s.name].text()))
+		}
+		var e []float64
+		if c := p.cells[i]["engine"]; c != nil {
+			e = c.figures()
+		}
+		for _, name := range ratios {
+			o := p.cells[i][name].figures()
+			if len(e) == 0 || len(o) == 0 || median(o) == 0 || median(e) == 0 {
+				b.WriteString(" - |")
+				continue
+			}
+			ratio := median(e) / median(o)
+			if r.metric == "p99" {
+				ratio = median(o) / median(e) // lower is better: show how many times better
+			}
+			fmt.Fprintf(&b, " %.2f |", ratio)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nRatios above 1 favour the engine (for p99, the other server's latency divided by the engine's).\n")
+	b.WriteString("\nServer CPU seconds per GiB served (median), on the throughput rows:\n\n| workload |")
+	for _, s := range p.servers {
+		fmt.Fprintf(&b, " %s |", s.name)
+	}
+	b.WriteString("\n|---|")
+	for range p.servers {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for i, r := range p.rows {
+		if r.metric != "mibps" {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", r.name)
+		for _, s := range p.servers {
+			if v := p.cells[i][s.name].cpus(); len(v) > 0 {
+				fmt.Fprintf(&b, " %.3f |", median(v))
+			} else {
+				b.WriteString(" - |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	notesShown := false
+	for i, r := range p.rows {
+		for _, s := range p.servers {
+			n := p.cells[i][s.name].notes()
+			if len(n) == 0 {
+				continue
+			}
+			if !notesShown {
+				b.WriteString("\nNotes, per repeat that lost samples or failed:\n\n")
+				notesShown = true
+			}
+			fmt.Fprintf(&b, "- %s, %s: %s\n", r.name, s.name, oneLine(strings.Join(n, "; ")))
+		}
+	}
+	b.WriteString("\n## The client's ceiling (`engine bench --self-check`)\n\nThe same client against an in-process source that answers from memory: a server measured near these figures was limited by the client (which hashes every byte), not by itself.\n\n| self-check | MiB/s | req/s |\n|---|---:|---:|\n")
+	for _, c := range p.ceil {
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f |\n", c.name, c.rep.MiBps.Median, c.rep.RPS.Median)
+	}
+	b.WriteString("\n## What this page does not measure\n\n")
+	for _, s := range p.unmeasured() {
+		fmt.Fprintf(&b, "- %s\n", s)
+	}
+	return b.String()
+}
+
+// unmeasured lists what these figures say nothing about, on this machine.
+func (p page) unmeasured() []string {
+	var out []string
+	if !p.ktls.active() {
+		out = append(out, "The kernel TLS + sendfile path: kernel TLS was not active here (see above), so every TLS row, the engine's and nginx's included, ran the userspace TLS path.")
+	}
+	out = append(out,
+		"Real networks: everything runs over loopback, with no NIC, no segmentation or checksum offload, no packet loss and round trips of microseconds, so congestion control (BBR), pacing and HTTP/3's loss recovery have nothing to do.",
+		fmt.Sprintf("More than %s: this machine has %d; how each server scales beyond that is not shown.", plural(p.cpus, "CPU"), p.cpus),
+		fmt.Sprintf("A separate client: the client (which checks every byte against its BLAKE3 digest) shares the %s with the server it measures, so the two compete for them; the ceiling table above is what the client reaches alone.", plural(p.cpus, "CPU")),
+		"Storage: the fixtures were written just before the run and are served from the page cache; no figure includes a disk read.",
+		"Many files or many clients: two files (99,943,778 bytes and 1 KiB) and at most 64 connections; no open-file cache churn, no thousands of idle connections, no range requests, no directory listings.",
+		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx is limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
+	)
+	return out
+}
+
+// tableSafe keeps text inside one Markdown table cell.
+func tableSafe(s string) string {
+	return strings.ReplaceAll(oneLine(s), "|", `\|`)
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
