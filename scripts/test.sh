@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # The whole test suite: the README's second command, and what CI runs
 # (through .ci/run, after installing what the tests need).
+#
+# go test runs with -json through internal/testreport, which prints what
+# go test prints without -v (a line per package, the whole output of a
+# failing test) and records every skipped test. The skips are listed at
+# the end; with ENGINE_REQUIRE_NO_SKIP=1 (CI) a skip fails the run unless
+# this machine lacks what the test needs (README: "Tests that can skip,
+# and where").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Test tools built with go install (h2spec) live here.
 export PATH="$PATH:$(go env GOPATH)/bin"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/testreport" ./internal/testreport
+skips="$tmp/skips"
+: >"$skips"
 
 echo "== go vet (linux, and darwin for the portable build)"
 go vet ./...
@@ -13,16 +26,15 @@ GOOS=darwin go vet ./...
 echo "== tests (race detector on; fuzz targets run their seed corpus)"
 # Tests named TestKernelTLS* need a kernel with kernel TLS; they run in
 # the next step, where their VM timings are shown.
-go test -race -count=1 -timeout 15m -skip '^TestKernelTLS' ./...
+go test -race -count=1 -timeout 15m -skip '^TestKernelTLS' -json ./... |
+	"$tmp/testreport" filter -skips "$skips"
 
 echo "== real-kernel tests (kernel TLS: on this kernel if it has it, else in a VM)"
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-if ! go test -count=1 -timeout 20m -v -run '^TestKernelTLS' ./... >"$out" 2>&1; then
-	cat "$out"
-	exit 1
-fi
-grep -E '^(ok|---|FAIL)|vmtest summary|SKIP' "$out" | grep -v 'no test files' || true
+go test -count=1 -timeout 20m -run '^TestKernelTLS' -json ./... |
+	"$tmp/testreport" filter -quiet -show 'vmtest summary|^--- ' -skips "$skips"
 
 echo "== benchmarks, once each so they never rot (no timing is asserted)"
 go test -count=1 -run='^$' -bench=. -benchtime=1x ./...
+
+echo "== skipped tests"
+"$tmp/testreport" skips ${ENGINE_REQUIRE_NO_SKIP:+-strict} "$skips"

@@ -39,6 +39,15 @@ func guestMain(m *testing.M) {
 		if v, ok := strings.CutPrefix(f, "vmtest.watchdog="); ok {
 			watchdog, _ = strconv.Atoi(v)
 		}
+		if v, ok := strings.CutPrefix(f, "vmtest.env="); ok {
+			b, _ := hex.DecodeString(v)
+			for _, kv := range strings.Split(string(b), "\x00") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					os.Setenv(k, v)
+					fmt.Printf("vmtest: %s=%s\n", k, v)
+				}
+			}
+		}
 	}
 	go func() {
 		time.Sleep(time.Duration(max(watchdog, 10)) * time.Second)

@@ -90,7 +90,10 @@ func kvmUsable() bool {
 }
 
 // Run boots the VM with this package's tests selected by o.Run, streams
-// the console into the test log, and fails t unless the tests passed.
+// the console into the test log, and fails t unless the tests passed:
+// the guest's binary exited 0, at least one test ran, every test that
+// started printed "--- PASS" (a skip is a failure), and when o.Run names
+// one test exactly (RunPattern), that test ran.
 func Run(t *testing.T, o Options) *Result {
 	t.Helper()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
@@ -141,6 +144,9 @@ func Run(t *testing.T, o Options) *Result {
 	for k, v := range o.Params {
 		appendLine = append(appendLine, "vmtest.p."+k+"="+hex.EncodeToString([]byte(v)))
 	}
+	if env := requireEnv(os.Environ()); len(env) > 0 {
+		appendLine = append(appendLine, "vmtest.env="+hex.EncodeToString([]byte(strings.Join(env, "\x00"))))
+	}
 	accels := []string{"tcg"}
 	if kvmUsable() {
 		accels = []string{"kvm", "tcg"}
@@ -161,10 +167,35 @@ func Run(t *testing.T, o Options) *Result {
 		t.Logf("vmtest: %s, boot %v, boot to result %v; console:\n%s", res.Accel, res.Boot.Round(time.Millisecond),
 			res.Total.Round(time.Millisecond), res.Output)
 	}
-	if err != nil {
+	// The guest's verdict is its exit code, 0 when tests skip too: also
+	// read what the tests printed.
+	var problems []string
+	if res != nil {
+		problems = parseTestV(res.Output).problems(o.Run, literalName(o.Run))
+	}
+	switch {
+	case err != nil && len(problems) > 0:
+		t.Fatalf("vmtest: %v:\n\t%s", err, strings.Join(problems, "\n\t"))
+	case err != nil:
 		t.Fatalf("vmtest: %v", err)
+	case len(problems) > 0:
+		t.Fatalf("vmtest: the tests in the VM exited 0, but:\n\t%s", strings.Join(problems, "\n\t"))
 	}
 	return res
+}
+
+// requireEnv picks the ENGINE_REQUIRE_* settings out of env, sorted, for
+// the guest: a test that would fail on the host for a missing tool or
+// feature must fail in the VM too, not skip.
+func requireEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "ENGINE_REQUIRE_") && strings.Contains(kv, "=") {
+			out = append(out, kv)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 var errNoInit = fmt.Errorf("vmtest: /init did not start")

@@ -14,6 +14,10 @@
 // Without them Run skips, naming what to install, unless
 // ENGINE_REQUIRE_VM is set (CI sets it): then it fails.
 //
+// The guest runs with the host's ENGINE_REQUIRE_* settings, and a test
+// that skips there fails on the host: the VM exists to run it. So does a
+// test asked for that did not run (its -run pattern matched nothing).
+//
 // Invariant: the guest always powers off. A watchdog ends it when the
 // tests hang, and the host kills qemu past the timeout.
 package vmtest

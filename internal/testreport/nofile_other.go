@@ -1,0 +1,7 @@
+//go:build !unix
+
+package main
+
+import "errors"
+
+func lowerNofile() error { return errors.ErrUnsupported }
