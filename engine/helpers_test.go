@@ -122,7 +122,7 @@ func copyFile(t *testing.T, src, dst string) {
 	out.Close()
 }
 
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -143,20 +143,20 @@ type testServer struct {
 
 // start runs an engine with the TOML config text (listen is set to a free
 // loopback port unless the text sets it) and stops it at test end.
-func start(t *testing.T, toml string) *testServer {
+func start(t testing.TB, toml string) *testServer {
 	t.Helper()
 	return startLog(t, toml, nil)
 }
 
 // startLog is start with the server's log (from Info up) also written to w.
-func startLog(t *testing.T, toml string, w io.Writer) *testServer {
+func startLog(t testing.TB, toml string, w io.Writer) *testServer {
 	t.Helper()
 	return startFlags(t, toml, w)
 }
 
 // startFlags is startLog with command-line flags ("name", "value", ...)
 // applied over the file, as engine serve does.
-func startFlags(t *testing.T, toml string, w io.Writer, flags ...string) *testServer {
+func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testServer {
 	t.Helper()
 	if !strings.Contains(toml, "listen") {
 		toml = "listen = \"127.0.0.1:0\"\n" + toml
@@ -224,7 +224,7 @@ func (s *syncBuffer) String() string {
 }
 
 // testWriter sends server logs to the test log, and stops after the test.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	defer func() { recover() }() // logging after the test ended

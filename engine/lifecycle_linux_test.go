@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -319,27 +321,130 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 // TestBulkPolicy: a large response switches its socket to the bulk
-// congestion control; the kernel accepted it (no errors counted).
+// congestion control, read back from the server's socket with
+// getsockopt(TCP_CONGESTION) while the body is still in flight; a small
+// response leaves the system default. The switch is per connection and
+// lasts: reactor.Conn.SetCongestion never sets the default back, so a
+// small response after a bulk one on the same connection still goes by
+// the bulk congestion control.
 func TestBulkPolicy(t *testing.T) {
 	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
 	if !strings.Contains(string(avail), "bbr") {
 		t.Skip("this kernel has no BBR (tcp_available_congestion_control); modprobe tcp_bbr to run this test")
 	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := strings.TrimSpace(string(b))
 	root := siteRoot(t)
-	linkBig(t, root, "big.bin")
-	ts := start(t, fmt.Sprintf("root = %q\n[kernel]\nbulk_threshold = \"1MiB\"\nbulk_congestion = \"bbr\"\n", root))
-	c := dial(t, ts.addr)
-	c.send(get("/alpha.txt"))
-	c.response("GET")
-	if ts.Stats().Bulk != 0 {
-		t.Error("a small response was treated as bulk")
+	big, _ := linkBig(t, root, "big.bin")
+	const bulk = 32 << 20 // far more than loopback socket buffers hold
+	f, err := os.Open(big)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.send(get("/big.bin", "Range: bytes=0-2097151\r\n"))
-	c.response("GET")
-	st := ts.Stats()
-	if st.Bulk != 1 || st.CongestionErrors != 0 {
-		t.Errorf("Bulk = %d, CongestionErrors = %d; want 1, 0", st.Bulk, st.CongestionErrors)
+	h := sha256.New()
+	io.CopyN(h, f, bulk)
+	f.Close()
+	want := hex.EncodeToString(h.Sum(nil))
+
+	// bbr is the default bulk_congestion; reno, which every kernel has,
+	// shows the switch where bbr is the system default too (it is on the
+	// development machines).
+	for _, cc := range []string{"bbr", "reno"} {
+		t.Run(cc, func(t *testing.T) {
+			ts := start(t, fmt.Sprintf("root = %q\n[kernel]\nbulk_threshold = \"1MiB\"\nbulk_congestion = %q\n", root, cc))
+			c := dial(t, ts.addr)
+			c.send(get("/alpha.txt"))
+			c.response("GET")
+			if got := serverCongestion(t, c.Conn); got != def {
+				t.Errorf("after a small response: TCP_CONGESTION %q, want the system default %q", got, def)
+			}
+			if ts.Stats().Bulk != 0 {
+				t.Error("a small response was treated as bulk")
+			}
+
+			c.send(get("/big.bin", fmt.Sprintf("Range: bytes=0-%d\r\n", bulk-1)))
+			resp := c.head("GET")
+			if got := serverCongestion(t, c.Conn); got != cc {
+				t.Errorf("during a %d-byte response: TCP_CONGESTION %q, want %q", bulk, got, cc)
+			}
+			h := sha256.New()
+			if n, err := io.Copy(h, resp.Body); err != nil || n != bulk || hex.EncodeToString(h.Sum(nil)) != want {
+				t.Fatalf("bulk body: %d bytes, err %v, want %d byte-exact", n, err, bulk)
+			}
+			st := ts.Stats()
+			if st.Bulk != 1 || st.CongestionErrors != 0 {
+				t.Errorf("Bulk = %d, CongestionErrors = %d; want 1, 0", st.Bulk, st.CongestionErrors)
+			}
+
+			c.send(get("/alpha.txt"))
+			c.response("GET")
+			if got := serverCongestion(t, c.Conn); got != cc {
+				t.Errorf("a small response after the bulk one: TCP_CONGESTION %q, want %q (the socket keeps it)", got, cc)
+			}
+		})
 	}
+}
+
+// serverCongestion returns TCP_CONGESTION on the server's end of the
+// client connection c. The server runs in this process: its socket is
+// the one in /proc/self/fd whose address is c's remote address and whose
+// peer is c's local address.
+func serverCongestion(t *testing.T, c net.Conn) string {
+	t.Helper()
+	unmap := func(a net.Addr) netip.AddrPort {
+		ap := a.(*net.TCPAddr).AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	local, peer := unmap(c.RemoteAddr()), unmap(c.LocalAddr())
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if link, _ := os.Readlink("/proc/self/fd/" + e.Name()); !strings.HasPrefix(link, "socket:") {
+			continue
+		}
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// A duplicate keeps the socket for the checks below even if the
+		// server closed fd and the number was reused in between.
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		cc, ok := "", sockAddrPort(unix.Getsockname(dup)) == local && sockAddrPort(unix.Getpeername(dup)) == peer
+		if ok {
+			cc, err = unix.GetsockoptString(dup, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		}
+		unix.Close(dup)
+		if ok {
+			if err != nil {
+				t.Fatalf("getsockopt(TCP_CONGESTION) on the server's socket: %v", err)
+			}
+			return cc
+		}
+	}
+	t.Fatalf("no socket in /proc/self/fd has address %v and peer %v", local, peer)
+	return ""
+}
+
+func sockAddrPort(sa unix.Sockaddr, err error) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		if err == nil {
+			return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+		}
+	case *unix.SockaddrInet6:
+		if err == nil {
+			return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+		}
+	}
+	return netip.AddrPort{}
 }
 
 // TestLimitRate: a site's limit_rate paces its responses in the kernel.

@@ -36,7 +36,7 @@ type testPKI struct {
 	caFile   string
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 }
 
 // newPKI makes a CA and a leaf for the given names in dir.
-func newPKI(t *testing.T, dir string, names ...string) *testPKI {
+func newPKI(t testing.TB, dir string, names ...string) *testPKI {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "engine test CA"},
@@ -75,7 +75,7 @@ func newPKI(t *testing.T, dir string, names ...string) *testPKI {
 }
 
 // startTLS serves root over TLS with a fresh certificate for localhost.
-func startTLS(t *testing.T, root, extra string) (*testServer, *testPKI) {
+func startTLS(t testing.TB, root, extra string) (*testServer, *testPKI) {
 	t.Helper()
 	pki := newPKI(t, t.TempDir(), "localhost")
 	ts := start(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s",

@@ -2,6 +2,7 @@ package h3
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -13,30 +14,37 @@ import (
 
 // Pacer is a token bucket that limits one stream's sending rate. Its Limit
 // method is the limiter quic.SendStream.WriteWithLimit calls while
-// packing, on quic-go's goroutine.
+// packing, on quic-go's goroutine; the writer calls Sleep when Limit held
+// the stream back.
 type Pacer struct {
-	// Immutable after NewPacer.
+	// Immutable after newPacer.
 	rate  float64 // bytes per second
 	burst float64
+	now   func() time.Time    // time.Now outside tests
+	sleep func(time.Duration) // time.Sleep outside tests
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards tokens and last
 	tokens float64
 	last   time.Time
 }
 
 // NewPacer returns a pacer for rate bytes per second. Its burst is 10 ms
 // of the rate, at least 16 KiB: short enough that the rate holds over any
-// fraction of a second, long enough that the writer sleeps at most a
-// hundred times a second.
-func NewPacer(rate int64) *Pacer {
+// fraction of a second, long enough that the writer, which waits for half
+// a burst at a time, sleeps about two hundred times a second at most.
+func NewPacer(rate int64) *Pacer { return newPacer(rate, time.Now, time.Sleep) }
+
+// newPacer is NewPacer on a given clock.
+func newPacer(rate int64, now func() time.Time, sleep func(time.Duration)) *Pacer {
 	burst := max(float64(rate)/100, 16<<10)
-	return &Pacer{rate: float64(rate), burst: burst, tokens: burst, last: time.Now()}
+	return &Pacer{rate: float64(rate), burst: burst, now: now, sleep: sleep, tokens: burst, last: now()}
 }
 
 // Rate returns the pacer's rate in bytes per second.
 func (p *Pacer) Rate() int64 { return int64(p.rate) }
 
-func (p *Pacer) refill(now time.Time) {
+func (p *Pacer) refillLocked() {
+	now := p.now()
 	p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
 	p.last = now
 }
@@ -46,7 +54,7 @@ func (p *Pacer) refill(now time.Time) {
 func (p *Pacer) Limit(max int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.refill(time.Now())
+	p.refillLocked()
 	if p.tokens < float64(max) {
 		return 0
 	}
@@ -57,17 +65,22 @@ func (p *Pacer) Limit(max int) int {
 // Wait returns how long until n bytes, or half the burst if less, may be
 // sent. Waiting for half, not all, of the burst leaves room for the
 // sleep's overshoot: tokens refilled past the burst would be lost, and
-// the stream would run slower than its rate.
+// the stream would run slower than its rate. The wait is rounded up to
+// the nanosecond, so a deficit of a fraction of a byte is never a wait of
+// zero that sends the writer round again with the bucket unchanged.
 func (p *Pacer) Wait(n int) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.refill(time.Now())
+	p.refillLocked()
 	need := min(float64(n), p.burst/2) - p.tokens
 	if need <= 0 {
 		return 0
 	}
-	return time.Duration(need / p.rate * float64(time.Second))
+	return time.Duration(math.Ceil(need * float64(time.Second) / p.rate))
 }
+
+// Sleep sleeps for Wait(n).
+func (p *Pacer) Sleep(n int) { p.sleep(p.Wait(n)) }
 
 // FrameHeaderRoom is the space to leave before a DATA payload in a buffer
 // given to Body.WriteFrame: the largest DATA frame header.
@@ -142,7 +155,7 @@ func (b *Body) write(p []byte) error {
 		switch {
 		case err == nil:
 		case errors.Is(err, quic.ErrWriteLimitReached):
-			time.Sleep(b.pacer.Wait(len(p)))
+			b.pacer.Sleep(len(p))
 		case isTimeout(err):
 			return ErrStalled
 		default:
