@@ -41,7 +41,8 @@ type Report struct {
 	Latency       Latency `json:"latency"`
 	// Errors counts failed responses by kind over the whole run
 	// (warmup included): connect, tls, status, protocol, length,
-	// no-length, truncated, too-long, digest, reset, timeout, transport.
+	// no-length, range, truncated, too-long, digest, reset, timeout,
+	// transport.
 	Errors            map[string]int `json:"errors"`
 	ConnectionsOpened int64          `json:"connections_opened"`
 	// Tail is the responses in flight when the measured time ended: the
