@@ -209,3 +209,22 @@ func TestInFlightAtEndAreJudged(t *testing.T) {
 	r = run(t, Config{URLs: []string{misbehave(t, "short", 2)}, Connections: 1, Samples: 2, Duration: 1500 * time.Millisecond})
 	checkGate(t, r)
 }
+
+// TestErrorsCountResponses: one response that stalls across every sample
+// rejects each of them and is one error in the report, not one per sample.
+func TestErrorsCountResponses(t *testing.T) {
+	d := digestOf(big)
+	r, err := Run(context.Background(), Config{URLs: []string{serveLiar(t, &liar{fault: "never-finishes"}, "h1")}, Connections: 1,
+		Duration: time.Second, Samples: 4, Timeout: 1500 * time.Millisecond, ExpectDigest: &d, ExpectSize: int64(len(big)), RangeLast: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range r.Samples {
+		if s.Rejected["timeout"] != 1 {
+			t.Errorf("sample %d rejected for %v, want timeout:1", i+1, s.Rejected)
+		}
+	}
+	if r.Errors["timeout"] != 1 || len(r.Errors) != 1 {
+		t.Errorf("errors %v, want timeout:1 (one response)", r.Errors)
+	}
+}

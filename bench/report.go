@@ -112,11 +112,8 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 	r := &Report{Command: strings.Join(os.Args, " "), Machine: machine(), Kernel: kernel(), GoVersion: runtime.Version(),
 		URLs: c.URLs, Protocol: c.Protocol, Connections: c.Connections, Streams: c.Streams, Rate: c.Rate, Checked: checked,
 		Errors: map[string]int{}, ConnectionsOpened: s.dials.Load(), Server: srv, Interrupted: interrupted}
-	for k, v := range s.warmErrs {
-		r.Errors[k] += v
-	}
-	for k, v := range s.lateErrs {
-		r.Errors[k] += v
+	for k, v := range s.failed {
+		r.Errors[k] = v
 	}
 	r.Tail = Tail{Responses: s.tail.responses, Failed: s.tail.failed, BytesReceived: s.tail.received, BytesVerified: s.tail.verified}
 	r.CutOff = CutOff{Responses: s.cut.responses, BytesReceived: s.cut.received}
@@ -140,9 +137,6 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 		switch {
 		case len(a.errs) > 0:
 			smp.Rejected = a.errs
-			for k, v := range a.errs {
-				r.Errors[k] += v
-			}
 		case a.received != a.verified:
 			smp.Rejected = map[string]int{"unjudged": 1} // bytes of responses cut off
 		case !a.checked:

@@ -137,12 +137,11 @@ type runState struct {
 	errs    atomic.Int64
 	dials   atomic.Int64
 
-	mu       sync.Mutex
-	samples  []acc
-	warmErrs map[string]int
-	lateErrs map[string]int // failures of requests begun after the end
-	tail     tail
-	cut      cutOff
+	mu      sync.Mutex
+	samples []acc
+	failed  map[string]int // failed responses by kind, each counted once
+	tail    tail
+	cut     cutOff
 }
 
 // sampleAt is the sample a moment (or the n-th response) belongs to: -1
@@ -177,7 +176,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &runState{c: &c, exp: exp, samples: make([]acc, c.Samples), warmErrs: map[string]int{}, lateErrs: map[string]int{}}
+	s := &runState{c: &c, exp: exp, samples: make([]acc, c.Samples), failed: map[string]int{}}
 	for i := range s.samples {
 		s.samples[i].errs = map[string]int{}
 	}
@@ -441,10 +440,10 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, 
 		s.cut.received += measured + late
 		return
 	}
+	if kind != "" {
+		s.failed[kind]++
+	}
 	if last < 0 {
-		if kind != "" {
-			s.warmErrs[kind]++
-		}
 		return
 	}
 	if s.c.Requests > 0 {
@@ -459,9 +458,6 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, 
 	if kind != "" {
 		for i := max(first, 0); i <= min(last, n-1); i++ {
 			s.samples[i].errs[kind]++
-		}
-		if first == n { // began and failed after the end: in no sample, still an error of the run
-			s.lateErrs[kind]++
 		}
 		return
 	}
