@@ -12,6 +12,7 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/fileio"
 )
 
 // digests knows the BLAKE3 digest of served files: from the digest cache
@@ -237,7 +238,7 @@ func (d *digests) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, b
 		return sum, true // learned since the job was queued
 	}
 	start := time.Now()
-	sum, err := integrity.SumRange(fdReaderAt(e.Fd()), 0, id.Size)
+	sum, err := integrity.SumRange(fileio.ReaderAt(e.Fd()), 0, id.Size)
 	d.nanos.Add(int64(time.Since(start)))
 	if err != nil {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel(), "err", err)

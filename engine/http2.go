@@ -307,7 +307,7 @@ func (f *h2Fill) Next(max int) ([]byte, error) {
 		if int64(got) < r.end-r.off && hc.fillErr == nil {
 			// The file shrank (or failed) under a promised length: the
 			// connection is reset so the client sees a short body.
-			hc.fillErr = errors.Join(ktls.ErrFileShrank, err)
+			hc.fillErr = errors.Join(fileio.ErrShrank, err)
 		}
 	}
 	clear(f.iov)

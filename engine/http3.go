@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,8 +16,8 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
+	"github.com/mediaship/engine/internal/fileio"
 	"github.com/quic-go/quic-go/http3"
-	"golang.org/x/sys/unix"
 )
 
 // h3Chunk is how much of a file one DATA frame carries: one pread, one
@@ -221,10 +222,6 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 	return body.Sent()
 }
 
-// errShrank says a file got shorter while it was being sent: the stream
-// is reset so the client never takes a short body for the whole file.
-var errShrank = errors.New("file shrank while being sent")
-
 // writeBody sends resp's parts, files read chunk by chunk into buf.
 func (hh *h3Handler) writeBody(body *h3.Body, resp *files.Response, buf []byte) error {
 	room := h3.FrameHeaderRoom
@@ -242,19 +239,14 @@ func (hh *h3Handler) writeBody(body *h3.Body, resp *files.Response, buf []byte) 
 		fd := resp.File.Fd()
 		for off, end := p.Off, p.Off+p.Len; off < end; {
 			want := int(min(int64(h3Chunk), end-off))
-			got := 0
-			for got < want {
-				n, err := unix.Pread(fd, buf[room+got:room+want], off+int64(got))
-				if err == unix.EINTR {
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("read %s: %w", resp.File.Rel(), err)
-				}
-				if n == 0 {
-					return fmt.Errorf("%s: %w", resp.File.Rel(), errShrank)
-				}
-				got += n
+			// A file that shrinks resets the stream, so the client never
+			// takes a short body for the whole file.
+			got, err := fileio.ReaderAt(fd).ReadAt(buf[room:room+want], off)
+			if err == io.EOF {
+				err = fileio.ErrShrank
+			}
+			if err != nil {
+				return fmt.Errorf("read %s (%d of %d bytes): %w", resp.File.Rel(), got, want, err)
 			}
 			if err := body.WriteFrame(buf[:room+want]); err != nil {
 				return err

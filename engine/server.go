@@ -22,8 +22,9 @@ import (
 	"github.com/mediaship/engine/preflight"
 )
 
-// Server serves the sites of a Config over HTTP/1.1 from a group of
-// reactors.
+// Server serves the sites of a Config over HTTP/1.1 and HTTP/2 (plain or
+// TLS, on a group of reactors) and HTTP/3 (quic-go, on its own UDP
+// socket).
 type Server struct {
 	// Immutable after New.
 	cfg     *Config

@@ -3,8 +3,8 @@ package integrity
 import (
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"github.com/mediaship/engine/internal/fileio"
 	"io"
 
 	"github.com/zeebo/blake3"
@@ -50,8 +50,9 @@ func SumRange(f io.ReaderAt, off, n int64) (Digest, error) {
 	return d, err
 }
 
-// ErrShort means a file ended before its expected size.
-var ErrShort = errors.New("file shorter than expected")
+// ErrShort means a file ended before its expected size: it is
+// fileio.ErrShrank, the one error every path gives for it.
+var ErrShort = fileio.ErrShrank
 
 // HeaderValue is the Repr-Digest (and Content-Digest) field value for d:
 // "blake3=:<base64>:" (RFC 9530 §2 with RFC 8941 byte sequences).

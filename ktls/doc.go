@@ -1,12 +1,15 @@
-// Package ktls is TLS after the handshake: the TLS 1.3 record layer (seal
-// and open) and the kernel's transmit side (TCP_ULP "tls", SOL_TLS/TLS_TX,
-// records of any type through TLS_SET_RECORD_TYPE).
+// Package ktls is TLS around crypto/tls's handshake and after it: it runs
+// crypto/tls's handshake on a goroutine fed whole records (StartHandshake)
+// and takes the traffic secrets from it; then it is the TLS 1.3 (and 1.2)
+// record layer (Sealer, Opener, FileSealer: pread and seal in place) and
+// the kernel's transmit side (TCP_ULP "tls", SOL_TLS/TLS_TX, records of
+// any type through TLS_SET_RECORD_TYPE, rekey). preflight uses it to
+// prove kernel TLS works: the crypto_info layout for each suite, the
+// socket options, and an opener that decrypts what the kernel wrote.
 //
-// It does not do handshakes (crypto/tls does) and does not decide when to
-// promote a connection (the engine's bulk policy does). This first part
-// holds what preflight needs to prove kernel TLS works: the kernel's
-// crypto_info layout for the three TLS 1.3 suites, the socket options, and
-// a record opener that decrypts what the kernel wrote.
+// It does not decide when to promote a connection to the kernel (the
+// engine's transport does, after promote_after body bytes) and knows
+// nothing of HTTP.
 //
 // Invariant: a record sequence number is never reused with the same key;
 // Sealer and Opener count records and refuse to go past the AEAD limit.

@@ -1,13 +1,8 @@
 package ktls
 
 import (
-	"errors"
-
 	"github.com/mediaship/engine/internal/fileio"
 )
-
-// ErrFileShrank means a file ended before the bytes a response promised.
-var ErrFileShrank = errors.New("ktls: file shorter than the response promised")
 
 // FileSealer produces the TLS records carrying a range of a file: pread
 // into a buffer, seal in place, hand back a batch of records for one
@@ -70,7 +65,7 @@ func (f *FileSealer) Next(max int) ([]byte, error) {
 		return nil, err
 	}
 	if got < plain {
-		return nil, ErrFileShrank
+		return nil, fileio.ErrShrank
 	}
 	for i := 0; i < records; i++ {
 		if batch, err = f.s.SealAt(batch, len(batch), len(slots[i]), RecordApplicationData); err != nil {
