@@ -19,7 +19,7 @@ var ErrShrank = errors.New("file shrank while being read")
 type ReaderAt int
 
 func (f ReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	n, err := Preadv(int(f), [][]byte{p}, off)
+	n, err := Pread(int(f), p, off)
 	if err == nil && n < len(p) {
 		err = io.EOF
 	}

@@ -34,3 +34,23 @@ func Preadv(fd int, bufs [][]byte, off int64) (int, error) {
 	}
 	return total, nil
 }
+
+// Pread fills p from the file at off with as few pread(2) calls as it
+// takes; it returns fewer bytes than asked only at the end of the file.
+func Pread(fd int, p []byte, off int64) (int, error) {
+	total := 0
+	for total < len(p) {
+		n, err := unix.Pread(fd, p[total:], off+int64(total))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, os.NewSyscallError("pread", err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	return total, nil
+}
