@@ -8,9 +8,8 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h1"
-	"github.com/mediaship/engine/h2"
-	"github.com/mediaship/engine/ktls"
 )
 
 // h1Handler drives HTTP/1.1 on one loop. Its scratch state is shared by
@@ -29,6 +28,7 @@ type h1Handler struct {
 	date     []byte
 	dateSec  int64
 	logBuf   []byte
+	fields   h1Fields
 	limiter  logLimiter
 	warnedCC bool
 	h2       *h2Handler
@@ -36,9 +36,8 @@ type h1Handler struct {
 
 // h1Conn is one connection's HTTP/1.1 state.
 type h1Conn struct {
-	s           stream
-	tls         *ktls.Session // the TLS handshake's outcome; nil on a plain connection
-	h2          *h2Conn       // the connection speaks HTTP/2 instead
+	s           *transport.Stream
+	resp        transport.Response // the stream's tally of the response being sent
 	files       files.Scratch
 	skip        h1.BodySkipper
 	skipping    bool // discarding a request body
@@ -50,7 +49,7 @@ type h1Conn struct {
 
 	// For the access log of the response being sent.
 	logLine  []byte
-	logStart int64 // Conn.Sent() when the body started
+	logStart int64 // Stream.Sent() when the body started
 }
 
 // maxSkipBody bounds a request body discarded to keep a connection alive;
@@ -70,22 +69,8 @@ func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
 	return h
 }
 
-func (h *h1Handler) Open(c *reactor.Conn) {
-	c.State = &h1Conn{s: plainStream{c}}
-	c.SetReadDeadline(h.srv.cfg.Limits.HeaderTimeout.D())
-}
-
-func (h *h1Handler) Closed(c *reactor.Conn) {
-	h.closed(c, c.State.(*h1Conn))
-	c.State = nil
-}
-
 // closed releases what a connection's HTTP/1.1 state holds.
 func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
-	if st.h2 != nil {
-		st.h2.closed()
-		st.h2 = nil
-	}
 	if st.sending {
 		h.logResponse(c, st) // a response cut short: log what was sent
 	}
@@ -106,44 +91,34 @@ func (h *h1Handler) flushLog() {
 	}
 }
 
-func (h *h1Handler) Serve(c *reactor.Conn) { h.serve(c, c.State.(*h1Conn)) }
-
-// Drain keeps HTTP/2 connections open at shutdown until they have sent
-// GOAWAY and finished their streams (reactor.Drainer).
-func (h *h1Handler) Drain(c *reactor.Conn) bool { return c.State.(*h1Conn).h2 != nil }
-
 // serve runs HTTP/1.1 over st's stream as far as it can go.
 func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
-	if st.h2 != nil {
-		h.h2.serve(st.h2)
-		return
-	}
 	lim := &h.srv.cfg.Limits
 	s := st.s
 	for {
-		s.pump()
+		s.Pump()
 		if st.sending {
-			if s.busy() {
+			if s.Busy() {
 				return
 			}
 			h.logResponse(c, st)
 			st.sending = false
 			st.files.Reset()
-			if st.closeAfter {
-				s.closeGracefully()
+			if st.closeAfter || s.Retiring() {
+				s.CloseGracefully()
 				return
 			}
 		}
 		if st.skipping {
-			n, err := st.skip.Skip(s.input())
-			s.consume(n)
+			n, err := st.skip.Skip(s.Input())
+			s.Consume(n)
 			if err != nil {
 				h.limiter.log(h.log, "bad request body framing; closing", "peer", c.Peer(), "err", err)
 				c.Close()
 				return
 			}
 			if !st.skip.Done() {
-				if s.eof() || st.skip.Consumed() > maxSkipBody {
+				if s.EOF() || st.skip.Consumed() > maxSkipBody {
 					c.Close()
 					return
 				}
@@ -157,9 +132,9 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			}
 			st.skipping, st.bodyWait = false, false
 		}
-		in := s.input()
+		in := s.Input()
 		if len(in) == 0 {
-			if s.eof() || h.loop.Draining() {
+			if s.EOF() || h.loop.Draining() {
 				c.Close()
 				return
 			}
@@ -170,19 +145,6 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			return
 		}
 		if !st.headStarted {
-			if st.requests == 0 && in[0] == 'P' && h.srv.sites.h2c {
-				// HTTP/2 with prior knowledge (RFC 9113 §3.3) on a plain
-				// listener where a site allows it.
-				n := min(len(in), len(h2.Preface))
-				if string(in[:n]) == h2.Preface[:n] {
-					if n < len(h2.Preface) {
-						return // wait for the rest of the preface
-					}
-					st.h2 = h.h2.start(c, s, nil)
-					h.h2.serve(st.h2)
-					return
-				}
-			}
 			st.headStarted = true
 			if st.requests > 0 {
 				c.SetReadDeadline(lim.HeaderTimeout.D()) // stateHead
@@ -190,7 +152,7 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 		}
 		n, err := h.parser.Parse(in, &h.req)
 		if err == h1.ErrIncomplete {
-			if s.eof() {
+			if s.EOF() {
 				c.Close() // the client gave up mid-head
 			}
 			return
@@ -227,7 +189,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	case r.Path == nil || r.Path[0] != '/':
 		files.ErrorResponse(resp, 400)
 		st.closeAfter = true
-	case !s.h1 || st.tls != nil && h.srv.misdirected(st.tls.ServerName, st.tls.Version, hb):
+	case !s.h1 || st.s.Session() != nil && h.srv.misdirected(st.s.Session().ServerName, st.s.Session().Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}
@@ -246,7 +208,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	if isHead {
 		resp.NoBody = true
 	}
-	st.s.consume(n)
+	st.s.Consume(n)
 	st.headStarted = false
 	c.SetReadDeadline(0)
 	if r.HasBody() {
@@ -268,8 +230,8 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 // nil for requests that could not be parsed.
 func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	resp := &st.files.Resp
-	st.s.startResponse()
-	if h.loop.Draining() {
+	st.s.StartResponse(&st.resp)
+	if h.loop.Draining() || st.s.Retiring() {
 		st.closeAfter = true
 	}
 	switch {
@@ -283,49 +245,9 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	}
 	h.srv.stats.requests.Add(1)
 
-	b := h1.AppendStatusLine(h.head[:0], resp.Status)
-	b = append(b, "Server: engine\r\nDate: "...)
-	b = append(b, h.httpDate()...)
-	b = append(b, "\r\n"...)
-	if resp.ContentType != "" {
-		b = h1.AppendHeader(b, "Content-Type", resp.ContentType)
-	}
-	if resp.Status != 304 {
-		b = h1.AppendHeaderInt(b, "Content-Length", resp.ContentLength)
-	}
-	if resp.ContentEncoding != "" {
-		b = h1.AppendHeader(b, "Content-Encoding", resp.ContentEncoding)
-	}
-	if resp.Vary {
-		b = append(b, "Vary: Accept-Encoding\r\n"...)
-	}
-	if resp.LastModified != "" {
-		b = h1.AppendHeader(b, "Last-Modified", resp.LastModified)
-	}
-	if resp.ETag != "" {
-		b = h1.AppendHeader(b, "ETag", resp.ETag)
-	}
-	if resp.AcceptRanges {
-		b = append(b, "Accept-Ranges: bytes\r\n"...)
-	}
-	if resp.ContentRange != nil {
-		b = h1.AppendHeaderBytes(b, "Content-Range", resp.ContentRange)
-	}
-	if resp.Location != nil {
-		b = h1.AppendHeaderBytes(b, "Location", resp.Location)
-	}
-	if resp.Allow {
-		b = append(b, "Allow: GET, HEAD\r\n"...)
-	}
-	if resp.ReprDigest != "" {
-		b = h1.AppendHeader(b, "Repr-Digest", resp.ReprDigest)
-	}
-	if resp.RetryAfter > 0 {
-		b = h1.AppendHeaderInt(b, "Retry-After", int64(resp.RetryAfter))
-	}
-	if s != nil && s.altSvc != "" {
-		b = h1.AppendHeader(b, "Alt-Svc", s.altSvc)
-	}
+	h.fields.b = h1.AppendStatusLine(h.head[:0], resp.Status)
+	writeFields(&h.fields, resp, s, h.httpDate())
+	b := h.fields.b
 	switch {
 	case st.closeAfter:
 		b = append(b, "Connection: close\r\n"...)
@@ -334,15 +256,15 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	}
 	b = append(b, "\r\n"...)
 	h.head = b
-	st.s.write(b)
-	st.logStart = st.s.sent() + int64(len(b))
+	st.s.Write(b)
+	st.logStart = st.s.Sent() + int64(len(b))
 
 	if !resp.NoBody {
 		for _, p := range resp.Parts {
 			if p.Mem != nil {
-				st.s.writeRef(p.Mem)
+				st.s.WriteBody(&st.resp, transport.Mem(p.Mem))
 			} else {
-				st.s.writeFile(resp.File.Fd(), p.Off, p.Len)
+				st.s.WriteBody(&st.resp, transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len})
 			}
 		}
 	}
@@ -432,7 +354,7 @@ func (h *h1Handler) logResponse(c *reactor.Conn, st *h1Conn) {
 		}
 	}
 	h.logBuf = append(h.logBuf, line...)
-	h.logBuf = strconv.AppendInt(h.logBuf, max(st.s.sent()-st.logStart, 0), 10)
+	h.logBuf = strconv.AppendInt(h.logBuf, max(st.s.Sent()-st.logStart, 0), 10)
 	if tail != nil {
 		h.logBuf = append(h.logBuf, ' ')
 		h.logBuf = append(h.logBuf, tail...)

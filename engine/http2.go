@@ -5,13 +5,10 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/net/http2/hpack"
-
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h2"
-	"github.com/mediaship/engine/internal/fileio"
-	"github.com/mediaship/engine/ktls"
 )
 
 // h2Handler drives HTTP/2 connections on one loop, over the same streams
@@ -23,38 +20,34 @@ type h2Handler struct {
 	srv *Server
 
 	// Owned by the loop goroutine.
-	fields []hpack.HeaderField
+	fields hpackFields
 	conns  map[*h2Conn]struct{}
 	ticks  int
 }
 
-// h2Conn is one HTTP/2 connection.
+// h2Conn is one HTTP/2 connection. It is the Producer of its stream: the
+// stream asks it for frames as the socket drains.
 type h2Conn struct {
 	// Owned by the loop goroutine.
 	h     *h2Handler
 	c     *reactor.Conn
-	s     stream
-	t     *tlsConn // nil on a plain connection
+	s     *transport.Stream
 	conn  *h2.Conn
 	parts []files.Part // scratch for body slices
 
-	filling     bool      // a fill source is queued (userspace TLS)
-	fillErr     error     // a file could not be read while filling
-	wantPromote bool      // a response passed promote_after: hand TLS to the kernel
-	held        []*h2Strm // done streams whose file ranges may still be queued
-	shut        bool      // GOAWAY for shutdown sent
-	idleSince   int64     // loop time the last stream ended; 0 while streams are open
-	closing     bool      // closeGracefully called
+	held      []*h2Strm // done streams whose bodies may still be queued
+	shut      bool      // GOAWAY for shutdown sent
+	idleSince int64     // loop time the last stream ended; 0 while streams are open
+	closing   bool      // CloseGracefully called
 }
 
 // h2Strm is the engine's state for one stream.
 type h2Strm struct {
 	st       *h2.Stream
+	resp     transport.Response // the transport's tally of its body
 	files    files.Scratch
 	site     *site
-	fetching bool  // a worker is opening its files
-	byRef    bool  // body queued by reference (sendfile): keep files until written
-	user     int64 // body bytes sealed in userspace
+	fetching bool // a worker is opening its files
 	logLine  []byte
 	logged   bool
 }
@@ -63,10 +56,10 @@ func newH2Handler(h1 *h1Handler) *h2Handler {
 	return &h2Handler{h1: h1, srv: h1.srv, conns: map[*h2Conn]struct{}{}}
 }
 
-// start makes c an HTTP/2 connection over s (t when it is TLS).
-func (hh *h2Handler) start(c *reactor.Conn, s stream, t *tlsConn) *h2Conn {
+// start makes c an HTTP/2 connection over s.
+func (hh *h2Handler) start(c *reactor.Conn, s *transport.Stream) *h2Conn {
 	srv := hh.srv
-	hc := &h2Conn{h: hh, c: c, s: s, t: t}
+	hc := &h2Conn{h: hh, c: c, s: s}
 	hc.conn = h2.NewConn(h2.Config{
 		MaxConcurrentStreams: uint32(srv.cfg.Runtime.Settings.H2MaxConcurrentStreams),
 		MaxHeaderListSize:    uint32(srv.cfg.Limits.MaxHeaderBytes),
@@ -95,17 +88,17 @@ func (hc *h2Conn) event(e h2.Event, err error) {
 // serve runs the connection as far as it can go.
 func (hh *h2Handler) serve(hc *h2Conn) {
 	c, s := hc.c, hc.s
-	s.pump()
-	if !s.busy() {
-		hc.releaseHeld(true)
+	s.Pump()
+	if !s.Busy() {
+		hc.releaseHeld()
 	}
 	for !hc.conn.Dead() {
-		in := s.input()
+		in := s.Input()
 		if len(in) == 0 {
 			break
 		}
 		n, err := hc.conn.Feed(in, int64(hh.h1.loop.Now().UnixNano()))
-		s.consume(n)
+		s.Consume(n)
 		if err != nil {
 			var ce *h2.ConnError
 			if errors.As(err, &ce) && ce.Code != 0 {
@@ -116,14 +109,14 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 		if n == 0 {
 			break
 		}
-		if hc.t != nil && !hc.t.readRecords() {
+		if !s.Advance() {
 			return // the record layer ended the connection
 		}
 	}
 	if c.Closed() {
 		return
 	}
-	if s.eof() {
+	if s.EOF() {
 		c.Close() // HTTP/2 clients do not half-close: the client is gone
 		return
 	}
@@ -133,9 +126,9 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 	}
 	hc.output()
 	if hc.conn.Dead() || hc.conn.Finished() {
-		if !hc.conn.HasOutput() && !hc.filling && !hc.closing {
+		if !hc.conn.HasOutput() && !hc.closing {
 			hc.closing = true
-			s.closeGracefully()
+			s.CloseGracefully()
 		}
 		return
 	}
@@ -159,73 +152,56 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 // idle GOAWAY before it is closed regardless.
 const idleGoAwayGrace = 5 * time.Second
 
-// output moves what the connection can send now towards the socket:
-// frames filled into a buffer and sealed as records in userspace TLS,
-// or queued by reference (heads in memory, bodies by sendfile) on plain
-// connections and after kernel TLS took over.
+// output hands the connection's frames to the stream, which asks for
+// them (Produce) as the socket drains.
 func (hc *h2Conn) output() {
-	s := hc.s
-	hc.checkRecordBudget()
-	if hc.t != nil && !hc.t.promoted {
-		if hc.filling {
-			return
-		}
-		if hc.wantPromote {
-			hc.wantPromote = false
-			if hc.t.canPromote() {
-				hc.t.promoteNext()
-				s.pump()
-				return
-			}
-		}
-		if hc.conn.HasOutput() {
-			hc.filling = true
-			hc.t.writeFill(&h2Fill{hc: hc})
-			s.pump()
-		}
-		return
+	hc.checkRetiring()
+	if hc.conn.HasOutput() {
+		hc.s.WriteFrom(hc)
 	}
-	if s.busy() {
-		return // the socket has not taken what was queued: wait for it
-	}
-	budget := int(hc.h.srv.cfg.Runtime.Settings.H2SendBuffer)
-	for budget > 0 {
-		n := hc.conn.Produce(refSink{hc}, budget)
-		if n == 0 {
-			break
-		}
-		budget -= n
-	}
-	s.pump()
+	hc.s.Pump()
 }
 
-// checkRecordBudget sends GOAWAY when the TLS write key has protected half
-// the records it safely can (RFC 8446 §5.5): the client moves to a new
-// connection while the open streams finish.
-func (hc *h2Conn) checkRecordBudget() {
-	if t := hc.t; t != nil && t.seal != nil && !hc.shut && t.seal.Seq()+t.kernelRecords > recordBudget {
+// checkRetiring sends GOAWAY when the stream asks the connection to end
+// (its TLS key is worn out): the client moves to a new connection while
+// the open streams finish.
+func (hc *h2Conn) checkRetiring() {
+	if !hc.shut && hc.s.Retiring() {
 		hc.shut = true
 		hc.conn.Shutdown()
 	}
 }
 
-// refSink queues output by reference: control bytes copied, DATA headers
-// copied, bodies as file ranges (sendfile) or cached memory.
-type refSink struct{ hc *h2Conn }
+// Produce gives the stream up to budget bytes of frames
+// (transport.Producer).
+func (hc *h2Conn) Produce(out transport.Sink, budget int) int {
+	hc.checkRetiring()
+	return hc.conn.Produce(frameSink{hc, out}, budget)
+}
 
-func (r refSink) Bytes(p []byte) { r.hc.s.write(p) }
+// Copied releases the done streams: their bodies have been read
+// (transport.Producer).
+func (hc *h2Conn) Copied() { hc.releaseHeld() }
 
-func (r refSink) Data(st *h2.Stream, hdr []byte, off int64, n int) {
-	hc := r.hc
-	hc.s.write(hdr)
+// frameSink passes frames to the stream: control frames and DATA headers
+// as bytes, payloads as body ranges of the stream's response.
+type frameSink struct {
+	hc  *h2Conn
+	out transport.Sink
+}
+
+func (f frameSink) Bytes(p []byte) { f.out.Write(p) }
+
+func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) {
+	hc := f.hc
+	f.out.Write(hdr)
 	hs := st.User.(*h2Strm)
-	hs.byRef = true
 	resp := &hs.files.Resp
 	for _, p := range bodySlice(resp.Parts, off, int64(n), hc.parts[:0]) {
 		if p.Mem != nil {
-			hc.s.writeRef(p.Mem)
+			f.out.Body(&hs.resp, transport.Mem(p.Mem), 0, p.Len)
 		} else {
-			hc.s.writeFile(resp.File.Fd(), p.Off, p.Len)
+			f.out.Body(&hs.resp, transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len}, 0, p.Len)
 		}
 	}
 }
@@ -257,123 +233,6 @@ func bodySlice(parts []files.Part, off, n int64, dst []files.Part) []files.Part 
 	return dst
 }
 
-// h2Fill is the output source of an HTTP/2 connection in userspace TLS:
-// each batch fills a plaintext buffer with frames, reading bodies from
-// their files, and seals it as full-size records.
-type h2Fill struct {
-	hc     *h2Conn
-	plain  []byte
-	sealed []byte
-	n      int // bytes of plain filled
-	// File reads of the batch, done together after the frames are laid
-	// out: consecutive ranges of one file become one preadv.
-	reads []fillRead
-	iov   [][]byte
-}
-
-type fillRead struct {
-	fd          int
-	off, end    int64
-	first, last int // f.iov[first:last]
-}
-
-func (f *h2Fill) Next(max int) ([]byte, error) {
-	hc := f.hc
-	if hc.wantPromote || hc.conn.Dead() && !hc.conn.HasOutput() {
-		return nil, nil
-	}
-	t := hc.t
-	if len(t.out) > 0 {
-		// The record layer has something to send first (a KeyUpdate
-		// answer): end this source; output() queues the next after it.
-		return nil, nil
-	}
-	hc.checkRecordBudget()
-	th := t.th
-	size := int(th.srv.cfg.Runtime.Settings.H2TLSWriteBuffer)
-	if f.plain == nil {
-		f.plain = th.getSealBuf(size)[:size]
-		f.sealed = th.getSealBuf(size + (size/ktls.MaxPlaintext+1)*t.seal.Overhead())
-	}
-	f.n = 0
-	f.reads, f.iov = f.reads[:0], f.iov[:0]
-	for f.n < size {
-		if hc.conn.Produce(fillSink{f}, size-f.n) == 0 || hc.wantPromote {
-			break
-		}
-	}
-	for _, r := range f.reads {
-		got, err := fileio.Preadv(r.fd, f.iov[r.first:r.last], r.off)
-		if int64(got) < r.end-r.off && hc.fillErr == nil {
-			// The file shrank (or failed) under a promised length: the
-			// connection is reset so the client sees a short body.
-			hc.fillErr = errors.Join(fileio.ErrShrank, err)
-		}
-	}
-	clear(f.iov)
-	hc.releaseHeld(false) // streams finished in this batch: their bytes are read
-	if hc.fillErr != nil {
-		return nil, hc.fillErr
-	}
-	if f.n == 0 {
-		return nil, nil
-	}
-	out := f.sealed[:0]
-	for p := f.plain[:f.n]; len(p) > 0; {
-		k := min(len(p), ktls.MaxPlaintext)
-		var err error
-		if out, err = t.seal.Seal(out, ktls.RecordApplicationData, p[:k]); err != nil {
-			return nil, err
-		}
-		p = p[k:]
-	}
-	t.userSent(int64(f.n))
-	return out, nil
-}
-
-func (f *h2Fill) Release() {
-	f.hc.filling = false
-	if f.plain != nil {
-		f.hc.t.th.putSealBuf(f.plain)
-		f.hc.t.th.putSealBuf(f.sealed)
-		f.plain, f.sealed = nil, nil
-	}
-}
-
-// fillSink copies frames into the fill buffer, reading file ranges with
-// pread.
-type fillSink struct{ f *h2Fill }
-
-func (s fillSink) Bytes(p []byte) { s.f.n += copy(s.f.plain[s.f.n:], p) }
-
-func (s fillSink) Data(st *h2.Stream, hdr []byte, off int64, n int) {
-	f := s.f
-	hc := f.hc
-	f.n += copy(f.plain[f.n:], hdr)
-	hs := st.User.(*h2Strm)
-	resp := &hs.files.Resp
-	for _, p := range bodySlice(resp.Parts, off, int64(n), hc.parts[:0]) {
-		dst := f.plain[f.n : f.n+int(p.Len)]
-		f.n += int(p.Len)
-		if p.Mem != nil {
-			copy(dst, p.Mem)
-			continue
-		}
-		fd := resp.File.Fd()
-		if k := len(f.reads) - 1; k >= 0 && f.reads[k].fd == fd && f.reads[k].end == p.Off && f.reads[k].last == len(f.iov) {
-			f.reads[k].end += p.Len
-			f.reads[k].last++
-		} else {
-			f.reads = append(f.reads, fillRead{fd: fd, off: p.Off, end: p.Off + p.Len, first: len(f.iov), last: len(f.iov) + 1})
-		}
-		f.iov = append(f.iov, dst)
-	}
-	hs.user += int64(n)
-	if hs.user >= hc.t.promoteAfter() && hc.t.canPromote() {
-		hc.wantPromote = true
-	}
-}
-
 // Request answers a stream whose request head is complete (h2.Handler).
 func (hc *h2Conn) Request(st *h2.Stream) {
 	hh := hc.h
@@ -392,7 +251,7 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		resp.Allow = true
 	case len(path) == 0 || path[0] != '/':
 		files.ErrorResponse(resp, 400)
-	case !s.h2 || hc.t == nil && !s.h2c || hc.t != nil && hh.srv.misdirected(hc.t.sess.ServerName, hc.t.sess.Version, hb):
+	case !s.h2 || hc.s.Session() == nil && !s.h2c || hc.s.Session() != nil && hh.srv.misdirected(hc.s.Session().ServerName, hc.s.Session().Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: method == "HEAD", Path: path, Query: query, Header: r}
@@ -473,11 +332,9 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	srv.stats.requests.Add(1)
 	srv.stats.h2Streams.Add(1)
 
-	f := append(hh.fields[:0], hpack.HeaderField{Name: "date", Value: string(hh.h1.httpDate())})
-	responseFields(resp, hs.site, func(name, _, value string) {
-		f = append(f, hpack.HeaderField{Name: name, Value: value})
-	})
-	hh.fields = f
+	hh.fields.f = hh.fields.f[:0]
+	writeFields(&hh.fields, resp, hs.site, hh.h1.httpDate())
+	f := hh.fields.f
 	var body int64
 	if !resp.NoBody {
 		body = resp.ContentLength
@@ -494,9 +351,9 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	hc.conn.Respond(st, resp.Status, f, body)
 }
 
-// StreamDone releases a stream (h2.Handler): at once when its body was
-// copied, after the socket took the queued output when it went by
-// reference.
+// StreamDone releases a stream (h2.Handler) once nothing queued refers to
+// its body: when the stream has copied it (Copied) or the socket has taken
+// everything (serve).
 func (hc *h2Conn) StreamDone(st *h2.Stream) {
 	hs, _ := st.User.(*h2Strm)
 	if hs == nil {
@@ -509,34 +366,27 @@ func (hc *h2Conn) StreamDone(st *h2.Stream) {
 	if hs.fetching {
 		return // the worker's answer releases it
 	}
-	if hs.byRef || hc.filling {
+	if hc.s.Busy() {
 		hc.held = append(hc.held, hs)
 		return
 	}
 	hs.files.Reset()
 }
 
-// releaseHeld releases done streams once nothing queued refers to their
-// files: all of them when the socket has taken everything, else those
-// whose bytes were copied (read in the last fill batch).
-func (hc *h2Conn) releaseHeld(all bool) {
-	kept := hc.held[:0]
+// releaseHeld releases the done streams.
+func (hc *h2Conn) releaseHeld() {
 	for _, hs := range hc.held {
-		if hs.byRef && !all {
-			kept = append(kept, hs)
-			continue
-		}
 		hs.files.Reset()
 	}
-	clear(hc.held[len(kept):])
-	hc.held = kept
+	clear(hc.held)
+	hc.held = hc.held[:0]
 }
 
 // closed releases everything when the connection is gone.
 func (hc *h2Conn) closed() {
 	delete(hc.h.conns, hc)
 	hc.conn.Abandon()
-	hc.releaseHeld(true)
+	hc.releaseHeld()
 }
 
 // tick enforces the stall timeout on the loop's HTTP/2 connections, once

@@ -154,7 +154,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 	srv.stats.h3Streams.Add(1)
 
 	h := w.Header() // quic-go adds Date
-	responseFields(resp, s, func(_, name, value string) { h[name] = []string{value} })
+	writeFields(headerFields(h), resp, s, nil)
 	if resp.NeedDigest != nil {
 		srv.digests.request(s.files.Root, resp.NeedDigest)
 	}

@@ -1,54 +1,99 @@
 package engine
 
 import (
+	"net/http"
 	"strconv"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/h1"
+	"golang.org/x/net/http2/hpack"
 )
 
-// responseFields calls add for each header field of resp that HTTP/2 and
-// HTTP/3 send (HTTP/1.1 writes the same fields as bytes in http1.go),
-// giving the name in both spellings: lowercase for HPACK, canonical for
-// quic-go's http.Header. Date is the caller's. s may be nil.
-func responseFields(resp *files.Response, s *site, add func(lower, canonical, value string)) {
-	add("server", "Server", "engine")
+// fieldWriter takes a response's header fields in one protocol's form.
+// Each name comes in both spellings: lowercase (HTTP/2 and HTTP/3) and as
+// HTTP/1.1 writes it.
+type fieldWriter interface {
+	field(lower, canonical, value string)
+	fieldBytes(lower, canonical string, value []byte)
+	fieldInt(lower, canonical string, v int64)
+}
+
+// writeFields gives w the header fields of resp, for every protocol: the
+// one list of what a response says. date is the Date value (nil: the
+// protocol library adds it). s may be nil.
+func writeFields(w fieldWriter, resp *files.Response, s *site, date []byte) {
+	w.field("server", "Server", "engine")
+	if date != nil {
+		w.fieldBytes("date", "Date", date)
+	}
 	if resp.ContentType != "" {
-		add("content-type", "Content-Type", resp.ContentType)
+		w.field("content-type", "Content-Type", resp.ContentType)
 	}
 	if resp.Status != 304 {
-		add("content-length", "Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		w.fieldInt("content-length", "Content-Length", resp.ContentLength)
 	}
 	if resp.ContentEncoding != "" {
-		add("content-encoding", "Content-Encoding", resp.ContentEncoding)
+		w.field("content-encoding", "Content-Encoding", resp.ContentEncoding)
 	}
 	if resp.Vary {
-		add("vary", "Vary", "Accept-Encoding")
+		w.field("vary", "Vary", "Accept-Encoding")
 	}
 	if resp.LastModified != "" {
-		add("last-modified", "Last-Modified", resp.LastModified)
+		w.field("last-modified", "Last-Modified", resp.LastModified)
 	}
 	if resp.ETag != "" {
-		add("etag", "Etag", resp.ETag)
+		w.field("etag", "ETag", resp.ETag)
 	}
 	if resp.AcceptRanges {
-		add("accept-ranges", "Accept-Ranges", "bytes")
+		w.field("accept-ranges", "Accept-Ranges", "bytes")
 	}
 	if resp.ContentRange != nil {
-		add("content-range", "Content-Range", string(resp.ContentRange))
+		w.fieldBytes("content-range", "Content-Range", resp.ContentRange)
 	}
 	if resp.Location != nil {
-		add("location", "Location", string(resp.Location))
+		w.fieldBytes("location", "Location", resp.Location)
 	}
 	if resp.Allow {
-		add("allow", "Allow", "GET, HEAD")
+		w.field("allow", "Allow", "GET, HEAD")
 	}
 	if resp.ReprDigest != "" {
-		add("repr-digest", "Repr-Digest", resp.ReprDigest)
+		w.field("repr-digest", "Repr-Digest", resp.ReprDigest)
 	}
 	if resp.RetryAfter > 0 {
-		add("retry-after", "Retry-After", strconv.Itoa(resp.RetryAfter))
+		w.fieldInt("retry-after", "Retry-After", int64(resp.RetryAfter))
 	}
 	if s != nil && s.altSvc != "" {
-		add("alt-svc", "Alt-Svc", s.altSvc)
+		w.field("alt-svc", "Alt-Svc", s.altSvc)
 	}
+}
+
+// h1Fields appends fields as HTTP/1.1 header lines.
+type h1Fields struct{ b []byte }
+
+func (w *h1Fields) field(_, name, value string) { w.b = h1.AppendHeader(w.b, name, value) }
+func (w *h1Fields) fieldBytes(_, name string, value []byte) {
+	w.b = h1.AppendHeaderBytes(w.b, name, value)
+}
+func (w *h1Fields) fieldInt(_, name string, v int64) { w.b = h1.AppendHeaderInt(w.b, name, v) }
+
+// hpackFields collects fields for HPACK (HTTP/2).
+type hpackFields struct{ f []hpack.HeaderField }
+
+func (w *hpackFields) field(name, _, value string) {
+	w.f = append(w.f, hpack.HeaderField{Name: name, Value: value})
+}
+func (w *hpackFields) fieldBytes(name, _ string, value []byte) { w.field(name, "", string(value)) }
+func (w *hpackFields) fieldInt(name, _ string, v int64) {
+	w.field(name, "", strconv.FormatInt(v, 10))
+}
+
+// headerFields sets fields on an http.Header (HTTP/3 through quic-go).
+type headerFields http.Header
+
+func (w headerFields) field(_, name, value string) { w[name] = []string{value} }
+func (w headerFields) fieldBytes(_, name string, value []byte) {
+	w[name] = []string{string(value)}
+}
+func (w headerFields) fieldInt(_, name string, v int64) {
+	w[name] = []string{strconv.FormatInt(v, 10)}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
 	"github.com/mediaship/engine/h3"
@@ -50,8 +51,7 @@ type Server struct {
 type serverCounters struct {
 	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
 
-	tlsHandshakes, tlsHandshakeErrors, tlsRecordErrors, tlsAlertsReceived, tlsKeyUpdates atomic.Int64
-	tlsUserBytes, tlsKernelBytes, tlsPromotions, tlsPromoteFailures                      atomic.Int64
+	tls transport.Stats
 
 	h2Conns, h2Streams, h2Resets, h2ConnErrors atomic.Int64
 	h2Events                                   [h2.EventHeaderTimeout + 1]atomic.Int64
@@ -151,16 +151,10 @@ func New(cfg *Config, log *slog.Logger) (*Server, error) {
 		// Room for a request head, and for a whole HTTP/2 frame.
 		ReadBuffer:  max(int(cfg.Limits.MaxHeaderBytes)+4<<10, 20<<10),
 		SendTimeout: cfg.Limits.SendTimeout.D(),
-		NewHandler: func(l *reactor.Loop) reactor.Handler {
-			h := newH1Handler(s, l)
-			if s.tlsConfig != nil {
-				return newTLSHandler(h)
-			}
-			return h
-		},
-		Logger:     log,
-		NoSteering: disabled("ENGINE_DISABLE_STEERING"),
-		Pin:        cfg.PinWorkers,
+		NewHandler:  func(l *reactor.Loop) reactor.Handler { return newConnHandler(s, l) },
+		Logger:      log,
+		NoSteering:  disabled("ENGINE_DISABLE_STEERING"),
+		Pin:         cfg.PinWorkers,
 	}
 	// With port 0 the kernel picks the TCP port, and HTTP/3 needs the
 	// same number free on UDP, which another socket may hold: pick again.
@@ -364,15 +358,15 @@ func (s *Server) Stats() Stats {
 		Bulk:             s.stats.bulk.Load(),
 		CongestionErrors: s.stats.congestionErrors.Load(),
 
-		TLSHandshakes:      s.stats.tlsHandshakes.Load(),
-		TLSHandshakeErrors: s.stats.tlsHandshakeErrors.Load(),
-		TLSRecordErrors:    s.stats.tlsRecordErrors.Load(),
-		TLSAlertsReceived:  s.stats.tlsAlertsReceived.Load(),
-		TLSKeyUpdates:      s.stats.tlsKeyUpdates.Load(),
-		TLSUserBytes:       s.stats.tlsUserBytes.Load(),
-		TLSKernelBytes:     s.stats.tlsKernelBytes.Load(),
-		Promotions:         s.stats.tlsPromotions.Load(),
-		PromoteFailures:    s.stats.tlsPromoteFailures.Load(),
+		TLSHandshakes:      s.stats.tls.Handshakes.Load(),
+		TLSHandshakeErrors: s.stats.tls.HandshakeErrors.Load(),
+		TLSRecordErrors:    s.stats.tls.RecordErrors.Load(),
+		TLSAlertsReceived:  s.stats.tls.AlertsReceived.Load(),
+		TLSKeyUpdates:      s.stats.tls.KeyUpdates.Load(),
+		TLSUserBytes:       s.stats.tls.UserBytes.Load(),
+		TLSKernelBytes:     s.stats.tls.KernelBytes.Load(),
+		Promotions:         s.stats.tls.Promotions.Load(),
+		PromoteFailures:    s.stats.tls.PromoteFailures.Load(),
 
 		H2Connections: s.stats.h2Conns.Load(),
 		H2Streams:     s.stats.h2Streams.Load(),

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/transport"
+	"github.com/mediaship/engine/h2"
+	"github.com/mediaship/engine/ktls"
+)
+
+// connHandler is a loop's reactor handler. Every connection is one
+// transport stream (plain TCP or TLS) that speaks HTTP/1.1 or HTTP/2,
+// chosen once: by ALPN after a TLS handshake, by the h2c preface on a
+// plain listener where a site allows it.
+type connHandler struct {
+	// Immutable after construction.
+	srv *Server
+	env *transport.Env
+	h1  *h1Handler
+	h2  *h2Handler
+}
+
+// httpConn is one connection: its stream and the driver chosen for it.
+type httpConn struct {
+	// Owned by the loop goroutine.
+	s  *transport.Stream
+	h1 *h1Conn // HTTP/1.1; nil until chosen
+	h2 *h2Conn // HTTP/2; nil until chosen
+}
+
+func newConnHandler(srv *Server, l *reactor.Loop) *connHandler {
+	h1 := newH1Handler(srv, l)
+	cfg := srv.cfg
+	env := &transport.Env{
+		TLS:           srv.tlsConfig,
+		HeaderTimeout: cfg.Limits.HeaderTimeout.D(),
+		InputSize:     int(cfg.Limits.MaxHeaderBytes) + 2*ktls.MaxPlaintext,
+		BatchSize:     int(cfg.Runtime.Settings.H2TLSWriteBuffer),
+		SendBuffer:    int(cfg.Runtime.Settings.H2SendBuffer),
+		PromoteAfter:  int64(*cfg.Kernel.PromoteAfter),
+		KernelTLS:     srv.ktlsOK,
+		KernelRekey:   srv.ktlsRekey,
+		Stats:         &srv.stats.tls,
+		Log:           h1.log,
+		Note:          func(msg string, args ...any) { h1.limiter.log(h1.log, msg, args...) },
+	}
+	return &connHandler{srv: srv, env: env, h1: h1, h2: h1.h2}
+}
+
+func (h *connHandler) Open(c *reactor.Conn) {
+	c.State = &httpConn{s: h.env.Open(c)}
+	// stateHandshake and stateFirst: the header timeout covers the TLS
+	// handshake, the h2c preface and the first request.
+	c.SetReadDeadline(h.srv.cfg.Limits.HeaderTimeout.D())
+}
+
+func (h *connHandler) Closed(c *reactor.Conn) {
+	hc := c.State.(*httpConn)
+	hc.s.Closed()
+	if hc.h2 != nil {
+		hc.h2.closed()
+	}
+	if hc.h1 != nil {
+		h.h1.closed(c, hc.h1)
+	}
+	c.State = nil
+}
+
+func (h *connHandler) Tick() { h.h1.Tick() }
+
+// Drain keeps HTTP/2 connections open at shutdown until they have sent
+// GOAWAY and finished their streams (reactor.Drainer).
+func (h *connHandler) Drain(c *reactor.Conn) bool { return c.State.(*httpConn).h2 != nil }
+
+func (h *connHandler) Serve(c *reactor.Conn) {
+	hc := c.State.(*httpConn)
+	s := hc.s
+	if !s.Advance() || c.Closed() || !s.Ready() {
+		return
+	}
+	switch {
+	case hc.h2 != nil:
+		h.h2.serve(hc.h2)
+	case hc.h1 != nil:
+		h.h1.serve(c, hc.h1)
+	default:
+		h.choose(c, hc)
+	}
+}
+
+// choose picks the connection's protocol once, then serves it.
+func (h *connHandler) choose(c *reactor.Conn, hc *httpConn) {
+	s := hc.s
+	h2c := false
+	if sess := s.Session(); sess != nil {
+		h2c = sess.ALPN == "h2"
+	} else if h.srv.sites.h2c {
+		// HTTP/2 with prior knowledge (RFC 9113 §3.3) on a plain
+		// listener where a site allows it.
+		in := s.Input()
+		if len(in) == 0 {
+			if s.EOF() || h.h1.loop.Draining() {
+				c.Close()
+			}
+			return // stateFirst: the header_timeout set at accept runs
+		}
+		n := min(len(in), len(h2.Preface))
+		if h2c = string(in[:n]) == h2.Preface[:n]; h2c && n < len(h2.Preface) {
+			if s.EOF() {
+				c.Close()
+			}
+			return // wait for the rest of the preface
+		}
+	}
+	if h2c {
+		hc.h2 = h.h2.start(c, s)
+		h.h2.serve(hc.h2)
+		return
+	}
+	hc.h1 = &h1Conn{s: s}
+	h.h1.serve(c, hc.h1)
+}
