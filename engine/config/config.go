@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"bytes"
@@ -38,12 +38,12 @@ type Config struct {
 	// SIGTERM or SIGINT. Zero means 30s.
 	ShutdownGrace Duration `toml:"shutdown_grace"`
 
-	Sites     []SiteConfig    `toml:"sites"`
-	Integrity IntegrityConfig `toml:"integrity"`
-	Kernel    KernelConfig    `toml:"kernel"`
-	Limits    LimitsConfig    `toml:"limits"`
-	Runtime   RuntimeConfig   `toml:"runtime"`
-	H3        H3Config        `toml:"h3"`
+	Sites     []Site    `toml:"sites"`
+	Integrity Integrity `toml:"integrity"`
+	Kernel    Kernel    `toml:"kernel"`
+	Limits    Limits    `toml:"limits"`
+	Runtime   Runtime   `toml:"runtime"`
+	H3        H3        `toml:"h3"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
@@ -52,8 +52,8 @@ type Config struct {
 	selfSigned bool
 }
 
-// SiteConfig is one virtual host.
-type SiteConfig struct {
+// Site is one virtual host.
+type Site struct {
 	// Domain is the host name this site answers: "media.example.com", a
 	// wildcard "*.example.com", or "*" for any host.
 	Domain string `toml:"domain"`
@@ -83,19 +83,19 @@ type SiteConfig struct {
 	// per second with SO_MAX_PACING_RATE. Zero means unlimited.
 	LimitRate Size `toml:"limit_rate"`
 
-	Protocols ProtocolsConfig     `toml:"protocols"`
-	TLS       TLSConfig           `toml:"tls"`
-	Integrity SiteIntegrityConfig `toml:"integrity"`
+	Protocols Protocols     `toml:"protocols"`
+	TLS       TLS           `toml:"tls"`
+	Integrity SiteIntegrity `toml:"integrity"`
 }
 
-// SiteIntegrityConfig overrides [integrity] for one site.
-type SiteIntegrityConfig struct {
+// SiteIntegrity overrides [integrity] for one site.
+type SiteIntegrity struct {
 	// Mode is "serve" or "require"; zero means [integrity] mode.
 	Mode string `toml:"mode"`
 }
 
-// IntegrityConfig governs the BLAKE3 digests of served files.
-type IntegrityConfig struct {
+// Integrity governs the BLAKE3 digests of served files.
+type Integrity struct {
 	// Mode is "serve" (the zero value: a file is served at once, with
 	// Repr-Digest once it has been hashed) or "require" (503 with
 	// Retry-After until it has been).
@@ -115,8 +115,8 @@ type IntegrityConfig struct {
 	Workers int `toml:"workers"`
 }
 
-// ProtocolsConfig enables protocols per site. Nil means enabled.
-type ProtocolsConfig struct {
+// Protocols enables protocols per site. Nil means enabled.
+type Protocols struct {
 	H1 *bool `toml:"h1"`
 	H2 *bool `toml:"h2"`
 	H3 *bool `toml:"h3"`
@@ -125,16 +125,16 @@ type ProtocolsConfig struct {
 	H2C *bool `toml:"h2c"`
 }
 
-// TLSConfig is a site's certificate. Both Cert and Key, or neither.
-type TLSConfig struct {
+// TLS is a site's certificate. Both Cert and Key, or neither.
+type TLS struct {
 	Cert string `toml:"cert"`
 	Key  string `toml:"key"`
 	// MinVersion is "1.3" (the zero value) or "1.2".
 	MinVersion string `toml:"min_version"`
 }
 
-// KernelConfig chooses the kernel fast paths.
-type KernelConfig struct {
+// Kernel chooses the kernel fast paths.
+type Kernel struct {
 	// KTLS is "require", "auto" or "off". Zero means "require" when a TLS
 	// site is configured.
 	KTLS string `toml:"ktls"`
@@ -153,8 +153,8 @@ type KernelConfig struct {
 	BBR string `toml:"bbr"`
 }
 
-// LimitsConfig bounds what one client can make the server hold.
-type LimitsConfig struct {
+// Limits bounds what one client can make the server hold.
+type Limits struct {
 	// MaxHeaderBytes bounds a request head. Zero means 16 KiB.
 	MaxHeaderBytes Size `toml:"max_header_bytes"`
 	// MaxHeaders bounds the number of header lines. Zero means 100.
@@ -184,8 +184,8 @@ type LimitsConfig struct {
 	MaxConnections int `toml:"max_connections"`
 }
 
-// RuntimeConfig holds tuning knobs in the seed product's shape.
-type RuntimeConfig struct {
+// Runtime holds tuning knobs in the seed product's shape.
+type Runtime struct {
 	Settings RuntimeSettings `toml:"settings"`
 }
 
@@ -204,9 +204,9 @@ type RuntimeSettings struct {
 	H2MaxConcurrentStreams int `toml:"h2_max_concurrent_streams"`
 }
 
-// H3Config tunes HTTP/3, served on UDP at the listen port for TLS sites
+// H3 tunes HTTP/3, served on UDP at the listen port for TLS sites
 // whose protocols allow h3.
-type H3Config struct {
+type H3 struct {
 	// BulkPaceRate paces each bulk response (bulk_threshold and up) to
 	// this many bytes per second, per stream, on top of quic-go's
 	// per-connection pacing. Zero means unpaced. A site's limit_rate,
@@ -236,15 +236,15 @@ type configSource struct {
 	flags map[string]string // key path -> flag that set it
 }
 
-// ConfigError is one mistake in the configuration.
-type ConfigError struct {
+// Error is one mistake in the configuration.
+type Error struct {
 	File string // empty for flags
 	Line int    // zero when unknown
 	Key  string // key path, or the flag
 	Msg  string
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	if e.File != "" {
 		b.WriteString(e.File)
@@ -260,11 +260,11 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// ConfigErrors is every mistake found at once, so an operator fixes them
+// Errors is every mistake found at once, so an operator fixes them
 // in one pass.
-type ConfigErrors []*ConfigError
+type Errors []*Error
 
-func (es ConfigErrors) Error() string {
+func (es Errors) Error() string {
 	s := make([]string, len(es))
 	for i, e := range es {
 		s[i] = e.Error()
@@ -272,45 +272,45 @@ func (es ConfigErrors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// LoadConfig reads and validates the TOML file at path.
-func LoadConfig(path string) (*Config, error) {
-	cfg, err := ReadConfig(path)
+// Load reads and validates the TOML file at path.
+func Load(path string) (*Config, error) {
+	cfg, err := Read(path)
 	if err != nil {
 		return nil, err
 	}
 	return cfg, cfg.Validate()
 }
 
-// ReadConfig reads the TOML file at path without validating values, so
+// Read reads the TOML file at path without validating values, so
 // flags can override them before Validate.
-func ReadConfig(path string) (*Config, error) {
+func Read(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &ConfigError{File: path, Msg: fmt.Sprintf("cannot read: %v", unwrapPathError(err))}
+		return nil, &Error{File: path, Msg: fmt.Sprintf("cannot read: %v", unwrapPathError(err))}
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseConfig(path, filepath.Dir(abs), data)
+	return Parse(path, filepath.Dir(abs), data)
 }
 
-// ParseConfig decodes TOML without validating values. Relative paths in it
+// Parse decodes TOML without validating values. Relative paths in it
 // are resolved against dir. Unknown keys and wrong types are errors that
 // name the file, line and key.
-func ParseConfig(file, dir string, data []byte) (*Config, error) {
+func Parse(file, dir string, data []byte) (*Config, error) {
 	cfg := &Config{src: configSource{file: file, dir: dir, flags: map[string]string{}}}
 	lines, perr := keyLines(data)
 	cfg.src.lines = lines
 	if perr != nil {
-		return nil, ConfigErrors{cfg.decodeError(perr)}
+		return nil, Errors{cfg.decodeError(perr)}
 	}
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(cfg); err != nil {
 		var strict *toml.StrictMissingError
 		if errors.As(err, &strict) {
-			var errs ConfigErrors
+			var errs Errors
 			for i := range strict.Errors {
 				e := &strict.Errors[i]
 				line, _ := e.Position()
@@ -318,21 +318,21 @@ func ParseConfig(file, dir string, data []byte) (*Config, error) {
 				if p := cfg.src.pathAt(line); p != "" {
 					key = p
 				}
-				errs = append(errs, &ConfigError{File: file, Line: line, Key: key,
+				errs = append(errs, &Error{File: file, Line: line, Key: key,
 					Msg: "unknown key; " + expectedKeys(e.Key())})
 			}
 			return nil, errs
 		}
-		return nil, ConfigErrors{cfg.decodeError(err)}
+		return nil, Errors{cfg.decodeError(err)}
 	}
 	return cfg, nil
 }
 
-// decodeError turns a go-toml error into a ConfigError with our wording.
-func (c *Config) decodeError(err error) *ConfigError {
+// decodeError turns a go-toml error into an Error with our wording.
+func (c *Config) decodeError(err error) *Error {
 	var de *toml.DecodeError
 	if !errors.As(err, &de) {
-		return &ConfigError{File: c.src.file, Msg: err.Error()}
+		return &Error{File: c.src.file, Msg: err.Error()}
 	}
 	line, _ := de.Position()
 	keyParts := de.Key()
@@ -347,7 +347,7 @@ func (c *Config) decodeError(err error) *ConfigError {
 			msg = "wrong type: expected " + want
 		}
 	}
-	return &ConfigError{File: c.src.file, Line: line, Key: key, Msg: msg}
+	return &Error{File: c.src.file, Line: line, Key: key, Msg: msg}
 }
 
 // pathAt returns the key path defined on line, if exactly one is.
@@ -366,10 +366,10 @@ func (s *configSource) pathAt(line int) string {
 
 // errAt builds an error for key, with its file and line when it came from
 // the file, or its flag when a flag set it.
-func (c *Config) errAt(key, format string, args ...any) *ConfigError {
+func (c *Config) errAt(key, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
 	if flag, ok := c.src.flags[key]; ok {
-		return &ConfigError{Key: flag, Msg: msg}
+		return &Error{Key: flag, Msg: msg}
 	}
 	line, ok := c.src.lines[key]
 	if !ok {
@@ -386,7 +386,7 @@ func (c *Config) errAt(key, format string, args ...any) *ConfigError {
 			}
 		}
 	}
-	return &ConfigError{File: c.src.file, Line: line, Key: key, Msg: msg}
+	return &Error{File: c.src.file, Line: line, Key: key, Msg: msg}
 }
 
 // SetFlag overrides a key from a command-line flag.
@@ -407,7 +407,7 @@ func (c *Config) SetFlag(flag string, value string) error {
 	case "workers":
 		n, err := strconv.Atoi(value)
 		if err != nil {
-			return &ConfigError{Key: "--workers", Msg: fmt.Sprintf("%q is not a whole number", value)}
+			return &Error{Key: "--workers", Msg: fmt.Sprintf("%q is not a whole number", value)}
 		}
 		c.Workers = n
 		c.src.flags["workers"] = "--workers"
@@ -419,6 +419,14 @@ func (c *Config) SetFlag(flag string, value string) error {
 
 // File returns the config file name, or "" when there is none.
 func (c *Config) File() string { return c.src.file }
+
+// Line returns the line of the file that key ("sites[0].tls.cert") is
+// written on, or 0 when the file does not write it.
+func (c *Config) Line(key string) int { return c.src.lines[key] }
+
+// SelfSigned reports whether serve --self-signed asked for an in-memory
+// self-signed certificate for sites without one.
+func (c *Config) SelfSigned() bool { return c.selfSigned }
 
 // resolvePath makes p absolute, relative to the config file's directory
 // for paths from the file, or to the working directory for flags.
@@ -437,8 +445,8 @@ func (c *Config) resolvePath(key, p string) string {
 
 // Validate checks every value, fills in defaults and reports all mistakes.
 func (c *Config) Validate() error {
-	var errs ConfigErrors
-	add := func(e *ConfigError) { errs = append(errs, e) }
+	var errs Errors
+	add := func(e *Error) { errs = append(errs, e) }
 
 	if c.Listen == "" {
 		c.Listen = ":8080"
@@ -477,7 +485,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Root == "" && len(c.Sites) == 0 {
-		add(&ConfigError{File: c.src.file, Key: "root",
+		add(&Error{File: c.src.file, Key: "root",
 			Msg: "nothing to serve; set root (or --root DIR) or add a [[sites]] table with a domain and a root"})
 	}
 
@@ -518,7 +526,7 @@ func (c *Config) Validate() error {
 		if s.LimitRate < 0 {
 			add(c.errAt(key+".limit_rate", "must not be negative"))
 		}
-		if !on(s.Protocols.H1) && !on(s.Protocols.H2) && !on(s.Protocols.H3) {
+		if !On(s.Protocols.H1) && !On(s.Protocols.H2) && !On(s.Protocols.H3) {
 			add(c.errAt(key+".protocols", "every protocol is off; enable at least one of h1, h2, h3"))
 		}
 		t := &s.TLS
@@ -551,10 +559,10 @@ func (c *Config) Validate() error {
 		}
 	}
 	if defaults > 1 {
-		add(&ConfigError{File: c.src.file, Key: "sites", Msg: "more than one site has default = true; choose one"})
+		add(&Error{File: c.src.file, Key: "sites", Msg: "more than one site has default = true; choose one"})
 	}
 	if defaults > 0 && c.Root != "" {
-		add(&ConfigError{File: c.src.file, Key: "sites", Msg: "a site has default = true but the top-level root already makes the default site; remove one"})
+		add(&Error{File: c.src.file, Key: "sites", Msg: "a site has default = true but the top-level root already makes the default site; remove one"})
 	}
 
 	ig := &c.Integrity
@@ -758,14 +766,16 @@ func (c *Config) H3Enabled() bool {
 		return true
 	}
 	for i := range c.Sites {
-		if on(c.Sites[i].Protocols.H3) {
+		if On(c.Sites[i].Protocols.H3) {
 			return true
 		}
 	}
 	return false
 }
 
-func on(b *bool) bool { return b == nil || *b }
+// On reads an optional switch such as Protocols.H2 or Site.Precompressed:
+// nil means on.
+func On(b *bool) bool { return b == nil || *b }
 
 func checkDir(p string) error {
 	st, err := os.Stat(p)
