@@ -220,6 +220,9 @@ func TestConfigFlagsOverride(t *testing.T) {
 	if err := cfg.SetFlag("workers", "many"); err == nil || !strings.Contains(err.Error(), "--workers") {
 		t.Errorf("SetFlag(workers, many) = %v", err)
 	}
+	if err := cfg.SetFlag("port", "80"); err == nil || err.Error() != "config: unknown flag port" {
+		t.Errorf("SetFlag(port, 80) = %v, want config: unknown flag port", err)
+	}
 }
 
 func TestParseSize(t *testing.T) {

@@ -30,7 +30,7 @@ func Read(path string) (*Config, error) {
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("config: locate %s: %w", path, err)
 	}
 	return Parse(path, filepath.Dir(abs), data)
 }
@@ -127,7 +127,7 @@ func (c *Config) SetFlag(flag string, value string) error {
 		c.Workers = n
 		c.src.flags["workers"] = "--workers"
 	default:
-		return fmt.Errorf("unknown flag %s", flag)
+		return fmt.Errorf("config: unknown flag %s", flag)
 	}
 	return nil
 }
