@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/internal/selfsigned"
 )
 
@@ -57,7 +58,7 @@ type certStore struct {
 
 // loadCertTable reads every site's PEM files. Errors name the file and
 // the config key.
-func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error) {
+func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable, error) {
 	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}}
 	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so sites sharing files share it
 	for i := range cfg.Sites {
@@ -69,7 +70,7 @@ func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error)
 			if cert == nil {
 				c, err := tls.LoadX509KeyPair(sc.TLS.Cert, sc.TLS.Key)
 				if err != nil {
-					return nil, &ConfigError{File: cfg.src.file, Line: cfg.src.lines[fmt.Sprintf("sites[%d].tls.cert", i)],
+					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(fmt.Sprintf("sites[%d].tls.cert", i)),
 						Key: fmt.Sprintf("sites[%d].tls", i),
 						Msg: fmt.Sprintf("cannot load certificate %s with key %s: %v", sc.TLS.Cert, sc.TLS.Key, err)}
 				}
@@ -101,7 +102,7 @@ func loadCertTable(cfg *Config, selfSigned *tls.Certificate) (*certTable, error)
 		t.def = selfSigned
 	}
 	if t.def == nil {
-		return nil, &ConfigError{File: cfg.src.file, Key: "sites", Msg: "no certificate to serve TLS with; add [sites.tls] cert and key, or run serve --self-signed"}
+		return nil, &config.Error{File: cfg.File(), Key: "sites", Msg: "no certificate to serve TLS with; add [sites.tls] cert and key, or run serve --self-signed"}
 	}
 	return t, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/internal/fileio"
@@ -41,7 +42,7 @@ type manifest struct {
 	sums    map[string]integrity.Digest
 }
 
-func newDigests(cfg *Config, roots []*files.Root, log *slog.Logger) (*digests, error) {
+func newDigests(cfg *config.Config, roots []*files.Root, log *slog.Logger) (*digests, error) {
 	ic := &cfg.Integrity
 	d := &digests{cache: integrity.NewCache(0), path: ic.Cache, manifests: map[*files.Root]*manifest{},
 		refuse: ic.OnMismatch == "refuse", log: log, jobs: make(chan func(), 4096),

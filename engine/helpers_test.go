@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/internal/vmtest"
 )
 
@@ -162,7 +163,7 @@ func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testSe
 		toml = "listen = \"127.0.0.1:0\"\n" + toml
 	}
 	dir := t.TempDir()
-	cfg, err := engine.ParseConfig("test.toml", dir, []byte(toml))
+	cfg, err := config.Parse("test.toml", dir, []byte(toml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

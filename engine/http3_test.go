@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
@@ -670,7 +671,7 @@ func TestH3UDPPortInUse(t *testing.T) {
 	pki := newPKI(t, t.TempDir(), "localhost")
 	text := fmt.Sprintf("listen = %q\nroot = %q\n[[sites]]\ndomain = \"localhost\"\n[sites.tls]\ncert = %q\nkey = %q\n%s",
 		addr, root, pki.certFile, pki.keyFile, ktlsAuto)
-	cfg, err := engine.ParseConfig("engine.toml", root, []byte(text))
+	cfg, err := config.Parse("engine.toml", root, []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

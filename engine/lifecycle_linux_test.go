@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -515,7 +516,7 @@ func TestAccessLog(t *testing.T) {
 func TestPortInUse(t *testing.T) {
 	root := siteRoot(t)
 	ts := start(t, fmt.Sprintf("root = %q\n", root))
-	cfg, err := engine.ParseConfig("second.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = %q\n", root, ts.addr)))
+	cfg, err := config.Parse("second.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = %q\n", root, ts.addr)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,14 @@ package engine
 import (
 	"strings"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/preflight"
 )
 
 // PreflightNeeds says which kernel features cfg needs and how much: what
 // engine serve probes before binding, and engine preflight -c reports.
-func PreflightNeeds(cfg *Config) preflight.Needs {
+func PreflightNeeds(cfg *config.Config) preflight.Needs {
 	// Each connection is a descriptor, and so is each file the open-file
 	// cache keeps open; a few more are the server's own.
 	n := preflight.Needs{OpenFiles: cfg.Limits.MaxConnections + files.DefaultMaxEntries + 64}

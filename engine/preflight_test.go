@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -29,7 +30,7 @@ func refuses(t *testing.T, text string, wantCheck string) {
 	t.Helper()
 	root := t.TempDir()
 	addr := freePort(t)
-	cfg, err := engine.ParseConfig("engine.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = %q\n%s", root, addr, text)))
+	cfg, err := config.Parse("engine.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = %q\n%s", root, addr, text)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
@@ -28,7 +29,7 @@ import (
 // socket).
 type Server struct {
 	// Immutable after New.
-	cfg     *Config
+	cfg     *config.Config
 	log     *slog.Logger
 	prober  *preflight.Prober
 	sites   *siteTable
@@ -112,7 +113,7 @@ type Stats struct {
 // any socket is bound, when one is missing), opens the site roots and binds
 // the listeners. Requests are served once Run is called. cfg must have
 // passed Validate.
-func New(cfg *Config, log *slog.Logger) (*Server, error) {
+func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -252,7 +253,7 @@ func (s *Server) Run(ctx context.Context) error {
 // site allows, session tickets on.
 func (s *Server) setupTLS() error {
 	s.certs = &certStore{}
-	if s.cfg.selfSigned {
+	if s.cfg.SelfSigned() {
 		cert, err := selfSignedCert()
 		if err != nil {
 			return fmt.Errorf("self-signed certificate: %w", err)
@@ -310,7 +311,7 @@ func (s *Server) alpn(serverName string) []string {
 	var h1, h2 bool
 	if serverName == "" || s.sites == nil {
 		for _, sc := range s.cfg.Sites {
-			h1, h2 = h1 || on(sc.Protocols.H1), h2 || on(sc.Protocols.H2)
+			h1, h2 = h1 || config.On(sc.Protocols.H1), h2 || config.On(sc.Protocols.H2)
 		}
 		if len(s.cfg.Sites) == 0 || s.cfg.Root != "" {
 			h1, h2 = true, true

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 )
 
@@ -40,7 +41,7 @@ type wildcard struct {
 	s      *site
 }
 
-func newSiteTable(cfg *Config) (*siteTable, error) {
+func newSiteTable(cfg *config.Config) (*siteTable, error) {
 	t := &siteTable{exact: map[string]*site{}}
 	roots := map[string]*files.Root{}
 	root := func(dir string, follow bool) (*files.Root, error) {
@@ -83,12 +84,12 @@ func newSiteTable(cfg *Config) (*siteTable, error) {
 		s := &site{
 			name: sc.Domain,
 			files: files.Site{Root: r, Index: idx, Listing: sc.DirectoryListing,
-				Precompressed: on(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require",
+				Precompressed: config.On(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require",
 				HideDotfiles: sc.HiddenFiles == "deny"},
 			limitRate: uint64(sc.LimitRate),
-			h1:        on(sc.Protocols.H1),
-			h2:        on(sc.Protocols.H2),
-			h3:        on(sc.Protocols.H3),
+			h1:        config.On(sc.Protocols.H1),
+			h2:        config.On(sc.Protocols.H2),
+			h3:        config.On(sc.Protocols.H3),
 			h2c:       sc.Protocols.H2C != nil && *sc.Protocols.H2C,
 		}
 		t.all = append(t.all, s)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/integrity"
 )
 
@@ -147,7 +148,7 @@ func TestVerifyCommand(t *testing.T) {
 // test ends; extra is more TOML, flags are name, value pairs as serve's.
 func startServer(t *testing.T, root, extra string, flags ...string) *engine.Server {
 	t.Helper()
-	cfg, err := engine.ParseConfig("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n%s", root, extra)))
+	cfg, err := config.Parse("t.toml", root, []byte(fmt.Sprintf("root = %q\nlisten = \"127.0.0.1:0\"\n%s", root, extra)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -101,14 +102,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	var cfg *engine.Config
+	var cfg *config.Config
 	if *configPath != "" {
 		var err error
-		if cfg, err = engine.ReadConfig(*configPath); err != nil {
+		if cfg, err = config.Read(*configPath); err != nil {
 			return configFailed(stderr, err)
 		}
 	} else {
-		cfg = &engine.Config{}
+		cfg = &config.Config{}
 	}
 	if *selfSigned {
 		cfg.SetFlag("self-signed", "true")
@@ -136,7 +137,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
 	srv, err := engine.New(cfg, log)
 	if err != nil {
-		var ce *engine.ConfigError
+		var ce *config.Error
 		if errors.As(err, &ce) {
 			return configFailed(stderr, err)
 		}
@@ -220,7 +221,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	needs := preflight.All()
 	if *configPath != "" {
-		cfg, err := engine.LoadConfig(*configPath)
+		cfg, err := config.Load(*configPath)
 		if err != nil {
 			fmt.Fprintf(stderr, "engine: invalid configuration:\n%v\n", err)
 			return 2

@@ -1,4 +1,4 @@
-package engine_test
+package config_test
 
 import (
 	"errors"
@@ -8,11 +8,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
 )
 
-func loadText(t testing.TB, dir, text string) (*engine.Config, error) {
-	cfg, err := engine.ParseConfig("engine.toml", dir, []byte(text))
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loadText(t testing.TB, dir, text string) (*config.Config, error) {
+	cfg, err := config.Parse("engine.toml", dir, []byte(text))
 	if err != nil {
 		return nil, err
 	}
@@ -177,9 +184,9 @@ func TestConfigErrors(t *testing.T) {
 				}
 				rest = rest[i+len(w):]
 			}
-			var ce engine.ConfigErrors
+			var ce config.Errors
 			if !errors.As(err, &ce) {
-				t.Errorf("error is %T, want ConfigErrors", err)
+				t.Errorf("error is %T, want config.Errors", err)
 			}
 			if strings.Contains(msg, "goroutine") || strings.Contains(msg, "panic") {
 				t.Errorf("error looks like a crash: %s", msg)
@@ -191,7 +198,7 @@ func TestConfigErrors(t *testing.T) {
 func TestConfigFlagsOverride(t *testing.T) {
 	dir := t.TempDir()
 	other := t.TempDir()
-	cfg, err := engine.ParseConfig("engine.toml", dir, []byte("root = \"/does/not/exist\"\nworkers = 4\n"))
+	cfg, err := config.Parse("engine.toml", dir, []byte("root = \"/does/not/exist\"\nworkers = 4\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +211,7 @@ func TestConfigFlagsOverride(t *testing.T) {
 	if cfg.Root != other || cfg.Workers != 2 || cfg.Listen != "127.0.0.1:0" {
 		t.Errorf("overrides not applied: %q %d %q", cfg.Root, cfg.Workers, cfg.Listen)
 	}
-	cfg, _ = engine.ParseConfig("engine.toml", dir, []byte("root = \".\"\n"))
+	cfg, _ = config.Parse("engine.toml", dir, []byte("root = \".\"\n"))
 	cfg.SetFlag("root", "/does/not/exist")
 	err = cfg.Validate()
 	if err == nil || !strings.Contains(err.Error(), "--root: cannot use \"/does/not/exist\"") {
@@ -213,12 +220,15 @@ func TestConfigFlagsOverride(t *testing.T) {
 	if err := cfg.SetFlag("workers", "many"); err == nil || !strings.Contains(err.Error(), "--workers") {
 		t.Errorf("SetFlag(workers, many) = %v", err)
 	}
+	if err := cfg.SetFlag("port", "80"); err == nil || err.Error() != "config: unknown flag port" {
+		t.Errorf("SetFlag(port, 80) = %v, want config: unknown flag port", err)
+	}
 }
 
 func TestParseSize(t *testing.T) {
 	tests := []struct {
 		in   string
-		want engine.Size
+		want config.Size
 		ok   bool
 	}{
 		{"1MiB", 1 << 20, true}, {"64KiB", 64 << 10, true}, {"1048576", 1 << 20, true}, {"1.5GiB", 3 << 29, true},
@@ -227,12 +237,12 @@ func TestParseSize(t *testing.T) {
 		{"99999999999TiB", 0, false}, {"1..5MiB", 0, false},
 	}
 	for _, tt := range tests {
-		got, err := engine.ParseSize(tt.in)
+		got, err := config.ParseSize(tt.in)
 		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
 			t.Errorf("ParseSize(%q) = %v, %v; want %v ok=%v", tt.in, got, err, tt.want, tt.ok)
 		}
 	}
-	if s := engine.Size(1 << 20).String(); s != "1MiB" {
+	if s := config.Size(1 << 20).String(); s != "1MiB" {
 		t.Errorf("String = %q", s)
 	}
 }
@@ -249,16 +259,16 @@ func FuzzConfig(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		cfg, err := engine.ParseConfig("fuzz.toml", dir, []byte(text))
+		cfg, err := config.Parse("fuzz.toml", dir, []byte(text))
 		if err == nil {
 			err = cfg.Validate()
 		}
 		if err == nil {
 			return
 		}
-		var ce engine.ConfigErrors
+		var ce config.Errors
 		if !errors.As(err, &ce) {
-			t.Fatalf("error %T %v is not ConfigErrors", err, err)
+			t.Fatalf("error %T %v is not config.Errors", err, err)
 		}
 		for _, e := range ce {
 			if e.Msg == "" {
@@ -275,7 +285,7 @@ func FuzzConfig(f *testing.F) {
 // TestREADMEConfig: the configuration block in the README parses with the
 // strict decoder, so no documented key is misspelt or missing from Config.
 func TestREADMEConfig(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +295,7 @@ func TestREADMEConfig(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatal("no toml block under ## Configuration in README.md")
 	}
-	if _, err := engine.ParseConfig("README.md", t.TempDir(), []byte(block)); err != nil {
+	if _, err := config.Parse("README.md", t.TempDir(), []byte(block)); err != nil {
 		t.Errorf("README's configuration does not parse: %v", err)
 	}
 	for _, key := range []string{"hidden_files", "body_timeout", "header_timeout", "idle_timeout", "send_timeout"} {

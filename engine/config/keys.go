@@ -1,7 +1,8 @@
-package engine
+package config
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -113,4 +114,93 @@ func join(a, b string) string {
 		return b
 	}
 	return a + "." + b
+}
+
+// fieldFor walks Config's TOML tags along a key path ("sites[0].tls.cert"
+// or a go-toml Key) and returns the field type it ends at.
+func fieldFor(parts []string) (reflect.Type, bool) {
+	t := reflect.TypeFor[Config]()
+	for _, p := range parts {
+		if i := strings.IndexByte(p, '['); i >= 0 {
+			p = p[:i]
+		}
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return nil, false
+		}
+		found := false
+		for i := 0; i < t.NumField(); i++ {
+			if strings.Split(t.Field(i).Tag.Get("toml"), ",")[0] == p {
+				t, found = t.Field(i).Type, true
+				break
+			}
+		}
+		if !found {
+			return nil, false
+		}
+	}
+	return t, true
+}
+
+// expectedKeys lists the keys valid in the table that holds key.
+func expectedKeys(key []string) string {
+	if len(key) == 0 {
+		return "check the spelling"
+	}
+	t, ok := fieldFor(key[:len(key)-1])
+	if !ok {
+		return "check the spelling"
+	}
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return "check the spelling"
+	}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		if n := strings.Split(t.Field(i).Tag.Get("toml"), ",")[0]; n != "" && n != "-" {
+			names = append(names, n)
+		}
+	}
+	where := "at the top level"
+	if len(key) > 1 {
+		where = "in [" + strings.Join(key[:len(key)-1], ".") + "]"
+	}
+	return "expected one of " + strings.Join(names, ", ") + " " + where
+}
+
+// expectedType describes in words what the key at path holds.
+func expectedType(path string) string {
+	t, ok := fieldFor(strings.Split(path, "."))
+	if !ok {
+		return ""
+	}
+	switch t {
+	case reflect.TypeFor[Size](), reflect.TypeFor[*Size]():
+		return "a size such as \"64KiB\" or \"1MiB\""
+	case reflect.TypeFor[Duration]():
+		return "a duration such as \"30s\""
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64:
+		return "a whole number"
+	case reflect.String:
+		return "a string in quotes"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.String {
+			return "a list of strings such as [\"index.html\"]"
+		}
+		return "a list of tables ([[" + path + "]])"
+	case reflect.Struct:
+		return "a table ([" + path + "])"
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package engine
+package config
 
 import (
 	"fmt"
@@ -21,7 +21,9 @@ var sizeUnits = map[string]float64{
 	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
 }
 
-// ParseSize parses a size as described on Size.
+// ParseSize parses a size as described on Size. Its errors, like those of
+// Duration, carry no "config: " prefix: they are read after the file,
+// line and key of the value (engine.toml:3: kernel.promote_after: ...).
 func ParseSize(s string) (Size, error) {
 	t := strings.TrimSpace(s)
 	i := 0
