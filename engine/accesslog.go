@@ -14,8 +14,8 @@ import (
 type accessLog struct {
 	path string // empty for stdout and stderr
 
-	mu sync.Mutex
-	f  *os.File // guarded by mu
+	mu sync.Mutex // guards f: a write against a reopen (SIGUSR1)
+	f  *os.File   // guarded by mu
 }
 
 func openAccessLog(dest string) (*accessLog, error) {
@@ -29,7 +29,7 @@ func openAccessLog(dest string) (*accessLog, error) {
 	}
 	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("open access log: %w", err)
+		return nil, fmt.Errorf("engine: open access log: %w", err)
 	}
 	return &accessLog{path: dest, f: f}, nil
 }
@@ -42,7 +42,7 @@ func (a *accessLog) reopen() error {
 	}
 	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("reopen access log: %w", err)
+		return fmt.Errorf("engine: reopen access log: %w", err)
 	}
 	a.mu.Lock()
 	old := a.f

@@ -29,7 +29,7 @@ type digests struct {
 	jobs      chan func()
 	wg        sync.WaitGroup
 
-	mu       sync.Mutex
+	mu       sync.Mutex                    // guards inflight
 	inflight map[integrity.FileID]*hashJob // guarded by mu: hashing queued or running
 
 	files, bytes, nanos, mismatches, dropped, joined atomic.Int64
@@ -86,7 +86,7 @@ func loadManifest(path string) (*manifest, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", path, err)
+		return nil, fmt.Errorf("engine: manifest %s: %w", path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -95,7 +95,7 @@ func loadManifest(path string) (*manifest, error) {
 	}
 	entries, err := integrity.ReadManifest(f)
 	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", path, err)
+		return nil, fmt.Errorf("engine: manifest %s: %w", path, err)
 	}
 	m := &manifest{path: path, mtimeNs: st.ModTime().UnixNano(), sums: make(map[string]integrity.Digest, len(entries))}
 	for _, e := range entries {

@@ -79,7 +79,7 @@ func (s *Server) listenH3() error {
 		UDPBuffer:        int(c.UDPBuffer),
 	})
 	if err != nil {
-		return fmt.Errorf("%w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
+		return fmt.Errorf("engine: %w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
 	}
 	alt := s.h3.AltSvc()
 	for _, st := range s.sites.all {
@@ -246,7 +246,7 @@ func (hh *h3Handler) writeBody(body *h3.Body, resp *files.Response, buf []byte) 
 				err = fileio.ErrShrank
 			}
 			if err != nil {
-				return fmt.Errorf("read %s (%d of %d bytes): %w", resp.File.Rel(), got, want, err)
+				return fmt.Errorf("engine: read %s (%d of %d bytes): %w", resp.File.Rel(), got, want, err)
 			}
 			if err := body.WriteFrame(buf[:room+want]); err != nil {
 				return err

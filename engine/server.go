@@ -256,7 +256,7 @@ func (s *Server) setupTLS() error {
 	if s.cfg.SelfSigned() {
 		cert, err := selfSignedCert()
 		if err != nil {
-			return fmt.Errorf("self-signed certificate: %w", err)
+			return fmt.Errorf("engine: self-signed certificate: %w", err)
 		}
 		s.certs.selfSigned = cert
 	}

@@ -51,7 +51,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 		}
 		r, err := files.NewRoot(dir, follow)
 		if err != nil {
-			return nil, fmt.Errorf("open root %s: %w", dir, err)
+			return nil, fmt.Errorf("engine: open root %s: %w", dir, err)
 		}
 		roots[key] = r
 		t.roots = append(t.roots, r)
