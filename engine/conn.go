@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h2"
@@ -118,4 +119,13 @@ func (h *connHandler) choose(c *reactor.Conn, hc *httpConn) {
 	}
 	hc.h1 = &h1Conn{s: s}
 	h.h1.serve(c, hc.h1)
+}
+
+// partBody is the body source of one part of a response, for every
+// driver: memory, or a range of the response's open file.
+func partBody(resp *files.Response, p files.Part) transport.Body {
+	if p.Mem != nil {
+		return transport.Mem(p.Mem)
+	}
+	return transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len}
 }

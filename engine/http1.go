@@ -261,11 +261,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 
 	if !resp.NoBody {
 		for _, p := range resp.Parts {
-			if p.Mem != nil {
-				st.s.WriteBody(&st.resp, transport.Mem(p.Mem))
-			} else {
-				st.s.WriteBody(&st.resp, transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len})
-			}
+			st.s.WriteBody(&st.resp, partBody(resp, p))
 		}
 	}
 	if s != nil && !resp.NoBody {

@@ -198,11 +198,7 @@ func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) {
 	hs := st.User.(*h2Strm)
 	resp := &hs.files.Resp
 	for _, p := range bodySlice(resp.Parts, off, int64(n), hc.parts[:0]) {
-		if p.Mem != nil {
-			f.out.Body(&hs.resp, transport.Mem(p.Mem), 0, p.Len)
-		} else {
-			f.out.Body(&hs.resp, transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len}, 0, p.Len)
-		}
+		f.out.Body(&hs.resp, partBody(resp, p), 0, p.Len)
 	}
 }
 

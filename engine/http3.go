@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
-	"github.com/mediaship/engine/internal/fileio"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -225,28 +223,20 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 // writeBody sends resp's parts, files read chunk by chunk into buf.
 func (hh *h3Handler) writeBody(body *h3.Body, resp *files.Response, buf []byte) error {
 	room := h3.FrameHeaderRoom
+	var iov [1][]byte
 	for _, p := range resp.Parts {
-		if p.Mem != nil {
-			for m := p.Mem; len(m) > 0; {
-				n := copy(buf[room:], m)
-				m = m[n:]
-				if err := body.WriteFrame(buf[:room+n]); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		fd := resp.File.Fd()
-		for off, end := p.Off, p.Off+p.Len; off < end; {
+		b := partBody(resp, p)
+		for off, end := int64(0), b.Len(); off < end; {
 			want := int(min(int64(h3Chunk), end-off))
-			// A file that shrinks resets the stream, so the client never
-			// takes a short body for the whole file.
-			got, err := fileio.ReaderAt(fd).ReadAt(buf[room:room+want], off)
-			if err == io.EOF {
-				err = fileio.ErrShrank
-			}
-			if err != nil {
-				return fmt.Errorf("engine: read %s (%d of %d bytes): %w", resp.File.Rel(), got, want, err)
+			iov[0] = buf[room : room+want]
+			// A body that comes up short (a file that shrank) resets the
+			// stream, so the client never takes it for the whole file.
+			if got, err := b.ReadAt(iov[:], off); err != nil {
+				name := "body"
+				if resp.File != nil {
+					name = resp.File.Rel()
+				}
+				return fmt.Errorf("engine: read %s (%d of %d bytes): %w", name, got, want, err)
 			}
 			if err := body.WriteFrame(buf[:room+want]); err != nil {
 				return err
