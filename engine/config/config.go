@@ -181,9 +181,10 @@ type Runtime struct {
 
 // RuntimeSettings are protocol tuning knobs.
 type RuntimeSettings struct {
-	// H2TLSWriteBuffer bounds the per-connection HTTP/2 TLS write buffer:
-	// frames are read from files into it and sealed as records, this much
-	// at a time. Zero means 128 KiB (two 64 KiB DATA frames).
+	// H2TLSWriteBuffer bounds a connection's userspace TLS write batch:
+	// heads, HTTP/2 frames and file bytes are laid into it and sealed as
+	// records, this much at a time (HTTP/1.1 too, despite the name). Zero
+	// means 128 KiB (two 64 KiB DATA frames).
 	H2TLSWriteBuffer Size `toml:"h2_tls_write_buffer_bytes"`
 	// H2SendBuffer is how much HTTP/2 output one connection queues ahead
 	// of the socket when frames go out by sendfile (plain h2c, or after
