@@ -110,7 +110,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 			break
 		}
 		if !s.Advance() {
-			return // the record layer ended the connection
+			return // the stream ended the connection (a TLS error)
 		}
 	}
 	if c.Closed() {
