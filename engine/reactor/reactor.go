@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mediaship/engine/internal/reuseport"
 )
 
 // Handler drives the protocol of every connection on one loop. All its
@@ -120,7 +122,7 @@ type Group struct {
 	log   *slog.Logger
 	pool  *Pool
 	steer string // how connections are spread, for the log
-	bpf   *steering
+	bpf   *reuseport.Steering
 
 	wg       sync.WaitGroup
 	running  chan struct{} // closed by Run once wg counts the loops
@@ -171,7 +173,7 @@ func Listen(cfg Config) (*Group, error) {
 		for k, cpu := range cpus {
 			cpuLoop[cpu] = k % cfg.Workers
 		}
-		bpf, err := steer(fds, cpuLoop)
+		bpf, err := reuseport.Steer(fds, cpuLoop)
 		if err != nil {
 			g.log.Warn("connections spread by the kernel's hash, not by receiving CPU", "reason", err)
 		} else {
@@ -209,7 +211,7 @@ func (g *Group) Run() error {
 	g.wg.Wait()
 	g.pool.Close()
 	if g.bpf != nil {
-		g.bpf.close()
+		g.bpf.Close()
 	}
 	close(errs)
 	for err := range errs {
@@ -258,7 +260,7 @@ func (g *Group) closeLoops() {
 		l.closeFds()
 	}
 	if g.bpf != nil {
-		g.bpf.close()
+		g.bpf.Close()
 	}
 }
 
