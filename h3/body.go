@@ -96,7 +96,7 @@ type Body struct {
 }
 
 // ErrStalled is returned when the client took no bytes for the send
-// timeout; the stream has been reset.
+// timeout. The stream is left as it is: the caller resets it with Abort.
 var ErrStalled = errors.New("http/3: client accepted no data within the send timeout")
 
 // TakeOver sends the response head (WriteHeader must have been called)
