@@ -130,11 +130,11 @@ func Listen(cfg Config) (*Server, error) {
 
 	ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("http/3: listen address %q: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("h3: listen address %q: %w", cfg.Addr, err)
 	}
 	s.udp, err = net.ListenUDP("udp", ua)
 	if err != nil {
-		return nil, fmt.Errorf("http/3: cannot listen on udp %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("h3: listen on udp %s: %w", cfg.Addr, err)
 	}
 	s.bufRx, s.bufTx = setBuffers(s.udp, cfg.UDPBuffer)
 
@@ -148,7 +148,7 @@ func Listen(cfg Config) (*Server, error) {
 		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
 			if s.active.Load() >= s.cfg.MaxConnections {
 				s.stats.refused.Add(1)
-				return nil, errors.New("too many connections")
+				return nil, errors.New("h3: too many connections")
 			}
 			return ctx, nil
 		},
@@ -175,7 +175,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	if err != nil {
 		s.udp.Close()
-		return nil, fmt.Errorf("http/3: %w", err)
+		return nil, fmt.Errorf("h3: %w", err)
 	}
 	s.hs = &http3.Server{
 		Handler:        activity{cfg.Handler},

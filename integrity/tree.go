@@ -15,8 +15,8 @@ import (
 // Named problems with files while a tree is hashed: reported, never
 // skipped in silence.
 var (
-	ErrVanished = errors.New("vanished while hashing")
-	ErrChanged  = errors.New("changed while hashing")
+	ErrVanished = errors.New("integrity: vanished while hashing")
+	ErrChanged  = errors.New("integrity: changed while hashing")
 )
 
 // FileError is one file that could not be hashed.

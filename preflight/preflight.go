@@ -149,7 +149,8 @@ func judge(id, title string, mode Mode, err error, okReason string) Check {
 			c.Remedy += degrade(ns.Degrade)
 		}
 	default:
-		c.Reason = "could not tell: " + oneLine(err.Error())
+		// The report is preflight's own: its prefix would only repeat it.
+		c.Reason = "could not tell: " + oneLine(strings.TrimPrefix(err.Error(), "preflight: "))
 	}
 	c.Status = Warn
 	if mode == Require {

@@ -147,7 +147,7 @@ func Listen(cfg Config) (*Group, error) {
 		l, bound, err := newLoop(g, i, addr, perLoop)
 		if err != nil {
 			g.closeLoops()
-			return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+			return nil, fmt.Errorf("reactor: listen on %s: %w", cfg.Addr, err)
 		}
 		l.cpu = -1
 		if pinned && cfg.Pin {

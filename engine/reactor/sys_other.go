@@ -15,7 +15,8 @@ type event struct {
 
 type loopSys struct{ bufs [][]byte }
 
-var errNotLinux = fmt.Errorf("reactor: epoll is Linux-only: %w", errors.ErrUnsupported)
+// errNotLinux stands in for a syscall's error: Listen adds the package.
+var errNotLinux = fmt.Errorf("epoll is Linux-only: %w", errors.ErrUnsupported)
 
 func newLoop(*Group, int, string, int) (*Loop, string, error) { return nil, "", errNotLinux }
 func epollAdd(int, int, int32) error                          { return errNotLinux }

@@ -8,7 +8,7 @@ import (
 // ErrShrank means a file ended before the bytes promised for it (a
 // response's length, a digest's size): it changed while being read. A
 // response that meets it is cut off, never finished short.
-var ErrShrank = errors.New("file shrank while being read")
+var ErrShrank = errors.New("fileio: file shrank while being read")
 
 // ReaderAt reads an open descriptor with pread, without owning it.
 type ReaderAt int
