@@ -14,8 +14,8 @@ import (
 type accessLog struct {
 	path string // empty for stdout and stderr
 
-	mu sync.Mutex
-	f  *os.File // guarded by mu
+	mu sync.Mutex // guards f: loops write batches, reopen swaps the file
+	f  *os.File   // guarded by mu
 }
 
 func openAccessLog(dest string) (*accessLog, error) {

@@ -23,7 +23,7 @@ type FileID struct {
 type Cache struct {
 	max int
 
-	mu    sync.Mutex
+	mu    sync.Mutex        // guards m, order and dirty
 	m     map[FileID]Digest // guarded by mu
 	order []FileID          // guarded by mu; insertion order, for eviction
 	dirty bool              // guarded by mu

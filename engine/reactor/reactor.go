@@ -106,6 +106,9 @@ type Stats struct {
 	PerLoop    []int64
 }
 
+// counters are a loop's statistics: each is written by its loop's
+// goroutine and read by Stats from any goroutine. They are independent
+// counts, not a consistent snapshot.
 type counters struct {
 	accepted, rejected, reclaimed, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 }
@@ -126,7 +129,7 @@ type Group struct {
 
 	wg       sync.WaitGroup
 	running  chan struct{} // closed by Run once wg counts the loops
-	shutOnce sync.Once
+	shutOnce sync.Once     // guards the one posting of drain to every loop
 }
 
 // Listen creates the loops and binds their listeners. Nothing is accepted
