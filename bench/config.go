@@ -1,19 +1,3 @@
-// Package bench is an integrity-gated HTTP load generator: every response
-// body is counted and hashed as it streams, and a byte counts toward a
-// sample only when the response it belongs to was verified in full (the
-// right status, the exact length and the expected BLAKE3 digest). A sample
-// is accepted only when every byte that arrived in it was verified and no
-// response overlapping it failed (client, protocol or transport error
-// included). Rejected samples are reported with their reasons and never
-// enter a median.
-//
-// It speaks HTTP/1.1 (plain and TLS), HTTP/2 (TLS) and HTTP/3, keeps its
-// connections, reads with large buffers and hashes on goroutines of its
-// own, so that the server, not the client, is what is measured; SelfCheck
-// measures the client's own ceiling.
-//
-// Invariant: a figure in a Report comes only from accepted samples, and an
-// accepted sample holds only verified bytes.
 package bench
 
 import (

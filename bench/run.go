@@ -130,18 +130,20 @@ type runState struct {
 	t0      time.Time // end of warmup: measuring starts
 	sampleD time.Duration
 	end     time.Time
-	done    atomic.Int64 // responses completed while measuring (Requests mode)
-	stop    atomic.Bool
-	bytes   atomic.Int64 // received, for the progress line
-	resps   atomic.Int64
-	errs    atomic.Int64
-	dials   atomic.Int64
+	// Atomics, each on its own, shared by the workers and the progress
+	// line; none is read together with mu's fields.
+	done  atomic.Int64 // responses completed while measuring (Requests mode)
+	stop  atomic.Bool  // set once: workers end their loops
+	bytes atomic.Int64 // received, for the progress line
+	resps atomic.Int64
+	errs  atomic.Int64
+	dials atomic.Int64
 
-	mu      sync.Mutex
-	samples []acc
-	failed  map[string]int // failed responses by kind, each counted once
-	tail    tail
-	cut     cutOff
+	mu      sync.Mutex     // guards samples, failed, tail and cut: a response is booked into all of them at once
+	samples []acc          // guarded by mu
+	failed  map[string]int // guarded by mu; failed responses by kind, each counted once
+	tail    tail           // guarded by mu
+	cut     cutOff         // guarded by mu
 }
 
 // sampleAt is the sample a moment (or the n-th response) belongs to: -1

@@ -14,7 +14,7 @@ import (
 type accessLog struct {
 	path string // empty for stdout and stderr
 
-	mu sync.Mutex // guards f: a write against a reopen (SIGUSR1)
+	mu sync.Mutex // guards f: loops write batches, reopen swaps the file
 	f  *os.File   // guarded by mu
 }
 

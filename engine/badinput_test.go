@@ -1,13 +1,13 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -99,7 +99,10 @@ func TestTraversal(t *testing.T) {
 	os.Symlink("alpha.txt", filepath.Join(root, "in.txt"))
 	writeFile(t, filepath.Join(root, "locked.txt"), "locked")
 	os.Chmod(filepath.Join(root, "locked.txt"), 0)
-	syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644)
+	fifoErr := mkfifo(filepath.Join(root, "fifo"))
+	if fifoErr != nil && !errors.Is(fifoErr, errors.ErrUnsupported) {
+		t.Fatal(fifoErr)
+	}
 
 	ts := start(t, fmt.Sprintf("root = %q\n", root))
 	tests := []exchange{
@@ -116,8 +119,10 @@ func TestTraversal(t *testing.T) {
 		{name: "symlink dir out", req: get("/outdir/secret.txt"), status: 403},
 		{name: "symlink in", req: get("/in.txt"), status: 200, body: "abcdefghijklmnopqrstuvwxyz"},
 		{name: "dot segment", req: get("/./alpha.txt"), status: 200},
-		{name: "fifo", req: get("/fifo"), status: 403},
 		{name: "asterisk", req: "GET * HTTP/1.1\r\nHost: x\r\n\r\n", status: 400, closed: true},
+	}
+	if fifoErr == nil { // no named pipes on Windows
+		tests = append(tests, exchange{name: "fifo", req: get("/fifo"), status: 403})
 	}
 	if os.Geteuid() != 0 { // root reads anything
 		tests = append(tests, exchange{name: "unreadable", req: get("/locked.txt"), status: 403})

@@ -29,9 +29,11 @@ type digests struct {
 	jobs      chan func()
 	wg        sync.WaitGroup
 
-	mu       sync.Mutex                    // guards inflight
+	mu       sync.Mutex                    // guards inflight and each job's waiters
 	inflight map[integrity.FileID]*hashJob // guarded by mu: hashing queued or running
 
+	// Counters for stats, each on its own: added to by the hashing
+	// workers and the loops, read by any goroutine.
 	files, bytes, nanos, mismatches, dropped, joined atomic.Int64
 }
 

@@ -1,4 +1,6 @@
-// Package h1 parses HTTP/1.1 requests and writes HTTP/1.1 response heads.
+// Package h1 parses HTTP/1.1 request heads, frames request bodies
+// (BodySkipper reads past a Content-Length or chunked body so the next
+// request starts where it should) and writes HTTP/1.1 response heads.
 //
 // It does no I/O: the caller hands it bytes it has read and gets back a
 // parsed request (whose fields are slices of those bytes) or a typed error

@@ -596,16 +596,17 @@ func (c *Conn) remoteEnd(st *Stream) error {
 
 // fail queues GOAWAY with code and marks the connection dead.
 func (c *Conn) fail(code ErrCode, reason string) error {
+	ce := &ConnError{Code: code, Reason: reason}
 	if !c.dead {
 		c.dead = true
 		c.goAway = true
 		if code != http2.ErrCodeEnhanceYourCalm {
-			c.event(EventProtocolError, errors.New(reason))
+			c.event(EventProtocolError, ce)
 		}
 		c.fr.WriteGoAway(c.maxID, code, []byte(reason))
 		for _, st := range c.streams {
 			c.closeStream(st, code, false)
 		}
 	}
-	return &ConnError{Code: code, Reason: reason}
+	return ce
 }

@@ -237,7 +237,10 @@ func (c *Conn) headersDone() error {
 	return c.deadErr()
 }
 
+// malformed resets a stream whose request broke RFC 9113 §8.1.1. why is
+// a bare reason (the errors set in hdr.bad and by validate are reasons
+// too); the event's error names the package once.
 func (c *Conn) malformed(st *Stream, why string) {
-	c.event(EventMalformed, errors.New(why))
+	c.event(EventMalformed, fmt.Errorf("h2: malformed request on stream %d: %s", st.ID, why))
 	c.resetStream(st.ID, http2.ErrCodeProtocol)
 }

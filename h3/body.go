@@ -96,8 +96,8 @@ type Body struct {
 }
 
 // ErrStalled is returned when the client took no bytes for the send
-// timeout; the stream has been reset.
-var ErrStalled = errors.New("http/3: client accepted no data within the send timeout")
+// timeout. The stream is left as it is: the caller resets it with Abort.
+var ErrStalled = errors.New("h3: client accepted no data within the send timeout")
 
 // TakeOver sends the response head (WriteHeader must have been called)
 // and returns the stream for the body. pacer may be nil; timeout bounds
@@ -105,7 +105,7 @@ var ErrStalled = errors.New("http/3: client accepted no data within the send tim
 func TakeOver(w http.ResponseWriter, pacer *Pacer, timeout time.Duration) (*Body, error) {
 	hs, ok := w.(http3.HTTPStreamer)
 	if !ok {
-		return nil, errors.New("http/3: response writer cannot hand over its stream")
+		return nil, errors.New("h3: response writer cannot hand over its stream")
 	}
 	str, err := hs.HTTPStream()
 	if err != nil {

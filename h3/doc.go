@@ -10,4 +10,9 @@
 //
 // The package knows requests and streams; it knows neither sites nor the
 // file layer, which the engine's handler brings.
+//
+// Invariant: nothing waits on a client without a bound. A Body write
+// that the client does not take within the send timeout returns
+// ErrStalled, and a connection with no request in the handler is closed
+// IdleTimeout after its last one, whatever its streams are doing.
 package h3

@@ -74,15 +74,17 @@ type Server struct {
 	bufRx int // socket buffer sizes obtained
 	bufTx int
 
-	active atomic.Int64
+	active atomic.Int64 // connections open now: added to by Accept, taken from as each ends; read by ConnContext
 	stats  counters
 }
 
+// counters are a Server's statistics, updated from quic-go's goroutines
+// and read by Stats.
 type counters struct {
-	conns, refused, handshakeFailures atomic.Int64
+	conns, refused, handshakeFailures atomic.Int64 // independent counts
 
-	mu     sync.Mutex
-	errors map[string]int64 // connection closes with an error, by code
+	mu     sync.Mutex       // guards errors
+	errors map[string]int64 // guarded by mu; connection closes with an error, by code
 }
 
 // Stats is a snapshot of a Server's counters.
@@ -130,11 +132,11 @@ func Listen(cfg Config) (*Server, error) {
 
 	ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("http/3: listen address %q: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("h3: listen address %q: %w", cfg.Addr, err)
 	}
 	s.udp, err = net.ListenUDP("udp", ua)
 	if err != nil {
-		return nil, fmt.Errorf("http/3: cannot listen on udp %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("h3: listen on udp %s: %w", cfg.Addr, err)
 	}
 	s.bufRx, s.bufTx = setBuffers(s.udp, cfg.UDPBuffer)
 
@@ -148,7 +150,7 @@ func Listen(cfg Config) (*Server, error) {
 		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
 			if s.active.Load() >= s.cfg.MaxConnections {
 				s.stats.refused.Add(1)
-				return nil, errors.New("too many connections")
+				return nil, errors.New("h3: too many connections")
 			}
 			return ctx, nil
 		},
@@ -175,7 +177,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	if err != nil {
 		s.udp.Close()
-		return nil, fmt.Errorf("http/3: %w", err)
+		return nil, fmt.Errorf("h3: %w", err)
 	}
 	s.hs = &http3.Server{
 		Handler:        activity{cfg.Handler},
@@ -200,9 +202,9 @@ func Listen(cfg Config) (*Server, error) {
 // last request, whatever its streams are doing.
 type connWatch struct {
 	idle   time.Duration // immutable
-	mu     sync.Mutex
-	active int         // guarded by mu: requests in the handler
-	timer  *time.Timer // fires idle after the last request ended
+	mu     sync.Mutex    // guards active and the timer's Stop and Reset
+	active int           // guarded by mu: requests in the handler
+	timer  *time.Timer   // fires idle after the last request ended
 }
 
 type watchKey struct{}

@@ -23,7 +23,7 @@ type FileID struct {
 type Cache struct {
 	max int
 
-	mu    sync.Mutex
+	mu    sync.Mutex        // guards m, order and dirty
 	m     map[FileID]Digest // guarded by mu
 	order []FileID          // guarded by mu; insertion order, for eviction
 	dirty bool              // guarded by mu
@@ -135,19 +135,19 @@ func (c *Cache) read(r io.Reader, name string) error {
 		line++
 		f := strings.Fields(sc.Text())
 		if len(f) != 5 {
-			return fmt.Errorf("%s:%d: expected dev ino size mtime digest", name, line)
+			return fmt.Errorf("integrity: %s:%d: expected dev ino size mtime digest", name, line)
 		}
 		var nums [4]int64
 		for i := range nums {
 			v, err := strconv.ParseInt(f[i], 10, 64)
 			if err != nil {
-				return fmt.Errorf("%s:%d: %q is not a number", name, line, f[i])
+				return fmt.Errorf("integrity: %s:%d: %q is not a number", name, line, f[i])
 			}
 			nums[i] = v
 		}
 		d, err := ParseHex(f[4])
 		if err != nil {
-			return fmt.Errorf("%s:%d: %v", name, line, err)
+			return fmt.Errorf("integrity: %s:%d: %q is not 64 hex digits", name, line, f[4])
 		}
 		c.Put(FileID{Dev: uint64(nums[0]), Ino: uint64(nums[1]), Size: nums[2], MtimeNs: nums[3]}, d)
 	}

@@ -4,10 +4,11 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"github.com/mediaship/engine/internal/fileio"
 	"io"
 
 	"github.com/zeebo/blake3"
+
+	"github.com/mediaship/engine/internal/fileio"
 )
 
 // Digest is a 32-byte BLAKE3 hash.
@@ -45,7 +46,7 @@ func Sum(r io.Reader) (Digest, int64, error) {
 func SumRange(f io.ReaderAt, off, n int64) (Digest, error) {
 	d, got, err := Sum(io.NewSectionReader(f, off, n))
 	if err == nil && got != n {
-		err = fmt.Errorf("integrity: %w: %d of %d bytes", ErrShort, got, n)
+		err = fmt.Errorf("%w: %d of %d bytes", ErrShort, got, n) // the sentinel names its package
 	}
 	return d, err
 }

@@ -2,6 +2,7 @@ package integrity
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -21,7 +22,9 @@ type ManifestError struct {
 	Msg  string
 }
 
-func (e *ManifestError) Error() string { return fmt.Sprintf("manifest line %d: %s", e.Line, e.Msg) }
+func (e *ManifestError) Error() string {
+	return fmt.Sprintf("integrity: manifest line %d: %s", e.Line, e.Msg)
+}
 
 // maxManifestLine bounds one line (a path of 4 KiB escaped, and the digest).
 const maxManifestLine = 64 + 2 + 2*4096 + 1
@@ -79,6 +82,8 @@ func ReadManifest(r io.Reader) ([]Entry, error) {
 	return out, nil
 }
 
+// unescape undoes b3sum's escapes. Its errors are reasons for a
+// ManifestError, which adds the package and the line.
 func unescape(s string) (string, error) {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
@@ -87,7 +92,7 @@ func unescape(s string) (string, error) {
 			continue
 		}
 		if i+1 == len(s) {
-			return "", fmt.Errorf("path ends in a lone backslash")
+			return "", errors.New("path ends in a lone backslash")
 		}
 		i++
 		switch s[i] {

@@ -15,8 +15,8 @@ import (
 // Named problems with files while a tree is hashed: reported, never
 // skipped in silence.
 var (
-	ErrVanished = errors.New("vanished while hashing")
-	ErrChanged  = errors.New("changed while hashing")
+	ErrVanished = errors.New("integrity: vanished while hashing")
+	ErrChanged  = errors.New("integrity: changed while hashing")
 )
 
 // FileError is one file that could not be hashed.
@@ -85,13 +85,15 @@ func HashTree(root string, o TreeOptions) ([]Entry, []FileError, error) {
 		workers = max(1, runtime.NumCPU())
 	}
 	var (
-		mu      sync.Mutex
-		entries []Entry
-		errs    []FileError
-		done    atomic.Int64
-		bytes   atomic.Int64
-		next    atomic.Int64
-		wg      sync.WaitGroup
+		mu      sync.Mutex  // guards entries and errs, appended to by every worker
+		entries []Entry     // guarded by mu
+		errs    []FileError // guarded by mu
+		// Atomics, each on its own: next hands out jobs (each index to
+		// one worker); done and bytes count for Progress.
+		done  atomic.Int64
+		bytes atomic.Int64
+		next  atomic.Int64
+		wg    sync.WaitGroup
 	)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)

@@ -59,8 +59,8 @@ type Handshake struct {
 	remote net.Addr
 
 	in      chan []byte // records from the reactor; closed to abort
-	abort   sync.Once
-	written []byte // everything Send was given, owned by the goroutine
+	abort   sync.Once   // closes in once: Abort may be called again (a timeout, a failed Feed)
+	written []byte      // everything Send was given, owned by the goroutine
 }
 
 // ServerConfig prepares a server's tls.Config for handshakes run by
@@ -174,7 +174,7 @@ func (h *Handshake) session12(s *Session) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Read, s.Write, err = keys12(s.Suite, master, h.keys.clientRandom, serverRandom); err != nil {
+	if s.Read, s.Write, err = keys12(s.Suite, master, h.keys.random(), serverRandom); err != nil {
 		return nil, err
 	}
 	s.WriteSeq, s.ReadSeq = afterCCS, 1

@@ -61,9 +61,11 @@ func NextSecret(s Suite, secret []byte) ([]byte, error) {
 // keyLog collects the secrets crypto/tls writes to a KeyLogWriter, in the
 // NSS key log format: "LABEL <client random hex> <secret hex>\n".
 type keyLog struct {
+	// mu guards secrets and clientRandom: crypto/tls calls Write from
+	// inside the handshake, and session reads them (get, random) after it.
 	mu           sync.Mutex
-	secrets      map[string][]byte // label -> secret
-	clientRandom []byte
+	secrets      map[string][]byte // guarded by mu; label -> secret
+	clientRandom []byte            // guarded by mu
 }
 
 func (k *keyLog) Write(line []byte) (int, error) {
@@ -91,6 +93,13 @@ func (k *keyLog) get(label string) []byte {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.secrets[label]
+}
+
+// random returns the client random of the logged lines.
+func (k *keyLog) random() []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.clientRandom
 }
 
 // errNoSecret means crypto/tls did not log a secret we need.

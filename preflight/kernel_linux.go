@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/internal/reuseport"
 	"github.com/mediaship/engine/ktls"
 )
 
@@ -182,6 +182,6 @@ func (host) nofile() (uint64, uint64, error) {
 	return r.Cur, r.Max, err
 }
 
-func (host) steering() error { return errno(reactor.ProbeSteering()) }
+func (host) steering() error { return errno(reuseport.Probe()) }
 
 func errnoName(e unix.Errno) string { return unix.ErrnoName(e) }

@@ -16,7 +16,9 @@ type host struct{}
 
 func hostKernel() kernel { return host{} }
 
-var errNotLinux = fmt.Errorf("preflight: %w on this OS", errors.ErrUnsupported)
+// errNotLinux stands in for an errno (see kernel): the probe that meets
+// it adds what it tried.
+var errNotLinux = fmt.Errorf("%w on this OS", errors.ErrUnsupported)
 
 func (host) release() string                         { return "not Linux" }
 func (host) tcpPair() (int, int, error)              { return -1, -1, errNotLinux }

@@ -1,16 +1,3 @@
-// Package preflight probes the kernel fast paths the engine relies on
-// (kernel TLS for each cipher, sendfile into kTLS, record types, rekey,
-// BBR, UDP GSO, socket buffer limits, eBPF steering, the open-files limit)
-// by doing each operation for real on loopback sockets, and reports what is
-// there, what is missing and how to fix it.
-//
-// Every probe has a three-way answer: nil (available), an error matching
-// ErrNotSupported (conclusively missing, with what was tried and the
-// remedy), or any other error (could not tell). Probes never compare
-// kernel version numbers.
-//
-// Invariant: probing has no lasting effect on the system. Sockets, files
-// and keys made for a probe are closed before it returns.
 package preflight
 
 import (
@@ -162,7 +149,8 @@ func judge(id, title string, mode Mode, err error, okReason string) Check {
 			c.Remedy += degrade(ns.Degrade)
 		}
 	default:
-		c.Reason = "could not tell: " + oneLine(err.Error())
+		// The report is preflight's own: its prefix would only repeat it.
+		c.Reason = "could not tell: " + oneLine(strings.TrimPrefix(err.Error(), "preflight: "))
 	}
 	c.Status = Warn
 	if mode == Require {

@@ -349,6 +349,13 @@ func TestRunStatuses(t *testing.T) {
 	if r.OK || !strings.HasPrefix(r.Checks[0].Reason, "could not tell") {
 		t.Errorf("inconclusive required probe: %+v", r.Checks)
 	}
+	// The error carries the package name; the report line does not repeat it.
+	if err := (&Prober{k: &fakeKernel{ccErr: syscall.EINVAL}}).Congestion("bbr"); err == nil || !strings.HasPrefix(err.Error(), "preflight: ") {
+		t.Errorf("Congestion(bbr) = %v, want an error starting with \"preflight: \"", err)
+	}
+	if want := "could not tell: setsockopt(TCP_CONGESTION, \"bbr\"): "; !strings.HasPrefix(r.Checks[0].Reason, want) {
+		t.Errorf("reason %q, want it to start with %q", r.Checks[0].Reason, want)
+	}
 }
 
 // TestReportFormats pins the JSON schema (golden file; -update rewrites

@@ -74,7 +74,7 @@ func (p *Prober) TLSULP() error {
 	k := p.kern()
 	a, b, err := k.tcpPair()
 	if err != nil {
-		return fmt.Errorf("loopback TCP pair: %w", err)
+		return fmt.Errorf("preflight: loopback TCP pair: %w", err)
 	}
 	defer k.closeFd(a)
 	defer k.closeFd(b)
@@ -100,7 +100,7 @@ func (p *Prober) ulpErr(err error) error {
 		ns.Reason = "this kernel has no upper layer protocols on TCP (older than 4.13)"
 		ns.Remedy = "run a Linux 5.1 or newer kernel with CONFIG_TLS"
 	default:
-		return fmt.Errorf(`setsockopt(TCP_ULP, "tls"): %w`, err)
+		return fmt.Errorf(`preflight: setsockopt(TCP_ULP, "tls"): %w`, err)
 	}
 	return ns
 }
@@ -129,7 +129,7 @@ func (p *Prober) tlsModule() string {
 func (p *Prober) kTLSPair(s ktls.Suite) (a, b int, err error) {
 	k := p.kern()
 	if a, b, err = k.tcpPair(); err != nil {
-		return -1, -1, fmt.Errorf("loopback TCP pair: %w", err)
+		return -1, -1, fmt.Errorf("preflight: loopback TCP pair: %w", err)
 	}
 	fail := func(err error) (int, int, error) {
 		k.closeFd(a)
@@ -165,7 +165,7 @@ func txErr(s ktls.Suite, err error) error {
 		ns.Reason = "the socket has no TLS layer (SOL_TLS unknown)"
 		ns.Remedy = "run a kernel with CONFIG_TLS"
 	default:
-		return fmt.Errorf("setsockopt(TLS_TX, %s): %w", s.Name, err)
+		return fmt.Errorf("preflight: setsockopt(TLS_TX, %s): %w", s.Name, err)
 	}
 	return ns
 }
@@ -187,11 +187,11 @@ func (p *Prober) KTLS(s ktls.Suite) error {
 	}
 	k.closeFd(a)
 	if err != nil {
-		return fmt.Errorf("write through kernel TLS: %w", err)
+		return fmt.Errorf("preflight: write through kernel TLS: %w", err)
 	}
 	raw, err := k.readAll(b)
 	if err != nil {
-		return fmt.Errorf("read the records: %w", err)
+		return fmt.Errorf("preflight: read the records: %w", err)
 	}
 	return checkRecords(s, raw, msg, ktls.RecordApplicationData, "write")
 }
@@ -239,7 +239,7 @@ func (p *Prober) KTLSSendfile() error {
 	rng.Read(data)
 	f, err := k.memfd(data)
 	if err != nil {
-		return fmt.Errorf("memfd: %w", err)
+		return fmt.Errorf("preflight: memfd: %w", err)
 	}
 	defer k.closeFd(f)
 	a, b, err := p.kTLSPair(s)
@@ -262,7 +262,7 @@ func (p *Prober) KTLSSendfile() error {
 			Reason: "the kernel refused", Degrade: "ktls"}
 	}
 	if rerr != nil {
-		return fmt.Errorf("read the records: %w", rerr)
+		return fmt.Errorf("preflight: read the records: %w", rerr)
 	}
 	return checkRecords(s, raw, data, ktls.RecordApplicationData, "sendfile")
 }
@@ -289,7 +289,7 @@ func (p *Prober) KTLSRecordType() error {
 	}
 	raw, err := k.readAll(b)
 	if err != nil {
-		return fmt.Errorf("read the records: %w", err)
+		return fmt.Errorf("preflight: read the records: %w", err)
 	}
 	return checkRecords(s, raw, alert, ktls.RecordAlert, "an alert")
 }
@@ -315,7 +315,7 @@ func (p *Prober) KTLSRekey() error {
 				Reason: "a client's KeyUpdate request will close its connection cleanly",
 				Remedy: "Linux 6.14 or newer rekeys in the kernel"}
 		}
-		return fmt.Errorf("second TLS_TX: %w", err)
+		return fmt.Errorf("preflight: second TLS_TX: %w", err)
 	}
 	return nil
 }
@@ -327,7 +327,7 @@ func (p *Prober) Congestion(name string) error {
 	avail, _ := k.readFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
 	a, b, err := k.tcpPair()
 	if err != nil {
-		return fmt.Errorf("loopback TCP pair: %w", err)
+		return fmt.Errorf("preflight: loopback TCP pair: %w", err)
 	}
 	defer k.closeFd(a)
 	defer k.closeFd(b)
@@ -342,13 +342,13 @@ func (p *Prober) Congestion(name string) error {
 			ns.Reason = "available but not allowed for this process"
 			ns.Remedy = fmt.Sprintf("add %s to net.ipv4.tcp_allowed_congestion_control (sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno cubic %s\") or give the process CAP_NET_ADMIN", name, name)
 		default:
-			return fmt.Errorf("setsockopt(TCP_CONGESTION, %q): %w", name, err)
+			return fmt.Errorf("preflight: setsockopt(TCP_CONGESTION, %q): %w", name, err)
 		}
 		return ns
 	}
 	got, err := k.congestion(a)
 	if err != nil {
-		return fmt.Errorf("getsockopt(TCP_CONGESTION): %w", err)
+		return fmt.Errorf("preflight: getsockopt(TCP_CONGESTION): %w", err)
 	}
 	if got != name {
 		ns.Reason = "the socket reports " + strconv.Quote(got) + " after setting it"
@@ -364,7 +364,7 @@ func (p *Prober) UDPGSO() error {
 	k := p.kern()
 	fd, err := k.udpSocket()
 	if err != nil {
-		return fmt.Errorf("UDP socket: %w", err)
+		return fmt.Errorf("preflight: UDP socket: %w", err)
 	}
 	defer k.closeFd(fd)
 	if err := k.setUDPSegment(fd, 1200); err != nil {
@@ -372,7 +372,7 @@ func (p *Prober) UDPGSO() error {
 			return &NotSupportedError{Feature: "UDP GSO", Tried: "setsockopt(UDP_SEGMENT)", Err: err,
 				Reason: "HTTP/3 sends one packet per system call, using more CPU", Remedy: "run a Linux 4.18 or newer kernel"}
 		}
-		return fmt.Errorf("setsockopt(UDP_SEGMENT): %w", err)
+		return fmt.Errorf("preflight: setsockopt(UDP_SEGMENT): %w", err)
 	}
 	return nil
 }
@@ -398,7 +398,7 @@ func (p *Prober) SocketBuffers(min int) error {
 	}
 	fd, err := k.udpSocket()
 	if err != nil {
-		return fmt.Errorf("UDP socket: %w", err)
+		return fmt.Errorf("preflight: UDP socket: %w", err)
 	}
 	defer k.closeFd(fd)
 	rcv, snd, err := k.forceBuffers(fd, min)
@@ -434,7 +434,7 @@ func (p *Prober) ReuseportEBPF() error {
 func (p *Prober) FileLimit(need int) error {
 	soft, hard, err := p.kern().nofile()
 	if err != nil {
-		return fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
+		return fmt.Errorf("preflight: getrlimit(RLIMIT_NOFILE): %w", err)
 	}
 	// Go raises the soft limit to the hard one at start, so the hard
 	// limit is what this process gets.

@@ -1,4 +1,3 @@
-// Command engine serves files over HTTP and checks what it served.
 package main
 
 import (
@@ -161,12 +160,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGHUP)
+	signal.Notify(sigs, sigReopenLogs, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	go func() {
 		for sig := range sigs {
 			switch sig {
-			case syscall.SIGUSR1:
+			case sigReopenLogs:
 				if err := srv.ReopenLogs(); err != nil {
 					log.Error("SIGUSR1: reopening the access log", "err", err)
 				} else {

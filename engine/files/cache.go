@@ -41,10 +41,10 @@ type Entry struct {
 	ino  uint64
 	key  string
 	rel  string
-	dir  string // directory watched for changes to this entry
-	abs  string // dir + "/" + base name: what inotify events name
-	refs atomic.Int32
-	gone atomic.Bool // removed from the cache; the last Release closes fd
+	dir  string       // directory watched for changes to this entry
+	abs  string       // dir + "/" + base name: what inotify events name
+	refs atomic.Int32 // holders: the cache while it lists the entry, and each response; any goroutine
+	gone atomic.Bool  // removed from the cache; the last Release closes fd
 	// viaHidden: the path resolved through a symbolic link to a dotfile
 	// or into a dot directory beneath the root.
 	viaHidden bool
@@ -144,7 +144,7 @@ type Cache struct {
 	log *slog.Logger
 	w   *watcher // nil when inotify is unavailable: nothing is cached
 
-	mu         sync.RWMutex
+	mu         sync.RWMutex        // guards the four fields below: Lookup and Len read; Open, invalidations and revalidation write
 	m          map[string]*Entry   // guarded by mu; key -> entry
 	byPath     map[string][]*Entry // guarded by mu; absolute path -> entries (one per root)
 	smallBytes int64               // guarded by mu
@@ -153,7 +153,8 @@ type Cache struct {
 	stop chan struct{}
 	done chan struct{}
 
-	// Counters.
+	// Counters, independent of each other and of mu: added to by any
+	// goroutine, read by stats.
 	Hits, Misses, Invalidations atomic.Int64
 }
 

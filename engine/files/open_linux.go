@@ -170,7 +170,7 @@ type watcher struct {
 	onChange func(dir, name string)
 	onReset  func()
 
-	mu     sync.Mutex
+	mu     sync.Mutex         // guards closed, byDir and byWd: the cache adds and releases watches, the reader goroutine maps events
 	closed bool               // guarded by mu
 	byDir  map[string]*watch  // guarded by mu
 	byWd   map[int32][]string // guarded by mu; one inode may be reached by several paths

@@ -44,10 +44,13 @@ type Loop struct {
 	clock    time.Time // wall clock at now, for Date headers
 
 	// The queue; the only state other goroutines touch.
-	qmu      sync.Mutex
-	queue    []func() // guarded by qmu
-	spare    []func()
-	dead     bool // guarded by qmu; set when the eventfd is closed
+	qmu   sync.Mutex // guards queue and dead
+	queue []func()   // guarded by qmu
+	spare []func()   // the loop's own: the last batch's slice, reused as the next queue
+	dead  bool       // guarded by qmu; set when the eventfd is closed
+	// signaled is set by the Post that writes the eventfd and cleared by
+	// runQueue before it takes the queue, so a batch of Posts wakes the
+	// loop once and no Post after the clear goes unwoken.
 	signaled atomic.Bool
 
 	stats counters

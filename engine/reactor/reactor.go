@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mediaship/engine/internal/reuseport"
 )
 
 // Handler drives the protocol of every connection on one loop. All its
@@ -104,6 +106,9 @@ type Stats struct {
 	PerLoop    []int64
 }
 
+// counters are a loop's statistics: each is written by its loop's
+// goroutine and read by Stats from any goroutine. They are independent
+// counts, not a consistent snapshot.
 type counters struct {
 	accepted, rejected, reclaimed, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 }
@@ -120,11 +125,11 @@ type Group struct {
 	log   *slog.Logger
 	pool  *Pool
 	steer string // how connections are spread, for the log
-	bpf   *steering
+	bpf   *reuseport.Steering
 
 	wg       sync.WaitGroup
 	running  chan struct{} // closed by Run once wg counts the loops
-	shutOnce sync.Once
+	shutOnce sync.Once     // guards the one posting of drain to every loop
 }
 
 // Listen creates the loops and binds their listeners. Nothing is accepted
@@ -145,7 +150,7 @@ func Listen(cfg Config) (*Group, error) {
 		l, bound, err := newLoop(g, i, addr, perLoop)
 		if err != nil {
 			g.closeLoops()
-			return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+			return nil, fmt.Errorf("reactor: listen on %s: %w", cfg.Addr, err)
 		}
 		l.cpu = -1
 		if pinned && cfg.Pin {
@@ -171,7 +176,7 @@ func Listen(cfg Config) (*Group, error) {
 		for k, cpu := range cpus {
 			cpuLoop[cpu] = k % cfg.Workers
 		}
-		bpf, err := steer(fds, cpuLoop)
+		bpf, err := reuseport.Steer(fds, cpuLoop)
 		if err != nil {
 			g.log.Warn("connections spread by the kernel's hash, not by receiving CPU", "reason", err)
 		} else {
@@ -209,7 +214,7 @@ func (g *Group) Run() error {
 	g.wg.Wait()
 	g.pool.Close()
 	if g.bpf != nil {
-		g.bpf.close()
+		g.bpf.Close()
 	}
 	close(errs)
 	for err := range errs {
@@ -258,7 +263,7 @@ func (g *Group) closeLoops() {
 		l.closeFds()
 	}
 	if g.bpf != nil {
-		g.bpf.close()
+		g.bpf.Close()
 	}
 }
 

@@ -2,16 +2,15 @@ package reactor
 
 import (
 	"encoding/binary"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mediaship/engine/internal/reuseport"
 )
 
 // event is one epoll event, in the loop's terms.
@@ -41,7 +40,7 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 		return nil, "", os.NewSyscallError("eventfd", err)
 	}
 	bound := ""
-	if l.lfd, bound, err = listenReusePort(addr, id == 0); err != nil {
+	if l.lfd, bound, err = reuseport.Listen(addr, id == 0); err != nil {
 		l.closeFds()
 		return nil, "", err
 	}
@@ -59,106 +58,6 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 	l.sys.iovs = make([]unix.Iovec, maxIov)
 	l.sys.bufs = make([][]byte, 0, maxIov)
 	return l, bound, nil
-}
-
-// listenReusePort opens a non-blocking listening socket with SO_REUSEPORT.
-// first is set for the group's first socket.
-func listenReusePort(addr string, first bool) (int, string, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return -1, "", err
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return -1, "", fmt.Errorf("bad port %q", portStr)
-	}
-	var ip netip.Addr
-	switch host {
-	case "", "::", "[::]":
-		ip = netip.IPv6Unspecified()
-	case "localhost":
-		ip = netip.MustParseAddr("127.0.0.1")
-	default:
-		if ip, err = netip.ParseAddr(host); err != nil {
-			return -1, "", fmt.Errorf("bad host %q", host)
-		}
-	}
-	family := unix.AF_INET6
-	if ip.Is4() {
-		family = unix.AF_INET
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil && family == unix.AF_INET6 && host == "" {
-		// No IPv6 on this host: the wildcard falls back to IPv4.
-		ip, family = netip.IPv4Unspecified(), unix.AF_INET
-		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	}
-	if err != nil {
-		return -1, "", os.NewSyscallError("socket", err)
-	}
-	fail := func(op string, err error) (int, string, error) {
-		unix.Close(fd)
-		return -1, "", os.NewSyscallError(op, err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		return fail("setsockopt SO_REUSEADDR", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		return fail("setsockopt SO_REUSEPORT", err)
-	}
-	var sa unix.Sockaddr
-	if family == unix.AF_INET {
-		sa = &unix.SockaddrInet4{Port: port, Addr: ip.As4()}
-	} else {
-		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
-		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
-	}
-	if first && port != 0 {
-		// SO_REUSEPORT would let this process share a port another
-		// server (or a second engine) already listens on, silently
-		// splitting its traffic. Refuse, as a plain bind would.
-		if err := portFree(family, sa); err != nil {
-			unix.Close(fd)
-			return -1, "", err
-		}
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		return fail("bind", err)
-	}
-	if err := unix.Listen(fd, 4096); err != nil {
-		return fail("listen", err)
-	}
-	got, err := unix.Getsockname(fd)
-	if err != nil {
-		return fail("getsockname", err)
-	}
-	var bound netip.AddrPort
-	switch a := got.(type) {
-	case *unix.SockaddrInet4:
-		bound = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-	case *unix.SockaddrInet6:
-		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
-	}
-	return fd, bound.String(), nil
-}
-
-// portFree binds a socket without SO_REUSEPORT (with SO_REUSEADDR, so
-// connections in TIME_WAIT from a previous run do not count) to see
-// whether anything listens on the address already.
-func portFree(family int, sa unix.Sockaddr) error {
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if family == unix.AF_INET6 {
-		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		return os.NewSyscallError("bind", err)
-	}
-	return nil
 }
 
 func epollAdd(epfd, fd int, slot int32) error {

@@ -15,11 +15,8 @@ type event struct {
 
 type loopSys struct{ bufs [][]byte }
 
-type steering struct{}
-
-func (*steering) close() {}
-
-var errNotLinux = fmt.Errorf("reactor: epoll is Linux-only: %w", errors.ErrUnsupported)
+// errNotLinux stands in for a syscall's error: Listen adds the package.
+var errNotLinux = fmt.Errorf("epoll is Linux-only: %w", errors.ErrUnsupported)
 
 func newLoop(*Group, int, string, int) (*Loop, string, error) { return nil, "", errNotLinux }
 func epollAdd(int, int, int32) error                          { return errNotLinux }
@@ -42,7 +39,3 @@ func isAgain(error) bool                                      { return false }
 func isIntr(error) bool                                       { return false }
 func allowedCPUs() []int                                      { return nil }
 func pinToCPU(int, *slog.Logger) func()                       { return func() {} }
-func steer([]int, map[int]int) (*steering, error)             { return nil, errNotLinux }
-
-// ProbeSteering reports that steering needs Linux.
-func ProbeSteering() error { return errNotLinux }

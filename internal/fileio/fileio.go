@@ -1,8 +1,3 @@
-// Package fileio reads files by descriptor without owning them: the
-// positional reads that the TLS record layer, the HTTP/2 and HTTP/3
-// writers and the digest worker use to fill their buffers straight from
-// the page cache. Every file read of the server goes through it, and a
-// file that ends before the bytes promised is always ErrShrank.
 package fileio
 
 import (
@@ -13,7 +8,7 @@ import (
 // ErrShrank means a file ended before the bytes promised for it (a
 // response's length, a digest's size): it changed while being read. A
 // response that meets it is cut off, never finished short.
-var ErrShrank = errors.New("file shrank while being read")
+var ErrShrank = errors.New("fileio: file shrank while being read")
 
 // ReaderAt reads an open descriptor with pread, without owning it.
 type ReaderAt int

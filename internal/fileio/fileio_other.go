@@ -2,10 +2,15 @@
 
 package fileio
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
+
+var errNotLinux = fmt.Errorf("fileio: positional reads by descriptor are Linux-only: %w", errors.ErrUnsupported)
 
 // Preadv is Linux-only.
-func Preadv(int, [][]byte, int64) (int, error) { return 0, errors.ErrUnsupported }
+func Preadv(int, [][]byte, int64) (int, error) { return 0, errNotLinux }
 
 // Pread is Linux-only.
-func Pread(int, []byte, int64) (int, error) { return 0, errors.ErrUnsupported }
+func Pread(int, []byte, int64) (int, error) { return 0, errNotLinux }

@@ -1,6 +1,3 @@
-// Package httpsyntax holds the syntax rules HTTP/1.1 and HTTP/2 share:
-// what a Host or :authority may be, what a request path may hold. No I/O,
-// no allocation.
 package httpsyntax
 
 import "bytes"

@@ -1,6 +1,3 @@
-// Package selfsigned makes in-memory ECDSA P-256 server certificates for
-// loopback use: `engine serve --self-signed`, the bench self-check and the
-// comparison harness.
 package selfsigned
 
 import (

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,7 +39,7 @@ func kernelDir() (root, vmlinuz, modDir string, err error) {
 		}
 	}
 	if root == "" {
-		return "", "", "", fmt.Errorf("no kernel: run scripts/fetch-vm-kernel.sh (needs apt-get) or set ENGINE_VM_KERNEL_DIR")
+		return "", "", "", errors.New("no kernel: run scripts/fetch-vm-kernel.sh (needs apt-get) or set ENGINE_VM_KERNEL_DIR")
 	}
 	kz, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
 	md, _ := filepath.Glob(filepath.Join(root, "lib", "modules", "*"))
@@ -115,19 +116,19 @@ func Run(t *testing.T, o Options) *Result {
 	}
 	bin, err := guestBinary()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("vmtest: %v", err)
 	}
 	init, err := os.ReadFile(bin)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("vmtest: %v", err)
 	}
 	byName, err := indexModules(modDir)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("vmtest: %v", err)
 	}
 	mods, err := loadOrder(byName, o.Modules, o.Omit)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("vmtest: %v", err)
 	}
 	extra, err := binaryFiles(o.Binaries)
 	if err != nil {
@@ -135,7 +136,7 @@ func Run(t *testing.T, o Options) *Result {
 	}
 	initrd := filepath.Join(t.TempDir(), "initramfs.cpio.gz")
 	if err := writeInitramfs(initrd, init, mods, extra...); err != nil {
-		t.Fatal(err)
+		t.Fatalf("vmtest: %v", err)
 	}
 
 	appendLine := []string{"console=ttyS0", "quiet", "panic=-1",
@@ -198,7 +199,9 @@ func requireEnv(env []string) []string {
 	return out
 }
 
-var errNoInit = fmt.Errorf("vmtest: /init did not start")
+// errNoInit and the other errors of boot and its helpers are bare: Run
+// reports them with a "vmtest: " prefix.
+var errNoInit = errors.New("/init did not start")
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[a-zA-Z]|\x1bc`)
 

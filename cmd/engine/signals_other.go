@@ -1,0 +1,10 @@
+//go:build !unix
+
+package main
+
+import "syscall"
+
+// sigReopenLogs is a signal number no process receives here: this OS has
+// no SIGUSR1, so the access log is never reopened by signal.
+// signal.Notify ignores a number out of range.
+const sigReopenLogs = syscall.Signal(-1)

@@ -1,0 +1,195 @@
+package reuseport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+func listen(addr string, checkFree bool) (int, string, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1, "", fmt.Errorf("reuseport: %w", err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return -1, "", fmt.Errorf("reuseport: bad port %q", portStr)
+	}
+	var ip netip.Addr
+	switch host {
+	case "", "::", "[::]":
+		ip = netip.IPv6Unspecified()
+	case "localhost":
+		ip = netip.MustParseAddr("127.0.0.1")
+	default:
+		if ip, err = netip.ParseAddr(host); err != nil {
+			return -1, "", fmt.Errorf("reuseport: bad host %q", host)
+		}
+	}
+	family := unix.AF_INET6
+	if ip.Is4() {
+		family = unix.AF_INET
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil && family == unix.AF_INET6 && host == "" {
+		// No IPv6 on this host: the wildcard falls back to IPv4.
+		ip, family = netip.IPv4Unspecified(), unix.AF_INET
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	}
+	if err != nil {
+		return -1, "", os.NewSyscallError("socket", err)
+	}
+	fail := func(op string, err error) (int, string, error) {
+		unix.Close(fd)
+		return -1, "", os.NewSyscallError(op, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		return fail("setsockopt SO_REUSEADDR", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		return fail("setsockopt SO_REUSEPORT", err)
+	}
+	var sa unix.Sockaddr
+	if family == unix.AF_INET {
+		sa = &unix.SockaddrInet4{Port: port, Addr: ip.As4()}
+	} else {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
+	}
+	if checkFree && port != 0 {
+		if err := portFree(family, sa); err != nil {
+			unix.Close(fd)
+			return -1, "", err
+		}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("bind", err)
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		return fail("listen", err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	var bound netip.AddrPort
+	switch a := got.(type) {
+	case *unix.SockaddrInet4:
+		bound = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+	}
+	return fd, bound.String(), nil
+}
+
+// portFree binds a socket without SO_REUSEPORT (with SO_REUSEADDR, so
+// connections in TIME_WAIT from a previous run do not count) to see
+// whether anything listens on the address already.
+func portFree(family int, sa unix.Sockaddr) error {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if family == unix.AF_INET6 {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return os.NewSyscallError("bind", err)
+	}
+	return nil
+}
+
+func closeFd(fd int) { unix.Close(fd) }
+
+// objects are the eBPF objects that spread connections by CPU. Closing
+// the program detaches nothing (the socket group holds a reference), but
+// closing the maps early would.
+type objects struct {
+	socks, cpus *ebpf.Map
+	prog        *ebpf.Program
+}
+
+// close releases whichever objects exist (Close is nil-safe on both).
+func (o *objects) close() error {
+	return errors.Join(o.prog.Close(), o.socks.Close(), o.cpus.Close())
+}
+
+func steer(fds []int, cpuLoop map[int]int) (*Steering, error) {
+	maxCPU := 0
+	for cpu := range cpuLoop {
+		maxCPU = max(maxCPU, cpu)
+	}
+	s := &Steering{}
+	o := &s.objs
+	var err error
+	o.socks, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "engine_socks", Type: ebpf.ReusePortSockArray,
+		KeySize: 4, ValueSize: 8, MaxEntries: uint32(len(fds)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reuseport: create sockarray map: %w", err)
+	}
+	o.cpus, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "engine_cpus", Type: ebpf.Array,
+		KeySize: 4, ValueSize: 4, MaxEntries: uint32(maxCPU + 1),
+	})
+	if err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: create cpu map: %w", err)
+	}
+	for i, fd := range fds {
+		if err := o.socks.Put(uint32(i), uint64(fd)); err != nil {
+			o.close()
+			return nil, fmt.Errorf("reuseport: add listener %d to sockarray: %w", i, err)
+		}
+	}
+	for cpu, loop := range cpuLoop {
+		if err := o.cpus.Put(uint32(cpu), uint32(loop)); err != nil {
+			o.close()
+			return nil, fmt.Errorf("reuseport: fill cpu map: %w", err)
+		}
+	}
+
+	const skPass = 1
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1), // r6 = ctx
+		asm.FnGetSmpProcessorId.Call(),
+		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word), // key = cpu
+		asm.LoadMapPtr(asm.R1, o.cpus.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"), // CPU not in the map: kernel hash
+		asm.LoadMem(asm.R0, asm.R0, 0, asm.Word),
+		asm.StoreMem(asm.RFP, -8, asm.R0, asm.Word), // key = loop
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, o.socks.FD()),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -8),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkSelectReuseport.Call(), // on failure no socket is chosen: kernel hash
+		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass"),
+		asm.Return(),
+	}
+	o.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "engine_steer", Type: ebpf.SkReuseport, License: "GPL", Instructions: insns,
+	})
+	if err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: load sk_reuseport program: %w", err)
+	}
+	if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, o.prog.FD()); err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: attach program: %w", os.NewSyscallError("setsockopt SO_ATTACH_REUSEPORT_EBPF", err))
+	}
+	return s, nil
+}
