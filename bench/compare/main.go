@@ -151,11 +151,15 @@ func main() {
 			*out = "docs/BENCHMARKS-baseline.md"
 		}
 	}
-	for _, path := range []string{*engineBin, *baselineBin} {
-		if path == "" {
+	for _, path := range []*string{engineBin, baselineBin} {
+		if *path == "" {
 			continue
 		}
-		if _, err := exec.LookPath(path); err != nil {
+		// A file named as a relative path is that file, not one on $PATH.
+		if _, err := os.Stat(*path); err == nil {
+			*path, _ = filepath.Abs(*path)
+		}
+		if _, err := exec.LookPath(*path); err != nil {
 			log.Fatalf("engine binary: %v", err)
 		}
 	}
