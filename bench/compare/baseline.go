@@ -360,7 +360,7 @@ func disturbance(a, b cpuSnap) (others, steal float64, ok bool) {
 // and its disturbance shown.
 const disturbedTries = 3
 
-// waitQuiet waits until, over one second, other processes used at most
+// waitQuiet waits until, over two seconds, other processes used at most
 // the share max of the CPU, or until wait has passed (then it says so
 // and returns: the run that follows shows how disturbed it was).
 func waitQuiet(ctx context.Context, max float64, wait time.Duration) {
@@ -371,7 +371,7 @@ func waitQuiet(ctx context.Context, max float64, wait time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-time.After(2 * time.Second):
 		}
 		others, _, ok := disturbance(a, readCPU())
 		if !ok || others <= max {
