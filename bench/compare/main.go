@@ -407,6 +407,11 @@ func main() {
 	log.Printf("wrote %s", path)
 	if below := belowMinRatio(rows, cells, *minRatio); len(below) > 0 {
 		log.Printf("engine/baseline below %.2f on: %s", *minRatio, strings.Join(below, "; "))
+		// os.Exit skips the deferred stops and removal.
+		for _, s := range list {
+			s.stop()
+		}
+		os.RemoveAll(work)
 		os.Exit(1)
 	}
 }
