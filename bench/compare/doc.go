@@ -2,10 +2,27 @@
 // this engine, nginx and Caddy on loopback, interleaved and repeated, and
 // writes docs/BENCHMARKS.md with the table and the ratios.
 //
-//	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--rows REGEXP] [--caddy PATH] [--out FILE]
+//	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--rows REGEXP] [--workloads IDS] [--caddy PATH] [--out FILE]
+//
+// To show that a change to the engine kept its speed, --baseline PATH runs
+// an older engine binary beside it as "engine (baseline)", with the same
+// configuration, files and process attributes, taking turns with it in
+// every repeat; --engine PATH measures a given binary instead of building
+// the working tree. The page then has a section with, per workload, both
+// medians, the ratio engine/baseline and the repeats each stands on; a
+// ratio below --min-ratio (0.97) is marked and makes the run exit 1:
+//
+//	go run ./bench/compare --baseline OLD --engine NEW --servers engine,baseline \
+//	    --workloads large-h1-tls,large-h2-tls,large-h1,1k-h1-64c --large-size 100MB --repeats 5
+//
+// Without --out, such a run writes docs/BENCHMARKS-baseline.md, not the
+// comparison with the peers. --max-others keeps runs on a shared machine
+// from being measured while other processes use the CPU. -h lists the
+// workloads' ids.
 //
 // It needs nothing outside the checkout but nginx: it generates the
-// fixtures (a 99,943,778-byte file, 1 MiB, 1 KiB and their B3SUMS), one
+// fixtures (a 99,943,778-byte file by default, --large-size; 1 MiB, 1 KiB
+// and their B3SUMS), one
 // self-signed certificate, and configurations for the peers from the
 // templates in peers/ (embedded in the binary), on ports free at the
 // time. nginx comes from Debian (apt-get install nginx); Caddy v2.11.9 is

@@ -33,6 +33,7 @@ var embeddedPeers embed.FS
 
 // A row of the matrix.
 type row struct {
+	id          string // short name for --workloads
 	name, unit  string
 	proto       string // h1, h2, h3
 	tls         bool
@@ -46,20 +47,20 @@ type row struct {
 
 func matrix(quick bool) []row {
 	rows := []row{
-		{name: "large file, 1 connection, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 1, metric: "mibps"},
-		{name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
-		{name: "large file, 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
-		{name: "large file, 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
-		{name: "large file, 16 streams on 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
-		{name: "large file, 16 streams on 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
-		{name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps"},
-		{name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
-		{name: "large file, 16 connections, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
-		{name: "large file, 16 connections, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
-		{name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps"},
-		{name: "1 KiB, new TLS connection per request (16 at once)", unit: "req/s", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, metric: "rps"},
-		{name: "1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency", unit: "ms p99", proto: "h1", file: "1k.bin", connections: 64, rate: 5000, metric: "p99"},
-		{name: "1 KiB, 32 streams on each of 4 connections, h2 TLS", unit: "req/s", proto: "h2", tls: true, file: "1k.bin", connections: 4, streams: 32, metric: "rps"},
+		{id: "large-h1", name: "large file, 1 connection, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 1, metric: "mibps"},
+		{id: "large-h1-tls", name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
+		{id: "large-h2-tls", name: "large file, 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
+		{id: "large-h3", name: "large file, 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
+		{id: "large-h2-tls-16s", name: "large file, 16 streams on 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
+		{id: "large-h3-16s", name: "large file, 16 streams on 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
+		{id: "large-h1-16c", name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps"},
+		{id: "large-h1-tls-16c", name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
+		{id: "large-h2-tls-16c", name: "large file, 16 connections, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
+		{id: "large-h3-16c", name: "large file, 16 connections, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
+		{id: "1k-h1-64c", name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps"},
+		{id: "1k-h1-tls-new", name: "1 KiB, new TLS connection per request (16 at once)", unit: "req/s", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, metric: "rps"},
+		{id: "1k-h1-p99", name: "1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency", unit: "ms p99", proto: "h1", file: "1k.bin", connections: 64, rate: 5000, metric: "p99"},
+		{id: "1k-h2-tls-4x32s", name: "1 KiB, 32 streams on each of 4 connections, h2 TLS", unit: "req/s", proto: "h2", tls: true, file: "1k.bin", connections: 4, streams: 32, metric: "rps"},
 	}
 	if quick {
 		return []row{rows[0], rows[1], rows[2], rows[10], rows[12]}
@@ -77,10 +78,54 @@ func main() {
 	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare")
 	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: $CADDY, or Caddy "+caddyVersion+" built once into the user's cache)")
 	only := flag.String("rows", "", "measure only the rows of the full matrix whose name matches this regular expression (with --quick too)")
+	workloads := flag.String("workloads", "", "measure only these rows of the full matrix: comma-separated short ids (large-h1,1k-h1-64c) or parts of names; -h lists them")
 	peersDir := flag.String("peers", "", "folder with nginx.conf.tmpl and Caddyfile.tmpl (default: the templates in bench/compare/peers, embedded)")
+	engineBin := flag.String("engine", "", "engine binary to measure as \"engine\" (default: built from this working tree)")
+	baselineBin := flag.String("baseline", "", "an engine binary to measure beside it as \"engine (baseline)\", with the same configuration; adds baseline to the default --servers and an engine/baseline summary to the page")
+	minRatio := flag.Float64("min-ratio", 0.97, "with --baseline: the lowest acceptable engine/baseline ratio; the page marks rows below it and the run exits 1")
+	largeSpec := flag.String("large-size", "99943778", "size of the large file: bytes, or with a unit (100MB, 96MiB)")
+	sample := flag.Duration("sample", 0, "length of one sample; sets --duration to --samples times this")
+	maxOthers := flag.Float64("max-others", 0, "on a shared machine: the largest share of the CPU (0.05 = 5%) other processes may use during a run; before each run wait (up to --quiet-wait) until they use less, and measure a run they disturbed again, up to 3 times in all (0: off)")
+	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "with --max-others: the longest wait for other processes to quieten before a run")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench/compare [flags]\n\nflags:\n")
+		flag.PrintDefaults()
+		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads (--workloads takes these ids or parts of the names):\n%s", workloadList(matrix(false)))
+	}
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *quick {
 		*repeats, *duration, *samples, *warmup = 1, 2*time.Second, 2, 500*time.Millisecond
+	}
+	if *sample > 0 {
+		*duration = *sample * time.Duration(*samples)
+	}
+	largeSize, err := parseSize(*largeSpec)
+	if err != nil {
+		log.Fatalf("--large-size: %v", err)
+	}
+	if *baselineBin != "" {
+		if !set["servers"] {
+			*servers = "engine,baseline,nginx,caddy"
+		}
+		// A page of two engine binaries is not the comparison with the
+		// peers: it does not replace docs/BENCHMARKS.md unless asked to.
+		if !set["out"] {
+			*out = "docs/BENCHMARKS-baseline.md"
+		}
+	}
+	for _, path := range []*string{engineBin, baselineBin} {
+		if *path == "" {
+			continue
+		}
+		// A file named as a relative path is that file, not one on $PATH.
+		if _, err := os.Stat(*path); err == nil {
+			*path, _ = filepath.Abs(*path)
+		}
+		if _, err := exec.LookPath(*path); err != nil {
+			log.Fatalf("engine binary: %v", err)
+		}
 	}
 	repo, err := repoRoot()
 	if err != nil {
@@ -98,16 +143,27 @@ func main() {
 	}
 
 	rows := matrix(*quick)
+	if *only != "" || *workloads != "" {
+		// --rows and --workloads pick from the whole matrix, so that
+		// --quick --rows h3 is a short run of the HTTP/3 rows.
+		rows = matrix(false)
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
 			log.Fatalf("--rows: %v", err)
 		}
-		// --rows picks from the whole matrix, so that --quick --rows h3
-		// is a short run of the HTTP/3 rows.
-		rows = slices.DeleteFunc(matrix(false), func(r row) bool { return !re.MatchString(r.name) })
+		rows = slices.DeleteFunc(rows, func(r row) bool { return !re.MatchString(r.name) })
 		if len(rows) == 0 {
 			log.Fatalf("--rows %q matches no row", *only)
+		}
+	}
+	if *workloads != "" {
+		if rows, err = selectWorkloads(rows, *workloads); err != nil {
+			log.Fatal(err)
+		}
+		if len(rows) == 0 {
+			log.Fatalf("--rows %q and --workloads %q have no row in common", *only, *workloads)
 		}
 	}
 
@@ -118,7 +174,7 @@ func main() {
 	defer os.RemoveAll(work)
 	os.Chmod(work, 0o755) // nginx workers run as www-data
 	log.Printf("fixtures and configurations in %s", work)
-	manifest, err := fixtures(work)
+	manifest, err := fixtures(work, largeSize)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -131,16 +187,46 @@ func main() {
 	log.Printf("kernel TLS: %v", orOK(ktls.probe))
 
 	var list []*server
+	// fatal stops what has started and removes the work folder, which
+	// log.Fatal's exit would leave behind.
+	fatal := func(format string, args ...any) {
+		for _, s := range list {
+			s.stop()
+		}
+		os.RemoveAll(work)
+		log.Fatalf(format, args...)
+	}
+	// With a baseline, the run is about the two engine binaries: one that
+	// cannot start ends it rather than leaving a table without the ratio.
+	mustStart := func(id string) bool { return *baselineBin != "" && isEngine(id) }
 	for _, name := range strings.Split(*servers, ",") {
 		var start func() (*server, error)
 		switch name {
 		case "engine":
-			bin, err := buildEngine(repo, work)
-			if err != nil {
-				log.Printf("engine left out: %v", err)
-				continue
+			spec := engineSpec{id: "engine", name: "engine", bin: *engineBin}
+			if spec.bin == "" {
+				bin, err := buildEngine(repo, work)
+				if err != nil {
+					if mustStart(name) {
+						fatal("engine: %v", err)
+					}
+					log.Printf("engine left out: %v", err)
+					continue
+				}
+				spec.bin = bin
+				if *baselineBin != "" {
+					spec.origin = "built from the working tree"
+				}
+			} else {
+				spec.origin = "--engine " + spec.bin
 			}
-			start = func() (*server, error) { return startEngine(bin, work) }
+			start = func() (*server, error) { return startEngine(spec, work) }
+		case "baseline":
+			if *baselineBin == "" {
+				fatal("--servers names baseline: name its binary with --baseline PATH")
+			}
+			spec := engineSpec{id: "baseline", name: baselineName, bin: *baselineBin, origin: "--baseline " + *baselineBin}
+			start = func() (*server, error) { return startEngine(spec, work) }
 		case "nginx":
 			start = func() (*server, error) { return startNginx(work, peers, ktls.probe == nil) }
 		case "caddy":
@@ -151,10 +237,13 @@ func main() {
 			}
 			start = func() (*server, error) { return startCaddy(work, peers, bin) }
 		default:
-			log.Fatalf("unknown server %q", name)
+			fatal("unknown server %q (engine, baseline, nginx, caddy)", name)
 		}
 		s, err := startOnFreePorts(start)
 		if err != nil {
+			if mustStart(name) {
+				fatal("%s: %v", name, err)
+			}
 			log.Printf("%s left out: %v", name, err)
 			continue
 		}
@@ -163,10 +252,17 @@ func main() {
 		list = append(list, s)
 	}
 	if len(list) == 0 {
-		os.RemoveAll(work) // log.Fatal skips the deferred removal
-		log.Fatal("no server to measure")
+		fatal("no server to measure")
+	}
+	same, err := sameFooting(list)
+	if err != nil {
+		fatal("%v", err)
 	}
 
+	nameWidth := 7 // for the progress lines
+	for _, s := range list {
+		nameWidth = max(nameWidth, len(s.name))
+	}
 	// cells[row][server] collects every repeat's outcome.
 	cells := make([]map[string]*cell, len(rows))
 	for i := range rows {
@@ -203,44 +299,63 @@ func main() {
 					Duration: *duration, Samples: *samples, Warmup: *warmup, Rate: rw.rate, Manifest: manifest,
 					LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
 					NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
-				rep, err := bench.Run(ctx, cfg)
-				if interrupted() {
-					os.Exit(130)
+				var o outcome
+				var discarded []float64
+				for try := 1; ; try++ {
+					if *maxOthers > 0 {
+						waitQuiet(ctx, *maxOthers, *quietWait)
+					}
+					before := readCPU()
+					rep, err := bench.Run(ctx, cfg)
+					if interrupted() {
+						os.Exit(130)
+					}
+					o = newOutcome(r+1, rep, err, rw.metric)
+					o.others, o.steal, o.hasLoad = disturbance(before, readCPU())
+					if *maxOthers <= 0 || !o.hasLoad || o.others <= *maxOthers || try == disturbedTries {
+						break
+					}
+					log.Printf("repeat %d  %-52s %-*s %s: disturbed (other processes used %.0f%% of the CPU), measuring again",
+						r+1, rw.name, nameWidth, s.name, o.logLine(rw.unit), 100*o.others)
+					discarded = append(discarded, o.others)
 				}
-				o := newOutcome(r+1, rep, err, rw.metric)
+				o.discarded = discarded
 				c.repeats = append(c.repeats, o)
-				log.Printf("repeat %d  %-52s %-7s %s", r+1, rw.name, s.name, o.logLine(rw.unit))
+				log.Printf("repeat %d  %-52s %-*s %s", r+1, rw.name, nameWidth, s.name, o.logLine(rw.unit))
 			}
 		}
 	}
-	ceil := selfChecks(ctx, *duration, *samples, *warmup)
+	ceil := selfChecks(ctx, *duration, *samples, *warmup, largeSize)
 	if interrupted() {
 		os.Exit(130)
 	}
 	for _, s := range list {
-		if s.name == "engine" {
-			ktls.engineLog(filepath.Join(work, "engine-tls.log"))
+		if isEngine(s.id) {
+			ktls.engineLog(filepath.Join(work, s.id+"-tls.log"))
 		}
 	}
 	kernel, _ := exec.Command("uname", "-sr").Output()
 	host, _ := os.Hostname()
 	doc := render(page{
-		command: strings.Join(append([]string{"go run ./bench/compare"}, os.Args[1:]...), " "),
-		when:    time.Now().UTC(),
-		host:    host,
-		cpus:    runtime.NumCPU(),
-		kernel:  strings.TrimSpace(string(kernel)),
-		goVer:   runtime.Version(),
-		ktls:    ktls,
-		commit:  commit(repo),
-		quick:   *quick,
-		repeats: *repeats,
-		samples: *samples,
-		sample:  *duration / time.Duration(*samples),
-		servers: list,
-		rows:    rows,
-		cells:   cells,
-		ceil:    ceil,
+		command:  strings.Join(append([]string{"go run ./bench/compare"}, os.Args[1:]...), " "),
+		when:     time.Now().UTC(),
+		host:     host,
+		cpus:     runtime.NumCPU(),
+		kernel:   strings.TrimSpace(string(kernel)),
+		goVer:    runtime.Version(),
+		ktls:     ktls,
+		commit:   commit(repo),
+		quick:    *quick,
+		repeats:  *repeats,
+		samples:  *samples,
+		sample:   *duration / time.Duration(*samples),
+		servers:  list,
+		rows:     rows,
+		cells:    cells,
+		ceil:     ceil,
+		large:    largeSize,
+		footing:  same,
+		minRatio: *minRatio,
 	})
 	path := *out
 	if !filepath.IsAbs(path) {
@@ -254,6 +369,15 @@ func main() {
 	}
 	fmt.Print(doc)
 	log.Printf("wrote %s", path)
+	if below := belowMinRatio(rows, cells, *minRatio); len(below) > 0 {
+		log.Printf("engine/baseline below %.2f on: %s", *minRatio, strings.Join(below, "; "))
+		// os.Exit skips the deferred stops and removal.
+		for _, s := range list {
+			s.stop()
+		}
+		os.RemoveAll(work)
+		os.Exit(1)
+	}
 }
 
 func orOK(err error) string {
@@ -310,7 +434,7 @@ type ceiling struct {
 }
 
 // selfChecks measures the client alone, for the rows it could limit.
-func selfChecks(ctx context.Context, d time.Duration, samples int, warmup time.Duration) []ceiling {
+func selfChecks(ctx context.Context, d time.Duration, samples int, warmup time.Duration, large int64) []ceiling {
 	var out []ceiling
 	for _, sc := range []struct {
 		name  string
@@ -318,9 +442,9 @@ func selfChecks(ctx context.Context, d time.Duration, samples int, warmup time.D
 		size  int64
 		tls   bool
 	}{
-		{"h1 plain, 1 connection, 99,943,778 bytes", 1, 99943778, false},
-		{"h1 plain, 16 connections, 99,943,778 bytes", 16, 99943778, false},
-		{"h1 TLS, 1 connection, 99,943,778 bytes", 1, 99943778, true},
+		{"h1 plain, 1 connection, " + thousands(large) + " bytes", 1, large, false},
+		{"h1 plain, 16 connections, " + thousands(large) + " bytes", 16, large, false},
+		{"h1 TLS, 1 connection, " + thousands(large) + " bytes", 1, large, true},
 		{"h1 plain, 64 connections, 1 KiB", 64, 1024, false},
 	} {
 		r, err := bench.SelfCheck(ctx, bench.Config{Connections: sc.conns, Duration: d, Samples: samples, Warmup: warmup}, sc.size, sc.tls)
@@ -368,12 +492,12 @@ func commit(repo string) string {
 }
 
 // fixtures writes the files and their manifest.
-func fixtures(work string) ([]integrity.Entry, error) {
+func fixtures(work string, large int64) ([]integrity.Entry, error) {
 	www := filepath.Join(work, "www")
 	if err := os.MkdirAll(www, 0o755); err != nil {
 		return nil, err
 	}
-	for name, size := range map[string]int64{"large.bin": 99943778, "1m.bin": 1 << 20, "1k.bin": 1024} {
+	for name, size := range map[string]int64{"large.bin": large, "1m.bin": 1 << 20, "1k.bin": 1024} {
 		f, err := os.Create(filepath.Join(www, name))
 		if err != nil {
 			return nil, err

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +24,13 @@ type outcome struct {
 	value    float64        // the figure over the accepted samples; set when accepted > 0
 	cpu      float64        // server CPU seconds per GiB; set when hasCPU
 	hasCPU   bool
+	// What else the machine did meanwhile, as shares of all CPU time:
+	// other processes, and time stolen by the hypervisor; set when hasLoad.
+	others, steal float64
+	hasLoad       bool
+	// With --max-others: the other processes' share in each earlier run
+	// of this repeat that was measured again for it.
+	discarded []float64
 }
 
 func newOutcome(repeat int, rep *bench.Report, err error, metric string) outcome {
@@ -53,13 +62,33 @@ func newOutcome(repeat int, rep *bench.Report, err error, metric string) outcome
 func (o outcome) note() string {
 	switch {
 	case o.err != "":
-		return fmt.Sprintf("repeat %d: failed: %s", o.repeat, o.err)
+		return fmt.Sprintf("repeat %d: failed: %s", o.repeat, o.err) + o.remeasured()
 	case o.samples == 0:
-		return fmt.Sprintf("repeat %d: no samples taken", o.repeat)
+		return fmt.Sprintf("repeat %d: no samples taken", o.repeat) + o.remeasured()
 	case o.accepted < o.samples:
-		return fmt.Sprintf("repeat %d: %d of %d samples rejected (%s)", o.repeat, o.samples-o.accepted, o.samples, counts(o.rejected))
+		return fmt.Sprintf("repeat %d: %d of %d samples rejected (%s)", o.repeat, o.samples-o.accepted, o.samples, counts(o.rejected)) + o.remeasured()
+	}
+	if len(o.discarded) > 0 {
+		return fmt.Sprintf("repeat %d: %s", o.repeat, strings.TrimPrefix(o.remeasured(), "; "))
 	}
 	return ""
+}
+
+// remeasured says which earlier runs of the repeat other processes
+// disturbed, "" if none.
+func (o outcome) remeasured() string {
+	if len(o.discarded) == 0 {
+		return ""
+	}
+	shares := make([]string, len(o.discarded))
+	for i, v := range o.discarded {
+		shares[i] = fmt.Sprintf("%.0f%%", 100*v)
+	}
+	s := fmt.Sprintf("; measured %d times: other processes used %s of the CPU in the %s before", len(o.discarded)+1, strings.Join(shares, ", "), plural(len(o.discarded), "run"))
+	if o.hasLoad {
+		s += fmt.Sprintf(", %.0f%% in the one kept", 100*o.others)
+	}
+	return s
 }
 
 // logLine is the progress line for the terminal.
@@ -67,6 +96,9 @@ func (o outcome) logLine(unit string) string {
 	s := "no figure"
 	if o.accepted > 0 {
 		s = fmt.Sprintf("%10.1f %s", o.value, unit)
+	}
+	if o.hasLoad {
+		s += fmt.Sprintf("  [other processes %.0f%%, steal %.0f%% of the CPU]", 100*o.others, 100*o.steal)
 	}
 	if n := o.note(); n != "" {
 		s += "  (" + n + ")"
@@ -277,6 +309,11 @@ type page struct {
 	rows    []row
 	cells   []map[string]*cell // [row][server name]
 	ceil    []ceiling
+	large   int64 // the large file's size in bytes
+	// With a baseline: what sameFooting found, and the lowest
+	// engine/baseline ratio accepted.
+	footing  string
+	minRatio float64
 }
 
 func render(p page) string {
@@ -305,7 +342,7 @@ func render(p page) string {
 	for _, s := range p.servers {
 		if s.name != "engine" {
 			ratios = append(ratios, s.name)
-			fmt.Fprintf(&b, " engine/%s |", s.name)
+			fmt.Fprintf(&b, " engine/%s |", cmp.Or(s.id, s.name))
 		}
 	}
 	b.WriteString("\n|---|---|")
@@ -331,15 +368,13 @@ func render(p page) string {
 				b.WriteString(" - |")
 				continue
 			}
-			ratio := median(e) / median(o)
-			if r.metric == "p99" {
-				ratio = median(o) / median(e) // lower is better: show how many times better
-			}
-			fmt.Fprintf(&b, " %.2f |", ratio)
+			// For p99, lower is better: ratio shows how many times better.
+			fmt.Fprintf(&b, " %.2f |", ratio(median(e), median(o), r.metric))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("\nRatios above 1 favour the engine (for p99, the other server's latency divided by the engine's).\n")
+	p.baselineSection(&b)
 	b.WriteString("\nServer CPU seconds per GiB served (median), on the throughput rows:\n\n| workload |")
 	for _, s := range p.servers {
 		fmt.Fprintf(&b, " %s |", s.name)
@@ -399,7 +434,7 @@ func (p page) unmeasured() []string {
 		fmt.Sprintf("More than %s: this machine has %d; how each server scales beyond that is not shown.", plural(p.cpus, "CPU"), p.cpus),
 		fmt.Sprintf("A separate client: the client (which checks every byte against its BLAKE3 digest) shares the %s with the server it measures, so the two compete for them; the ceiling table above is what the client reaches alone.", plural(p.cpus, "CPU")),
 		"Storage: the fixtures were written just before the run and are served from the page cache; no figure includes a disk read.",
-		"Many files or many clients: two files (99,943,778 bytes and 1 KiB) and at most 64 connections; no open-file cache churn, no thousands of idle connections, no range requests, no directory listings.",
+		"Many files or many clients: two files ("+thousands(p.large)+" bytes and 1 KiB) and at most 64 connections; no open-file cache churn, no thousands of idle connections, no range requests, no directory listings.",
 		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx is limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
 	)
 	return out
@@ -411,3 +446,81 @@ func tableSafe(s string) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// baselineSection is the engine against its baseline, when the run had
+// both: per row the two medians, their ratio to three places, how many
+// repeats each figure stands on, and the range of the per-repeat ratios.
+func (p page) baselineSection(b *strings.Builder) {
+	var e, base *server
+	for _, s := range p.servers {
+		switch s.id {
+		case "engine":
+			e = s
+		case "baseline":
+			base = s
+		}
+	}
+	if e == nil || base == nil {
+		return
+	}
+	fmt.Fprintf(b, "\n## The engine against its baseline\n\n")
+	if p.footing != "" {
+		fmt.Fprintf(b, "%s ", p.footing)
+	}
+	fmt.Fprintf(b, "In each repeat (%d), every workload ran once on each binary, back to back, and which of the two went first alternates from repeat to repeat (and from row to row). A median is over the repeats with accepted samples; \"per-repeat\" is the lowest and highest ratio of the two binaries' figures within one repeat; \"others, steal\" is the most CPU time, over the row's runs, that other processes on this machine used and that the hypervisor stole (shares of all CPU time; either disturbs the figure). Ratios above 1 favour the engine (for p99, the baseline's latency divided by the engine's).\n\n",
+		p.repeats)
+	if e.sha != "" && e.sha == base.sha {
+		b.WriteString("The two binaries are identical (the same SHA-256): the ratios below are the measurement's noise, not a difference between engines.\n\n")
+	}
+	fmt.Fprintf(b, "| workload | unit | engine | engine (baseline) | engine/baseline | repeats (engine, baseline) | per-repeat engine/baseline | others, steal (max) |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	lowest, lowestRow := 0.0, ""
+	var below []string
+	for i, r := range p.rows {
+		ec, bc := p.cells[i]["engine"], p.cells[i][baselineName]
+		if ec == nil || bc == nil || ec.cannot != "" {
+			continue
+		}
+		ratioText := "-"
+		if v, ok := baselineRatio(r, p.cells[i]); ok {
+			ratioText = fmt.Sprintf("%.3f", v)
+			if v < p.minRatio {
+				ratioText = fmt.Sprintf("**%.3f (below %.2f)**", v, p.minRatio)
+				below = append(below, r.name)
+			}
+			if lowestRow == "" || v < lowest {
+				lowest, lowestRow = v, r.name
+			}
+		}
+		spread := "-"
+		if pr := pairedRatios(ec, bc, r.metric); len(pr) > 0 {
+			spread = fmt.Sprintf("%.3f–%.3f", slices.Min(pr), slices.Max(pr))
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %d, %d of %d | %s | %s |\n", r.name, r.unit, tableSafe(ec.text()), tableSafe(bc.text()), ratioText,
+			len(ec.figures()), len(bc.figures()), len(ec.repeats), spread, maxLoad(ec, bc))
+	}
+	switch {
+	case lowestRow == "":
+		b.WriteString("\nNo row has figures from both binaries.\n")
+	case len(below) > 0:
+		fmt.Fprintf(b, "\n%s below %.2f: %s. Lowest: %.3f (%s).\n", plural(len(below), "row"), p.minRatio, strings.Join(below, "; "), lowest, lowestRow)
+	default:
+		fmt.Fprintf(b, "\nNo ratio is below %.2f; the lowest is %.3f (%s).\n", p.minRatio, lowest, lowestRow)
+	}
+}
+
+// maxLoad is the most other processes' CPU and steal over the cells'
+// repeats, as "3%, 0%"; "-" where not known.
+func maxLoad(cells ...*cell) string {
+	others, steal, known := 0.0, 0.0, false
+	for _, c := range cells {
+		for _, o := range c.repeats {
+			if o.hasLoad {
+				others, steal, known = max(others, o.others), max(steal, o.steal), true
+			}
+		}
+	}
+	if !known {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%, %.0f%%", 100*others, 100*steal)
+}

@@ -24,7 +24,9 @@ const caddyVersion = "v2.11.9"
 
 // A server under test: its URLs per protocol and its processes.
 type server struct {
-	name  string
+	id    string // as --servers names it: engine, baseline, nginx, caddy
+	name  string // the column header
+	sha   string // an engine binary's SHA-256, when the page names it
 	about string // what the page says it is: version and configuration
 	plain string // base URL, http://
 	tls   string // base URL, https:// (h1, h2)
@@ -259,7 +261,13 @@ func buildEngine(repo, work string) (string, error) {
 	return bin, nil
 }
 
-func startEngine(bin, work string) (*server, error) {
+// startEngine runs an engine binary as two processes, plain and TLS, on
+// the fixtures in work. The engine under test and its baseline are both
+// started here, so they get the same configuration (only the ports and
+// the file names, prefixed with spec.id, differ), the same files, and the
+// same environment, CPU affinity and limits (inherited from this harness
+// by startProc).
+func startEngine(spec engineSpec, work string) (*server, error) {
 	ports, err := freePorts(false, true) // plain; TLS, with HTTP/3 on UDP at the same number
 	if err != nil {
 		return nil, err
@@ -268,16 +276,26 @@ func startEngine(bin, work string) (*server, error) {
 	www := filepath.Join(work, "www")
 	cfg := fmt.Sprintf("listen = %q\n[[sites]]\ndomain = \"*\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"auto\"\n",
 		tlsAddr, www, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"))
-	if err := os.WriteFile(filepath.Join(work, "engine-tls.toml"), []byte(cfg), 0o644); err != nil {
+	cfgPath := filepath.Join(work, spec.id+"-tls.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	version, _ := exec.Command(bin, "version").Output()
-	s := &server{name: "engine", plain: "http://" + plainAddr, tls: "https://" + tlsAddr, h2: true, h3: "https://" + tlsAddr,
-		about: strings.TrimSpace(string(version)) + " (two processes: plain, and TLS with HTTP/1.1, HTTP/2 and HTTP/3; `ktls = \"auto\"`)"}
-	if s.proc, err = startProc(filepath.Join(work, "engine-plain.log"), bin, []string{"serve", "--root", www, "--listen", plainAddr}); err != nil {
+	version, _ := exec.Command(spec.bin, "version").Output()
+	about := strings.TrimSpace(string(version)) + " (two processes: plain, and TLS with HTTP/1.1, HTTP/2 and HTTP/3; `ktls = \"auto\"`)"
+	var sha string
+	if spec.origin != "" {
+		sum, err := fileSHA256(spec.bin)
+		if err != nil {
+			return nil, err
+		}
+		about += fmt.Sprintf("; %s, SHA-256 %s", spec.origin, sum[:16])
+		sha = sum
+	}
+	s := &server{id: spec.id, sha: sha, name: spec.name, plain: "http://" + plainAddr, tls: "https://" + tlsAddr, h2: true, h3: "https://" + tlsAddr, about: about}
+	if s.proc, err = startProc(filepath.Join(work, spec.id+"-plain.log"), spec.bin, []string{"serve", "--root", www, "--listen", plainAddr}); err != nil {
 		return nil, err
 	}
-	if s.tlsProc, err = startProc(filepath.Join(work, "engine-tls.log"), bin, []string{"serve", "-c", filepath.Join(work, "engine-tls.toml")}); err != nil {
+	if s.tlsProc, err = startProc(filepath.Join(work, spec.id+"-tls.log"), spec.bin, []string{"serve", "-c", cfgPath}); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -319,7 +337,7 @@ func startNginx(work string, peers peerTemplates, withKTLS bool) (*server, error
 		return nil, err
 	}
 	version, _ := exec.Command("nginx", "-v").CombinedOutput()
-	s := &server{name: "nginx", h2: true,
+	s := &server{id: "nginx", name: "nginx", h2: true,
 		plain: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), tls: fmt.Sprintf("https://127.0.0.1:%d", ports[1]), tlsNR: fmt.Sprintf("https://127.0.0.1:%d", ports[2]),
 		about: strings.TrimSpace(string(version)) + " (" + peers.name + "/nginx.conf.tmpl: sendfile on, access log off; HTTP/2 on TLS; " + ktlsNote + ")"}
 	if s.proc, err = startProc(filepath.Join(work, "nginx.log"), "nginx", []string{"-c", path}); err != nil {
@@ -348,7 +366,7 @@ func startCaddy(work string, peers peerTemplates, bin string) (*server, error) {
 		return nil, err
 	}
 	tlsURL := fmt.Sprintf("https://127.0.0.1:%d", ports[1])
-	s := &server{name: "caddy", plain: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), tls: tlsURL, h3: tlsURL, h2: true,
+	s := &server{id: "caddy", name: "caddy", plain: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), tls: tlsURL, h3: tlsURL, h2: true,
 		about: "caddy " + caddyAbout(bin) + " (" + peers.name + "/Caddyfile.tmpl: h1 h2 h3; automatic HTTPS and admin endpoint off)"}
 	data := filepath.Join(work, "caddy-data")
 	if s.proc, err = startProc(filepath.Join(work, "caddy.log"), bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
