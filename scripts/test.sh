@@ -19,9 +19,10 @@ go build -o "$tmp/testreport" ./internal/testreport
 skips="$tmp/skips"
 : >"$skips"
 
-echo "== go vet (linux, and darwin for the portable build)"
+echo "== go vet (linux, and darwin and windows for the portable build)"
 go vet ./...
 GOOS=darwin go vet ./...
+GOOS=windows go vet ./...
 
 echo "== tests (race detector on; fuzz targets run their seed corpus)"
 # Tests named TestKernelTLS* need a kernel with kernel TLS; they run in
