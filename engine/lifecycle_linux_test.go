@@ -265,6 +265,16 @@ func TestDirectoryListing(t *testing.T) {
 		!strings.Contains(string(body), "b&lt;x&gt;.txt") || strings.Contains(string(body), "<x>") {
 		t.Errorf("listing %d:\n%s", resp.StatusCode, body)
 	}
+	// The site's root lists too when it has no index file (its path
+	// inside the root is empty, which once looked like "already listed").
+	if err := os.Remove(filepath.Join(root, "index.html")); err != nil {
+		t.Fatal(err)
+	}
+	c.send(get("/"))
+	resp, body = c.response("GET")
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `<a href="./files/">files/</a>`) {
+		t.Errorf("root listing %d:\n%s", resp.StatusCode, body)
+	}
 	// Without the setting there is no listing.
 	ts2 := start(t, fmt.Sprintf("root = %q\n", root))
 	c = dial(t, ts2.addr)

@@ -84,6 +84,7 @@ type Scratch struct {
 	listing            []byte // a directory listing read by Fetch
 	listingRel         string // the directory it lists
 	needListing        bool   // Fetch must list listingRel
+	listed             bool   // Fetch listed listingRel (listing nil: it failed)
 	ranges             []Range
 	parts              []Part
 	mp                 []byte
@@ -108,7 +109,7 @@ func (s *Scratch) Reset() {
 	clear(s.opened)
 	s.opened = s.opened[:0]
 	s.need = s.need[:0]
-	s.listing, s.listingRel, s.needListing = nil, "", false
+	s.listing, s.listingRel, s.needListing, s.listed = nil, "", false, false
 	s.Resp = Response{}
 }
 
@@ -124,7 +125,7 @@ func (s *Scratch) Fetch(c *Cache, site *Site) {
 	s.need = s.need[:0]
 	if s.needListing {
 		s.listing = listDirectory(site.Root, s.listingRel, site.HideDotfiles)
-		s.needListing = false
+		s.needListing, s.listed = false, true
 	}
 }
 
@@ -246,12 +247,14 @@ func (c *Cache) serveDir(site *Site, req *Request, s *Scratch, rel []byte) bool 
 		ErrorResponse(r, 404)
 		return true
 	}
-	if s.listing == nil && s.listingRel != string(rel) {
+	// The root's rel is "": whether it was listed is its own flag.
+	if !s.listed || s.listingRel != string(rel) {
 		s.listingRel = string(rel)
-		s.needListing = true
+		s.needListing, s.listed = true, false
+		s.listing = nil
 		return false
 	}
-	if s.listing == nil || s.listingRel != string(rel) {
+	if s.listing == nil {
 		ErrorResponse(r, 500)
 		return true
 	}
