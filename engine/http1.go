@@ -134,7 +134,11 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 		}
 		in := s.Input()
 		if len(in) == 0 {
-			if s.EOF() || h.loop.Draining() {
+			if s.EOF() {
+				s.End() // close_notify answered on TLS
+				return
+			}
+			if h.loop.Draining() {
 				c.Close()
 				return
 			}

@@ -117,7 +117,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 		return
 	}
 	if s.EOF() {
-		c.Close() // HTTP/2 clients do not half-close: the client is gone
+		s.End() // HTTP/2 clients do not half-close: the client is gone
 		return
 	}
 	if hh.h1.loop.Draining() && !hc.shut {

@@ -124,6 +124,23 @@ func TestTLSBadRecords(t *testing.T) {
 		{"bad KeyUpdate", func(c *rawTLS) {
 			c.inject(ktls.RecordHandshake, []byte{24, 0, 0, 1, 7})
 		}, "unexpected message"},
+		{"KeyUpdate not at the end of its record", func(c *rawTLS) {
+			c.inject(ktls.RecordHandshake, []byte{24, 0, 0, 1, 0, 24, 0, 0, 1, 0})
+		}, "unexpected message"},
+		{"empty handshake record", func(c *rawTLS) {
+			c.inject(ktls.RecordHandshake, nil)
+		}, "unexpected message"},
+		{"alert record of the wrong length", func(c *rawTLS) {
+			c.inject(ktls.RecordAlert, []byte{1})
+		}, "error decoding message"},
+		{"unprotected record after the handshake", func(c *rawTLS) {
+			c.raw.Write([]byte{20, 3, 3, 0, 1, 1}) // ChangeCipherSpec in the clear
+		}, "unexpected message"},
+		{"a run of empty records", func(c *rawTLS) {
+			for range 40 {
+				c.inject(ktls.RecordApplicationData, nil)
+			}
+		}, "unexpected message"},
 	}
 	before := ts.Stats().TLSRecordErrors
 	for _, tt := range tests {
@@ -146,6 +163,36 @@ func TestTLSBadRecords(t *testing.T) {
 		}
 	case <-time.After(scale(60 * time.Second)):
 		t.Error("the concurrent download did not finish")
+	}
+}
+
+// TestTLSCloseNotifyAnswered: a client that sends close_notify with
+// nothing to ask gets close_notify back before the connection closes
+// (RFC 8446 §6.1), not a bare FIN.
+func TestTLSCloseNotifyAnswered(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
+	c := dialRawTLS(t, ts.addr, pki)
+	if err := c.tls.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.raw.SetReadDeadline(time.Now().Add(scale(10 * time.Second)))
+	wire, err := io.ReadAll(c.raw) // records the client's TLS never reads
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	last := -1
+	for len(wire) >= 5 {
+		n := int(wire[3])<<8 | int(wire[4])
+		if len(wire) < 5+n {
+			break
+		}
+		last = n
+		wire = wire[5+n:]
+	}
+	// An encrypted alert: 2 bytes, the inner type and a 16-byte tag.
+	if last != 2+1+16 || len(wire) != 0 {
+		t.Errorf("last record from the server: %d bytes (left over %d), want an encrypted close_notify (19)", last, len(wire))
 	}
 }
 

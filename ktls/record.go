@@ -21,6 +21,18 @@ const recordLimit = 1 << 24
 // bad_record_mac (or decode_error) and close.
 var ErrBadRecord = errors.New("ktls: bad record")
 
+// ErrRecordOverflow is an authentic record whose plaintext is longer than
+// 2^14 bytes: record_overflow (RFC 8446 §5.4). It also matches
+// ErrBadRecord.
+var ErrRecordOverflow = errors.New("ktls: record overflow")
+
+// ErrUnexpectedRecord is a record that is not protected application data
+// where only that may come (a TLS 1.3 record whose outer type is not
+// application_data after the handshake), or a TLS 1.3 plaintext with no
+// content type: unexpected_message (RFC 8446 §5, §5.4). It also matches
+// ErrBadRecord.
+var ErrUnexpectedRecord = errors.New("ktls: unexpected record")
+
 // Record is one decrypted record.
 type Record struct {
 	Type byte   // content type (TLS 1.3: the inner one)
@@ -73,9 +85,12 @@ func (o *Opener) open(b []byte, inPlace bool) (*Record, error) {
 	// 0x0303, and at most 2^14 + 256 bytes of encrypted record. TLS 1.2
 	// (RFC 5246 §6.2.3) allows 2^14 + 2048 and any content type.
 	typ := b[0]
-	if b[1] != 3 || b[2] != 3 || (!o.v12 && typ != RecordApplicationData) ||
-		(o.v12 && typ != RecordApplicationData && typ != RecordAlert && typ != RecordHandshake) {
+	if b[1] != 3 || b[2] != 3 {
 		return nil, fmt.Errorf("%w: header % x", ErrBadRecord, b[:3])
+	}
+	if (!o.v12 && typ != RecordApplicationData) ||
+		(o.v12 && typ != RecordApplicationData && typ != RecordAlert && typ != RecordHandshake) {
+		return nil, fmt.Errorf("%w: %w: outer type %d", ErrBadRecord, ErrUnexpectedRecord, typ)
 	}
 	n := int(binary.BigEndian.Uint16(b[3:5]))
 	minLen, maxLen := o.aead.Overhead()+1, MaxPlaintext+256
@@ -124,7 +139,7 @@ func (o *Opener) open(b []byte, inPlace bool) (*Record, error) {
 	o.seq++
 	if o.v12 {
 		if len(pt) > MaxPlaintext {
-			return nil, fmt.Errorf("%w: plaintext of %d bytes", ErrBadRecord, len(pt))
+			return nil, fmt.Errorf("%w: %w: plaintext of %d bytes", ErrBadRecord, ErrRecordOverflow, len(pt))
 		}
 		return &Record{Type: typ, Data: pt, Wire: 5 + n}, nil
 	}
@@ -134,10 +149,10 @@ func (o *Opener) open(b []byte, inPlace bool) (*Record, error) {
 		i--
 	}
 	if i < 0 {
-		return nil, fmt.Errorf("%w: no content type", ErrBadRecord)
+		return nil, fmt.Errorf("%w: %w: no content type", ErrBadRecord, ErrUnexpectedRecord)
 	}
 	if i > MaxPlaintext {
-		return nil, fmt.Errorf("%w: plaintext of %d bytes", ErrBadRecord, i)
+		return nil, fmt.Errorf("%w: %w: plaintext of %d bytes", ErrBadRecord, ErrRecordOverflow, i)
 	}
 	return &Record{Type: pt[i], Data: pt[:i], Wire: 5 + n}, nil
 }

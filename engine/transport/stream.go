@@ -246,6 +246,17 @@ func (s *Stream) EOF() bool {
 	return s.tls.peerDone
 }
 
+// End closes a connection whose peer has finished sending and whose
+// driver has nothing more to say: on TLS after answering the peer's
+// close_notify with ours (RFC 8446 §6.1), at once otherwise.
+func (s *Stream) End() {
+	if t := s.tls; t != nil && t.closeNotified && !s.closing && t.phase == phaseOpen {
+		s.CloseGracefully()
+		return
+	}
+	s.c.Close()
+}
+
 // Retiring reports that the connection should end after the responses in
 // progress: its TLS key has protected half the records it safely can (RFC
 // 8446 §5.5), or the client asked for a key change this kernel cannot do.

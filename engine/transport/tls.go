@@ -18,6 +18,9 @@ const (
 	alertInternalError     = 80
 )
 
+// maxEmptyRecords bounds a run of records without application data.
+const maxEmptyRecords = 32
+
 // maxCiphertext bounds a record on the wire (RFC 8446 §5.2: 2^14 + 256).
 const maxCiphertext = 5 + ktls.MaxPlaintext + 256
 
@@ -42,6 +45,7 @@ type tlsState struct {
 	rpos, wpos    int
 	peerDone      bool // close_notify received, or the socket's EOF
 	closeNotified bool // close_notify received: later records are ignored
+	empty         int  // records in a row that carried no application data
 
 	// Output.
 	seal      *ktls.Sealer
@@ -191,11 +195,26 @@ func (s *Stream) readRecords() bool {
 		}
 		rec, err := t.open.OpenInPlace(raw[:n])
 		if err != nil {
-			if errors.Is(err, ktls.ErrRecordLimit) {
+			switch {
+			case errors.Is(err, ktls.ErrRecordLimit):
 				s.fatal(alertInternalError, "read key exhausted")
-			} else {
+			case errors.Is(err, ktls.ErrRecordOverflow):
+				s.fatal(alertRecordOverflow, err.Error())
+			case errors.Is(err, ktls.ErrUnexpectedRecord):
+				s.fatal(alertUnexpectedMessage, err.Error())
+			default:
 				s.fatal(alertBadRecordMAC, err.Error())
 			}
+			return false
+		}
+		// Records that carry nothing (empty application data, KeyUpdates)
+		// cost the peer little and us a decryption each: a run of them
+		// longer than any client sends ends the connection, as OpenSSL
+		// (32) and crypto/tls (16) do.
+		if rec.Type == ktls.RecordApplicationData && len(rec.Data) > 0 {
+			t.empty = 0
+		} else if t.empty++; t.empty > maxEmptyRecords {
+			s.fatal(alertUnexpectedMessage, "too many records without application data")
 			return false
 		}
 		switch rec.Type {
@@ -204,7 +223,13 @@ func (s *Stream) readRecords() bool {
 			c.Consume(n)
 		case ktls.RecordAlert:
 			c.Consume(n)
-			if len(rec.Data) == 2 && rec.Data[1] == alertCloseNotify {
+			if len(rec.Data) != 2 {
+				// RFC 8446 §5.1: a record of type alert holds exactly
+				// one alert message.
+				s.fatal(alertDecodeError, "alert record of the wrong length")
+				return false
+			}
+			if rec.Data[1] == alertCloseNotify {
 				// RFC 8446 §6.1: "Any data received after a closure
 				// alert has been received MUST be ignored." What came
 				// before it is still answered.
@@ -218,6 +243,12 @@ func (s *Stream) readRecords() bool {
 		case ktls.RecordHandshake:
 			msgs := rec.Data
 			c.Consume(n)
+			if len(msgs) == 0 {
+				// RFC 8446 §5.1: "Implementations MUST NOT send
+				// zero-length fragments of Handshake types."
+				s.fatal(alertUnexpectedMessage, "empty handshake record")
+				return false
+			}
 			if !s.postHandshake(msgs) {
 				return false
 			}
@@ -266,6 +297,12 @@ func (s *Stream) postHandshake(b []byte) bool {
 		s.env.Stats.KeyUpdates.Add(1)
 		if body[0] == 1 { // update_requested: we must update ours too
 			t.queue = append(t.queue, part{mark: markKeyUpdate})
+		}
+		if len(b) > 0 {
+			// RFC 8446 §5.1: a KeyUpdate must end its record, since the
+			// bytes after it are under the new key.
+			s.fatal(alertUnexpectedMessage, "KeyUpdate not at the end of its record")
+			return false
 		}
 	}
 	return true
