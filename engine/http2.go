@@ -192,14 +192,32 @@ type frameSink struct {
 
 func (f frameSink) Bytes(p []byte) { f.out.Write(p) }
 
-func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) {
+func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 	hc := f.hc
-	f.out.Write(hdr)
 	hs := st.User.(*h2Strm)
 	resp := &hs.files.Resp
-	for _, p := range bodySlice(resp.Parts, off, int64(n), hc.parts[:0]) {
+	hc.parts = bodySlice(resp.Parts, off, int64(n), hc.parts[:0])
+	var end int64 // the furthest file byte this frame needs
+	for _, p := range hc.parts {
+		if p.Mem == nil {
+			end = max(end, p.Off+p.Len)
+		}
+	}
+	if end > 0 {
+		if b := (transport.File{FD: resp.File.Fd(), N: end}); !b.Present() {
+			// The file shrank under the length this response promised:
+			// h2 resets this stream alone (INTERNAL_ERROR).
+			hc.h.srv.stats.h2BodyFailures.Add(1)
+			hc.h.h1.limiter.log(hc.h.h1.log, "file shrank while being sent; HTTP/2 stream reset",
+				"peer", hc.c.Peer(), "path", string(st.Req.Path), "stream", st.ID)
+			return false
+		}
+	}
+	f.out.Write(hdr)
+	for _, p := range hc.parts {
 		f.out.Body(&hs.resp, partBody(resp, p), 0, p.Len)
 	}
+	return true
 }
 
 // bodySlice returns the pieces of a body (parts laid end to end) covering

@@ -86,6 +86,49 @@ func TestDisconnectStopsSending(t *testing.T) {
 	}
 }
 
+// TestH2FileShrinksOneStream: on HTTP/2 over TLS, a file truncated under
+// one stream's response resets that stream (INTERNAL_ERROR), and another
+// stream on the same connection still gets every byte of its file: one
+// operator replacing a file must not cut off every download a browser
+// has on that connection.
+func TestH2FileShrinksOneStream(t *testing.T) {
+	root := t.TempDir()
+	src, _ := bigFile()
+	p := filepath.Join(root, "shrink.bin")
+	copyFile(t, src, p)
+	other := strings.Repeat("the other stream's file\n", 50_000)
+	writeFile(t, filepath.Join(root, "other.txt"), other)
+	ts, pki := startTLS(t, root, ktlsAuto)
+	c := h2Client(pki)
+	url := "https://localhost:" + portOf(ts.addr)
+	resp, err := c.Get(url + "/shrink.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.CopyN(io.Discard, resp.Body, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	// The client's stream window (4 MiB) runs out and the server waits
+	// for it; then the file becomes shorter than what was already sent.
+	time.Sleep(scale(300 * time.Millisecond))
+	if err := os.Truncate(p, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	got, _, r2 := getSHA(t, c, url+"/other.txt")
+	if want := sha256.Sum256([]byte(other)); got != hex.EncodeToString(want[:]) || r2.ProtoMajor != 2 {
+		t.Errorf("the other stream's file: sha256 %s over HTTP/%d", got, r2.ProtoMajor)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if total := n + 1<<20; err == nil || total >= resp.ContentLength {
+		t.Errorf("the shrunk file's stream ended with %v after %d of %d bytes; want a reset and a short body", err, total, resp.ContentLength)
+	}
+	st := ts.Stats()
+	if st.H2BodyFailures != 1 || st.Aborted != 0 {
+		t.Errorf("H2BodyFailures %d, connections aborted %d; want 1 and 0", st.H2BodyFailures, st.Aborted)
+	}
+}
+
 // TestFileShrinksDuringTransfer: a file truncated while being sent resets
 // the connection; the client never sees a clean end with fewer bytes than
 // Content-Length promised.

@@ -54,8 +54,8 @@ type serverCounters struct {
 
 	tls transport.Stats
 
-	h2Conns, h2Streams, h2Resets, h2ConnErrors atomic.Int64
-	h2Events                                   [h2.EventHeaderTimeout + 1]atomic.Int64
+	h2Conns, h2Streams, h2Resets, h2ConnErrors, h2BodyFailures atomic.Int64
+	h2Events                                                   [h2.EventHeaderTimeout + 1]atomic.Int64
 
 	h3Streams, h3Resets, h3Stalled atomic.Int64
 }
@@ -83,10 +83,11 @@ type Stats struct {
 	Promotions         int64 // connections whose transmission moved to the kernel
 	PromoteFailures    int64 // promotions that failed (the connection stayed in userspace)
 
-	H2Connections int64 // HTTP/2 connections (ALPN h2 or h2c prior knowledge)
-	H2Streams     int64 // HTTP/2 responses queued
-	H2Resets      int64 // HTTP/2 streams reset before their response was out
-	H2ConnErrors  int64 // HTTP/2 connections ended by GOAWAY with an error
+	H2Connections  int64 // HTTP/2 connections (ALPN h2 or h2c prior knowledge)
+	H2Streams      int64 // HTTP/2 responses queued
+	H2Resets       int64 // HTTP/2 streams reset before their response was out
+	H2BodyFailures int64 // HTTP/2 streams reset because their file shrank under them
+	H2ConnErrors   int64 // HTTP/2 connections ended by GOAWAY with an error
 	// H2Events counts HTTP/2 limits hit and protocol errors by kind
 	// (h2.Event).
 	H2Events map[string]int64
@@ -369,14 +370,15 @@ func (s *Server) Stats() Stats {
 		Promotions:         s.stats.tls.Promotions.Load(),
 		PromoteFailures:    s.stats.tls.PromoteFailures.Load(),
 
-		H2Connections: s.stats.h2Conns.Load(),
-		H2Streams:     s.stats.h2Streams.Load(),
-		H2Resets:      s.stats.h2Resets.Load(),
-		H2ConnErrors:  s.stats.h2ConnErrors.Load(),
-		H2Events:      s.h2Events(),
-		H3Streams:     s.stats.h3Streams.Load(),
-		H3Resets:      s.stats.h3Resets.Load(),
-		H3Stalled:     s.stats.h3Stalled.Load(),
+		H2Connections:  s.stats.h2Conns.Load(),
+		H2Streams:      s.stats.h2Streams.Load(),
+		H2Resets:       s.stats.h2Resets.Load(),
+		H2BodyFailures: s.stats.h2BodyFailures.Load(),
+		H2ConnErrors:   s.stats.h2ConnErrors.Load(),
+		H2Events:       s.h2Events(),
+		H3Streams:      s.stats.h3Streams.Load(),
+		H3Resets:       s.stats.h3Resets.Load(),
+		H3Stalled:      s.stats.h3Stalled.Load(),
 
 		FilesHashed:        s.digests.files.Load(),
 		HashesJoined:       s.digests.joined.Load(),

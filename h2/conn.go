@@ -124,8 +124,11 @@ type Sink interface {
 	// the call. A frame may be split over calls.
 	Bytes(p []byte)
 	// Data takes a DATA frame: its 9-byte header (valid during the call)
-	// followed by n bytes of st's response body from offset off.
-	Data(st *Stream, header []byte, off int64, n int)
+	// followed by n bytes of st's response body from offset off. It
+	// returns false, having taken nothing, when the body cannot give those
+	// bytes (its file shrank): the stream is then reset with
+	// INTERNAL_ERROR, and the connection's other streams go on.
+	Data(st *Stream, header []byte, off int64, n int) bool
 }
 
 // Stream is one request and its response.

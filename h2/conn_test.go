@@ -27,7 +27,8 @@ type peer struct {
 	dec     *hpack.Decoder
 	now     int64
 	events  []Event
-	err     error // the connection error Feed returned
+	refuse  uint32 // the sink fails this stream's body after its first frame
+	err     error  // the connection error Feed returned
 }
 
 type handler struct {
@@ -49,12 +50,19 @@ func (h *handler) Request(st *Stream) {
 
 func (h *handler) StreamDone(st *Stream) { h.done = append(h.done, st) }
 
-type sink struct{ w *bytes.Buffer }
+type sink struct {
+	w      *bytes.Buffer
+	refuse uint32 // a stream whose body fails from its second frame on
+}
 
 func (s sink) Bytes(p []byte) { s.w.Write(p) }
-func (s sink) Data(st *Stream, hdr []byte, off int64, n int) {
+func (s sink) Data(st *Stream, hdr []byte, off int64, n int) bool {
+	if st.ID == s.refuse && off > 0 {
+		return false
+	}
 	s.w.Write(hdr)
 	s.w.Write(st.User.([]byte)[off : off+int64(n)])
+	return true
 }
 
 func newPeer(t *testing.T, cfg Config, body []byte, settings ...http2.Setting) *peer {
@@ -86,7 +94,7 @@ func (p *peer) flush() {
 	if err != nil && p.err == nil {
 		p.err = err
 	}
-	for p.c.Produce(sink{&p.fromSrv}, 1<<20) > 0 {
+	for p.c.Produce(sink{&p.fromSrv, p.refuse}, 1<<20) > 0 {
 	}
 }
 
@@ -170,6 +178,32 @@ func TestRequestResponse(t *testing.T) {
 	}
 	if p.c.Open() != 0 {
 		t.Errorf("open streams %d", p.c.Open())
+	}
+}
+
+// TestBodyFails: a body that cannot give its bytes (a file that shrank)
+// resets its own stream with INTERNAL_ERROR, right away; the other
+// stream's response completes, and the connection stays up.
+func TestBodyFails(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 3000) // 48000 bytes
+	p := newPeer(t, Config{}, body)
+	p.frames()
+	p.refuse = 1
+	p.request(1, true)
+	p.request(3, true)
+	p.flush()
+	got := strings.Join(p.frames(), ",")
+	if !strings.Contains(got, "RST_STREAM 1 INTERNAL_ERROR") || !strings.Contains(got, "DATA 3 15232 END") ||
+		strings.Contains(got, "GOAWAY") || strings.Count(got, "DATA 1 ") != 1 {
+		t.Fatalf("frames %s", got)
+	}
+	if p.c.Dead() || p.c.Open() != 0 {
+		t.Errorf("dead %v, open streams %d", p.c.Dead(), p.c.Open())
+	}
+	for _, st := range p.h.done {
+		if st.ID == 1 && (!st.Reset || st.ResetCode != http2.ErrCodeInternal) {
+			t.Errorf("stream 1 done without its reset: %+v", st)
+		}
 	}
 }
 
@@ -740,14 +774,14 @@ func FuzzFrames(f *testing.F) {
 		for i := 0; len(in) > 0 && i < 100; i++ {
 			n, err := c.Feed(in, int64(i+2))
 			in = in[n:]
-			for c.Produce(sink{&out}, 1<<16) > 0 {
+			for c.Produce(sink{w: &out}, 1<<16) > 0 {
 			}
 			if err != nil || n == 0 {
 				break
 			}
 		}
 		c.Expire(1e12, 1, 1)
-		for c.Produce(sink{&out}, 1<<16) > 0 {
+		for c.Produce(sink{w: &out}, 1<<16) > 0 {
 		}
 		r := http2.NewFramer(nil, &out)
 		r.SetMaxReadFrameSize(1 << 24)

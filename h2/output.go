@@ -129,7 +129,17 @@ func (c *Conn) Produce(s Sink, budget int) int {
 			flags = http2.FlagDataEndStream
 		}
 		appendFrameHeader(hdr[:0], int(size), http2.FrameData, flags, st.ID)
-		s.Data(st, hdr[:], st.sent, int(size))
+		if !s.Data(st, hdr[:], st.sent, int(size)) {
+			c.abortStream(st)
+			if k := min(len(c.ctrl), budget-n); k > 0 {
+				// The RST_STREAM goes out now, before another stream's
+				// DATA, so the client learns at once.
+				s.Bytes(c.ctrl[:k])
+				n += k
+				c.ctrl = c.ctrl[:copy(c.ctrl, c.ctrl[k:])]
+			}
+			continue
+		}
 		st.sent += size
 		st.sendWindow -= size
 		c.sendWin -= size

@@ -21,6 +21,18 @@ func (c *Conn) resetStream(id uint32, code ErrCode) {
 	c.checkQueue()
 }
 
+// abortStream resets st because its response cannot be completed (the
+// server's fault, not a provoked reset: it does not count against the
+// peer's reset budget). RFC 9113 §8.1: a response cut short is reset, so
+// the client never takes it for a whole one.
+func (c *Conn) abortStream(st *Stream) {
+	c.fr.WriteRSTStream(st.ID, http2.ErrCodeInternal)
+	c.reset[c.resetN%len(c.reset)] = st.ID
+	c.resetN++
+	c.closeStream(st, http2.ErrCodeInternal, false)
+	c.checkQueue()
+}
+
 func (c *Conn) forgetReset(id uint32) {
 	for i, r := range c.reset {
 		if r == id {

@@ -54,3 +54,12 @@ func Pread(fd int, p []byte, off int64) (int, error) {
 	}
 	return total, nil
 }
+
+// Size is the file's size now (fstat(2)).
+func Size(fd int) (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, os.NewSyscallError("fstat", err)
+	}
+	return st.Size, nil
+}

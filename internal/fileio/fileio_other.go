@@ -14,3 +14,6 @@ func Preadv(int, [][]byte, int64) (int, error) { return 0, errNotLinux }
 
 // Pread is Linux-only.
 func Pread(int, []byte, int64) (int, error) { return 0, errNotLinux }
+
+// Size is Linux-only.
+func Size(int) (int64, error) { return 0, errNotLinux }
