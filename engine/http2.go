@@ -9,6 +9,7 @@ import (
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h2"
+	"github.com/mediaship/engine/internal/fileio"
 )
 
 // h2Handler drives HTTP/2 connections on one loop, over the same streams
@@ -50,6 +51,8 @@ type h2Strm struct {
 	fetching bool // a worker is opening its files
 	logLine  []byte
 	logged   bool
+	size     int64 // the file's size at loop time sizeAt (present)
+	sizeAt   int64
 }
 
 func newH2Handler(h1 *h1Handler) *h2Handler {
@@ -203,21 +206,34 @@ func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 			end = max(end, p.Off+p.Len)
 		}
 	}
-	if end > 0 {
-		if b := (transport.File{FD: resp.File.Fd(), N: end}); !b.Present() {
-			// The file shrank under the length this response promised:
-			// h2 resets this stream alone (INTERNAL_ERROR).
-			hc.h.srv.stats.h2BodyFailures.Add(1)
-			hc.h.h1.limiter.log(hc.h.h1.log, "file shrank while being sent; HTTP/2 stream reset",
-				"peer", hc.c.Peer(), "path", string(st.Req.Path), "stream", st.ID)
-			return false
-		}
+	if end > 0 && !hc.present(hs, resp, end) {
+		// The file shrank under the length this response promised: h2
+		// resets this stream alone (INTERNAL_ERROR).
+		hc.h.srv.stats.h2BodyFailures.Add(1)
+		hc.h.h1.limiter.log(hc.h.h1.log, "file shrank while being sent; HTTP/2 stream reset",
+			"peer", hc.c.Peer(), "path", string(st.Req.Path), "stream", st.ID)
+		return false
 	}
 	f.out.Write(hdr)
 	for _, p := range hc.parts {
 		f.out.Body(&hs.resp, partBody(resp, p), 0, p.Len)
 	}
 	return true
+}
+
+// present reports whether hs's file still holds its bytes up to end,
+// asking the file once per loop iteration per stream (a batch of frames).
+func (hc *h2Conn) present(hs *h2Strm, resp *files.Response, end int64) bool {
+	now := hc.h.h1.loop.Now().UnixNano()
+	if hs.sizeAt == now && end <= hs.size {
+		return true
+	}
+	size, err := fileio.Size(resp.File.Fd())
+	if err != nil {
+		return false
+	}
+	hs.size, hs.sizeAt = size, now
+	return end <= size
 }
 
 // bodySlice returns the pieces of a body (parts laid end to end) covering

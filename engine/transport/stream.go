@@ -40,15 +40,6 @@ func (f File) ReadAt(bufs [][]byte, off int64) (int, error) {
 	return n, err
 }
 
-// Present reports whether the file still holds the range: a driver that
-// can fail one response of many (HTTP/2) asks before promising its bytes,
-// so a file that shrank resets that response, not the connection. (A file
-// that shrinks after the question still resets the connection.)
-func (f File) Present() bool {
-	size, err := fileio.Size(f.FD)
-	return err == nil && size >= f.Off+f.N
-}
-
 // Mem is body bytes in memory, sent by reference: the caller keeps them
 // until the stream is no longer Busy.
 type Mem []byte
