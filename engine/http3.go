@@ -62,6 +62,7 @@ func (s *Server) listenH3() error {
 	s.h3, err = h3.Listen(h3.Config{
 		Addr:                net.JoinHostPort(host, port),
 		TLS:                 &tls.Config{GetCertificate: s.certs.getCertificate},
+		Tickets:             s.tickets,
 		Handler:             hh,
 		Logger:              s.log,
 		MaxHeaderBytes:      int(s.cfg.Limits.MaxHeaderBytes),

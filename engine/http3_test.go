@@ -822,3 +822,31 @@ func TestH3StalledSmallResponse(t *testing.T) {
 	}
 	t.Logf("reset with %v", se.ErrorCode)
 }
+
+// TestH3SessionTicketsOff: session_tickets = false holds on HTTP/3 too (a
+// client with a session cache is not resumed); the default resumes.
+func TestH3SessionTicketsOff(t *testing.T) {
+	root := siteRoot(t)
+	for _, tickets := range []bool{true, false} {
+		extra := ktlsAuto
+		if !tickets {
+			extra = "session_tickets = false\n" + extra
+		}
+		ts, pki := startTLS(t, root, extra)
+		cache := tls.NewLRUClientSessionCache(8)
+		for i := 0; i < 2; i++ {
+			tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool, ServerName: "localhost", ClientSessionCache: cache}}
+			c := &http.Client{Transport: tr, Timeout: scale(10 * time.Second)}
+			resp, err := c.Get("https://localhost:" + portOf(ts.addr) + "/alpha.txt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if want := tickets && i == 1; resp.TLS == nil || resp.TLS.DidResume != want {
+				t.Errorf("tickets %v, connection %d: TLS state %+v, want resumed %v", tickets, i, resp.TLS, want)
+			}
+			tr.Close()
+		}
+	}
+}

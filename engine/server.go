@@ -295,6 +295,11 @@ func (s *Server) setupTLS() error {
 				c.MinVersion = tls.VersionTLS13 // this site is 1.3 only: the handshake fails
 			}
 		}
+		// A site that turned session tickets off gets full handshakes.
+		if !s.tickets(hello.ServerName) {
+			clone()
+			c.SessionTicketsDisabled = true
+		}
 		// ALPN offers what the site the client names allows.
 		if p := s.alpn(hello.ServerName); !slices.Equal(p, base.NextProtos) {
 			clone()
@@ -304,6 +309,16 @@ func (s *Server) setupTLS() error {
 	}
 	s.tlsConfig = ktls.ServerConfig(base)
 	return nil
+}
+
+// tickets reports whether the site a client names allows session
+// tickets.
+func (s *Server) tickets(serverName string) bool {
+	if s.sites == nil {
+		return true
+	}
+	st, _ := s.sites.lookup([]byte(serverName), nil)
+	return st == nil || st.tickets
 }
 
 // alpn lists the protocols to offer in ALPN for a server name ("" for

@@ -19,6 +19,7 @@ type site struct {
 	limitRate  uint64
 	h1, h2, h3 bool
 	h2c        bool // HTTP/2 with prior knowledge on the plain listener
+	tickets    bool // TLS session tickets (resumption) allowed
 	// altSvc advertises HTTP/3 on this site's TLS responses; empty when
 	// the site or the server does not serve it. Set before serving.
 	altSvc string
@@ -63,7 +64,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 			return nil, err
 		}
 		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true,
-			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true, h3: true}
+			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true, h3: true, tickets: true}
 		t.all = append(t.all, t.def)
 	}
 	for i := range cfg.Sites {
@@ -91,6 +92,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 			h2:        config.On(sc.Protocols.H2),
 			h3:        config.On(sc.Protocols.H3),
 			h2c:       sc.Protocols.H2C != nil && *sc.Protocols.H2C,
+			tickets:   config.On(sc.TLS.SessionTickets),
 		}
 		t.all = append(t.all, s)
 		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))

@@ -142,6 +142,39 @@ func TestTLSUserspaceDownload(t *testing.T) {
 	}
 }
 
+// TestTLSSessionTicketsOff: a site with session_tickets = false makes
+// every handshake a full one (a client with a session cache is not
+// resumed, over HTTP/1.1 and HTTP/2); the default resumes.
+func TestTLSSessionTicketsOff(t *testing.T) {
+	root := siteRoot(t)
+	for _, tc := range []struct {
+		extra  string
+		resume bool
+	}{
+		{"", true},
+		{"session_tickets = true\n", true},
+		{"session_tickets = false\n", false},
+	} {
+		ts, pki := startTLS(t, root, tc.extra+ktlsAuto)
+		url := "https://localhost:" + portOf(ts.addr) + "/alpha.txt"
+		for _, h2 := range []bool{false, true} {
+			cache := tls.NewLRUClientSessionCache(8)
+			for i := 0; i < 2; i++ {
+				c := pki.client(cache)
+				if h2 {
+					c = &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true,
+						TLSClientConfig: &tls.Config{RootCAs: pki.pool, ServerName: "localhost", ClientSessionCache: cache}}}
+				}
+				_, _, resp := getSHA(t, c, url)
+				if want := tc.resume && i == 1; resp.TLS.DidResume != want || resp.ProtoMajor != map[bool]int{false: 1, true: 2}[h2] {
+					t.Errorf("%q, HTTP/%d, connection %d: resumed %v, want %v", tc.extra, resp.ProtoMajor, i, resp.TLS.DidResume, want)
+				}
+				c.CloseIdleConnections()
+			}
+		}
+	}
+}
+
 // TestTLSKeepAlive: many responses on one connection (small, large,
 // ranges past 1 MiB, sidecars, HEAD, 404), pipelined, each checked.
 func TestTLSKeepAlive(t *testing.T) {

@@ -26,6 +26,10 @@ type Config struct {
 	// TLS chooses certificates (GetCertificate); the server sets TLS 1.3
 	// and ALPN h3 on a clone.
 	TLS *tls.Config
+	// Tickets reports whether the site a client names (SNI) allows TLS
+	// session tickets; false makes its handshakes full ones. Nil allows
+	// them everywhere.
+	Tickets func(serverName string) bool
 	// Handler answers requests.
 	Handler http.Handler
 	Logger  *slog.Logger
@@ -144,6 +148,18 @@ func Listen(cfg Config) (*Server, error) {
 	tlsConf.MinVersion = tls.VersionTLS13
 	tlsConf.NextProtos = []string{http3.NextProtoH3}
 	tlsConf.GetConfigForClient = nil
+	if cfg.Tickets != nil {
+		base := tlsConf
+		tlsConf = base.Clone()
+		tlsConf.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if cfg.Tickets(hello.ServerName) {
+				return nil, nil
+			}
+			c := base.Clone()
+			c.SessionTicketsDisabled = true
+			return c, nil
+		}
+	}
 
 	s.tr = &quic.Transport{
 		Conn: s.udp,

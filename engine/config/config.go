@@ -121,6 +121,10 @@ type TLS struct {
 	Key  string `toml:"key"`
 	// MinVersion is "1.3" (the zero value) or "1.2".
 	MinVersion string `toml:"min_version"`
+	// SessionTickets lets clients resume sessions with tickets (faster
+	// reconnects). Nil means on; false makes every handshake a full one,
+	// for a policy of forward secrecy per connection.
+	SessionTickets *bool `toml:"session_tickets"`
 }
 
 // Kernel chooses the kernel fast paths.
