@@ -250,7 +250,10 @@ func (s *Stream) EOF() bool {
 // driver has nothing more to say: on TLS after answering the peer's
 // close_notify with ours (RFC 8446 §6.1), at once otherwise.
 func (s *Stream) End() {
-	if t := s.tls; t != nil && t.closeNotified && !s.closing && t.phase == phaseOpen {
+	if s.closing {
+		return // a graceful close is under way: let it finish
+	}
+	if t := s.tls; t != nil && t.closeNotified && t.phase == phaseOpen {
 		s.CloseGracefully()
 		return
 	}
