@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mediaship/engine/internal/fileio"
 	"github.com/mediaship/engine/ktls"
 )
 
@@ -392,14 +391,11 @@ func (o *sealSource) finish() ([]byte, error) {
 			break
 		}
 		bufs := o.iov[r.first:r.last]
-		var got int
+		// A body that comes up short (a file that shrank under its
+		// promised length) resets the connection: the client sees a short
+		// body, never a clean end.
 		if r.body == nil {
-			got, err = fileio.Preadv(r.fd, bufs, r.off)
-			if int64(got) < r.end-r.off {
-				// The file shrank (or failed) under a promised length:
-				// the connection is reset so the client sees a short body.
-				err = errors.Join(fileio.ErrShrank, err)
-			}
+			_, err = File{FD: r.fd}.ReadAt(bufs, r.off)
 		} else {
 			_, err = r.body.ReadAt(bufs, r.off)
 		}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,8 @@ func (f File) Len() int64 { return f.N }
 
 func (f File) ReadAt(bufs [][]byte, off int64) (int, error) {
 	n, err := fileio.Preadv(f.FD, bufs, f.Off+off)
-	if want := iovLen(bufs); n < want && err == nil {
-		err = fileio.ErrShrank
+	if n < iovLen(bufs) {
+		err = errors.Join(fileio.ErrShrank, err) // or failed
 	}
 	return n, err
 }
