@@ -34,16 +34,18 @@ type Session struct {
 
 // HandshakeIO is how the handshake goroutine reaches its connection. Its
 // methods are called from that goroutine and must not block on the
-// reactor; they hand work over (Loop.Post).
+// reactor; they hand work over (Loop.Post). Output is handed over only
+// when the handshake is about to wait for the client (Want) or has ended
+// (Done), so a whole flight costs the reactor one wake-up.
 type HandshakeIO interface {
-	// Want asks for the next record from the client: the handshake has
-	// used everything it was given.
-	Want()
-	// Send writes handshake bytes to the client, in order. p is the
-	// callee's to keep.
-	Send(p []byte)
-	// Done reports the end of the handshake, once.
-	Done(s *Session, err error)
+	// Want sends out, the handshake's output since the last call (maybe
+	// empty), to the client, and asks for the next record from the
+	// client: the handshake has used everything it was given. out is the
+	// callee's to keep, unchanged.
+	Want(out []byte)
+	// Done sends out like Want, then reports the end of the handshake,
+	// once. A failed handshake's alert is in out.
+	Done(out []byte, s *Session, err error)
 }
 
 // Handshake drives a crypto/tls server handshake that crypto/tls believes
@@ -60,7 +62,9 @@ type Handshake struct {
 
 	in      chan []byte // records from the reactor; closed to abort
 	abort   sync.Once   // closes in once: Abort may be called again (a timeout, a failed Feed)
-	written []byte      // everything Send was given, owned by the goroutine
+	first   []byte      // the record the handshake starts with
+	written []byte      // everything the handshake wrote, owned by the goroutine
+	flushed int         // written[:flushed] has been handed to Want or Done
 }
 
 // ServerConfig prepares a server's tls.Config for handshakes run by
@@ -96,9 +100,10 @@ func ServerConfig(base *tls.Config) *tls.Config {
 }
 
 // StartHandshake starts the handshake goroutine with a config made by
-// ServerConfig.
-func StartHandshake(config *tls.Config, io HandshakeIO, local, remote net.Addr) *Handshake {
-	h := &Handshake{io: io, config: config, local: local, remote: remote, in: make(chan []byte, 1)}
+// ServerConfig, and the client's first record (the ClientHello, or its
+// first part), which becomes the goroutine's.
+func StartHandshake(config *tls.Config, io HandshakeIO, local, remote net.Addr, first []byte) *Handshake {
+	h := &Handshake{io: io, config: config, local: local, remote: remote, in: make(chan []byte, 1), first: first}
 	go h.run()
 	return h
 }
@@ -119,16 +124,25 @@ func (h *Handshake) Feed(record []byte) {
 func (h *Handshake) Abort() { h.abort.Do(func() { close(h.in) }) }
 
 func (h *Handshake) run() {
-	conn := &hsConn{h: h}
+	conn := &hsConn{h: h, cur: h.first}
+	h.first = nil
 	tc := tls.Server(conn, h.config)
 	// The reactor's timeouts end a stalled handshake by calling Abort.
 	err := tc.HandshakeContext(context.Background())
 	if err != nil {
-		h.io.Done(nil, err)
+		h.io.Done(h.unflushed(), nil, err)
 		return
 	}
 	s, err := h.session(tc.ConnectionState())
-	h.io.Done(s, err)
+	h.io.Done(h.unflushed(), s, err)
+}
+
+// unflushed returns what the handshake wrote since the last call. The
+// slice is capped, so later writes never touch it.
+func (h *Handshake) unflushed() []byte {
+	out := h.written[h.flushed:len(h.written):len(h.written)]
+	h.flushed = len(h.written)
+	return out
 }
 
 // session builds the record layer's keys from the key log and finds the
@@ -243,7 +257,7 @@ type hsConn struct {
 
 func (c *hsConn) Read(p []byte) (int, error) {
 	if len(c.cur) == 0 {
-		c.h.io.Want()
+		c.h.io.Want(c.h.unflushed())
 		rec, ok := <-c.h.in
 		if !ok {
 			return 0, io.EOF
@@ -255,9 +269,10 @@ func (c *hsConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Write keeps p for the next Want or Done: crypto/tls writes a flight in
+// several calls and then waits for the client, or ends.
 func (c *hsConn) Write(p []byte) (int, error) {
 	c.h.written = append(c.h.written, p...)
-	c.h.io.Send(append([]byte(nil), p...))
 	return len(p), nil
 }
 

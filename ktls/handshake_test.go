@@ -45,9 +45,8 @@ type event struct {
 
 type chanIO chan event
 
-func (c chanIO) Want()                      { c <- event{kind: "want"} }
-func (c chanIO) Send(p []byte)              { c <- event{kind: "send", data: p} }
-func (c chanIO) Done(s *Session, err error) { c <- event{kind: "done", s: s, err: err} }
+func (c chanIO) Want(out []byte)                        { c <- event{kind: "want", data: out} }
+func (c chanIO) Done(out []byte, s *Session, err error) { c <- event{kind: "done", data: out, s: s, err: err} }
 
 // serveOne plays the reactor for one connection: it feeds whole records to
 // the handshake, then answers each application record with its upper-case
@@ -68,18 +67,17 @@ func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
 		}
 	}()
 	ev := make(chanIO, 64)
-	h := StartHandshake(cfg, ev, conn.LocalAddr(), conn.RemoteAddr())
+	var h *Handshake
 	var buf []byte
 	wanted := false
 	var s *Session
 	for s == nil {
 		select {
 		case e := <-ev:
+			conn.Write(e.data)
 			switch e.kind {
 			case "want":
 				wanted = true
-			case "send":
-				conn.Write(e.data)
 			case "done":
 				if e.err != nil {
 					t.Errorf("handshake: %v", e.err)
@@ -89,13 +87,21 @@ func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
 			}
 		case b, ok := <-raw:
 			if !ok {
-				h.Abort()
+				if h != nil {
+					h.Abort()
+				}
 				t.Error("client closed during the handshake")
 				return nil
 			}
 			buf = append(buf, b...)
 		}
-		if n := RecordLen(buf); wanted && n > 0 && len(buf) >= n {
+		n := RecordLen(buf)
+		switch {
+		case n == 0 || len(buf) < n:
+		case h == nil:
+			h = StartHandshake(cfg, ev, conn.LocalAddr(), conn.RemoteAddr(), bytes.Clone(buf[:n]))
+			buf = buf[n:]
+		case wanted:
 			h.Feed(bytes.Clone(buf[:n]))
 			buf = buf[n:]
 			wanted = false
@@ -181,11 +187,7 @@ func TestHandshakeGarbage(t *testing.T) {
 	cert, _ := testCert(t)
 	cfg := ServerConfig(&tls.Config{Certificates: []tls.Certificate{cert}})
 	ev := make(chanIO, 16)
-	h := StartHandshake(cfg, ev, nil, nil)
-	if e := <-ev; e.kind != "want" {
-		t.Fatalf("first event %q", e.kind)
-	}
-	h.Feed([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	StartHandshake(cfg, ev, nil, nil, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 	for e := range ev {
 		if e.kind == "done" {
 			if e.err == nil {

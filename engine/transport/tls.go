@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 
+	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/ktls"
 )
 
@@ -110,29 +111,47 @@ func (s *Stream) handshake() {
 		c.CloseAfterFlush()
 		return
 	}
-	if t.hs == nil && n > 0 {
+	switch {
+	case n == 0 || len(raw) < n:
+		// Wait for the whole record.
+	case t.hs == nil:
+		// The first record starts the handshake: it needs no Want.
 		peer := net.TCPAddrFromAddrPort(c.Peer())
-		t.hs = ktls.StartHandshake(env.TLS, hsIO{s}, &net.TCPAddr{}, peer)
-	}
-	if t.wanted && n > 0 && len(raw) >= n {
-		rec := make([]byte, n)
-		copy(rec, raw)
-		c.Consume(n)
+		t.hs = ktls.StartHandshake(env.TLS, hsIO{s}, &net.TCPAddr{}, peer, takeRecord(c, n))
+	case t.wanted:
 		t.wanted = false
-		t.hs.Feed(rec)
+		t.hs.Feed(takeRecord(c, n))
 	}
 	if c.EOF() && t.phase == phaseHandshake {
 		c.Close()
 	}
 }
 
-// hsIO carries the handshake goroutine's calls to the loop.
+// takeRecord copies the first n bytes of input, a whole record, and
+// consumes them.
+func takeRecord(c *reactor.Conn, n int) []byte {
+	rec := make([]byte, n)
+	copy(rec, c.Input())
+	c.Consume(n)
+	return rec
+}
+
+// hsIO carries the handshake goroutine's calls to the loop: one Post per
+// flight (its output and what comes next together).
 type hsIO struct{ s *Stream }
 
-func (h hsIO) Want()         { h.s.c.Post(func() { h.s.tls.wanted = true }) }
-func (h hsIO) Send(p []byte) { h.s.c.Post(func() { h.s.c.Write(p) }) }
-func (h hsIO) Done(sess *ktls.Session, err error) {
-	h.s.c.Post(func() { h.s.handshakeDone(sess, err) })
+func (h hsIO) Want(out []byte) {
+	h.s.c.Post(func() {
+		h.s.c.WriteRef(out)
+		h.s.tls.wanted = true
+	})
+}
+
+func (h hsIO) Done(out []byte, sess *ktls.Session, err error) {
+	h.s.c.Post(func() {
+		h.s.c.WriteRef(out)
+		h.s.handshakeDone(sess, err)
+	})
 }
 
 func (s *Stream) handshakeDone(sess *ktls.Session, err error) {
