@@ -45,8 +45,10 @@ type event struct {
 
 type chanIO chan event
 
-func (c chanIO) Want(out []byte)                        { c <- event{kind: "want", data: out} }
-func (c chanIO) Done(out []byte, s *Session, err error) { c <- event{kind: "done", data: out, s: s, err: err} }
+func (c chanIO) Want(out []byte) { c <- event{kind: "want", data: out} }
+func (c chanIO) Done(out []byte, s *Session, err error) {
+	c <- event{kind: "done", data: out, s: s, err: err}
+}
 
 // serveOne plays the reactor for one connection: it feeds whole records to
 // the handshake, then answers each application record with its upper-case
