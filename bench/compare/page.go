@@ -597,7 +597,7 @@ func (p page) unmeasured() []string {
 		p.clientCaveat(),
 		"Storage: the fixtures were written just before the run and are served from the page cache; no figure includes a disk read.",
 		"Many files or many clients: two files ("+thousands(p.large)+" bytes and 1 KiB) and at most 64 connections; no open-file cache churn, no thousands of idle connections, no range requests, no directory listings.",
-		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx is limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
+		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx and lighttpd are limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
 	)
 	return out
 }
