@@ -1,8 +1,38 @@
 // Command compare runs the same integrity-gated benchmark matrix against
-// this engine, nginx and Caddy on loopback, interleaved and repeated, and
-// writes docs/BENCHMARKS.md with the table and the ratios.
+// this engine, nginx and Caddy (and, on request, Go net/http and
+// lighttpd) on loopback, interleaved and repeated, and writes
+// docs/BENCHMARKS.md with the table and the ratios.
 //
 //	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--rows REGEXP] [--workloads IDS] [--caddy PATH] [--out FILE]
+//
+// Two clients can measure. --client bench (the default) is engine bench,
+// in this process, over the full matrix; a figure within 10% of what it
+// reaches against its own in-process source (its self-check, on the
+// page) is marked as possibly client-bound. --client external runs issue
+// 15's eight rows with programs from Debian instead, and puts the
+// server's CPU in every cell ("726.1 [0.821]": seconds per GiB on the
+// large-file rows, microseconds per request on the 1 KiB rows); it
+// writes docs/BENCHMARKS-external.md and compares engine, nginx, caddy,
+// gohttp and lighttpd unless told otherwise:
+//
+//	go run ./bench/compare --client external --repeats 5 --max-others 0.05
+//
+// Its clients, and what each can check:
+//
+//   - curl (one connection, h1 TLS, h2 TLS, h1 plain): every byte is
+//     piped into this harness and BLAKE3-hashed against the fixture;
+//   - wrk (16 connections h1 TLS; 1 KiB on 64 keep-alive connections,
+//     with p99) and h2load (16 clients, one h2 stream each, -n exact):
+//     status and length only, which the page says;
+//   - openssl s_time (a new TLS connection per request, 16 processes):
+//     -reuse, where every connection must be marked resumed, and -new,
+//     where none may be; status and length from a probe request.
+//
+// What each row's client checked is written under the table. A client
+// or lighttpd that is missing is installed with apt-get when this runs
+// as root (the page says so), and otherwise left out with the command
+// that would install it. gohttp is bench/compare/gohttp, built by the
+// harness: http.FileServer with net/http's defaults.
 //
 // To show that a change to the engine kept its speed, --baseline PATH runs
 // an older engine binary beside it as "engine (baseline)", with the same
@@ -29,13 +59,14 @@
 // built once from the Go module proxy into the user's cache directory
 // unless --caddy or $CADDY names a binary. A server that is missing is
 // left out of the table, and a cell a server cannot do (a protocol it
-// does not speak) says so. The page records, for every cell, how many
+// does not speak) says so; one that exits during the run is reported with
+// the end of its log. The page records, for every cell, how many
 // repeats had accepted samples and why the others had none; the kernel,
 // whether kernel TLS was active, and the commit measured.
 //
-// Invariant: every server is measured by the same bench client, with the
-// same fixtures, in the same run, servers taking turns within each row
-// and each repeat; so a ratio compares like with like, and a figure is
-// one bench accepted (verified bytes only), never a guess for a cell
+// Invariant: on each row every server is measured by the same client,
+// with the same fixtures, in the same run, servers taking turns within
+// each row and each repeat; so a ratio compares like with like, and a
+// figure is one that client's checks accepted, never a guess for a cell
 // that failed.
 package main

@@ -26,16 +26,40 @@ func readCPU() cpuSnap {
 	}
 	s := cpuSnap{ok: true, busy: v[0] + v[1] + v[2] + v[5] + v[6], steal: v[7]}
 	s.total = s.busy + v[3] + v[4] + v[7]
-	// Our processes: this one and its descendants, found by their parents.
-	entries, err := os.ReadDir("/proc")
+	procs, err := readProcs()
 	if err != nil {
 		return cpuSnap{}
 	}
-	type st struct {
-		ppid  int
-		ticks uint64
+	s.ours = procs.treeTicks(os.Getpid())
+	return s
+}
+
+// serverTicks is the CPU time, in clock ticks (USER_HZ, 100 on Linux),
+// that a server's process and all its descendants (nginx's workers) have
+// used so far; ok is false where it cannot be read.
+func serverTicks(pid int) (ticks uint64, ok bool) {
+	procs, err := readProcs()
+	if _, found := procs[pid]; err != nil || !found {
+		return 0, false
 	}
-	procs := map[int]st{}
+	return procs.treeTicks(pid), true
+}
+
+// procTable is every process's parent and CPU ticks (utime+stime, all
+// its threads), read from /proc at one moment.
+type procTable map[int]procEntry
+
+type procEntry struct {
+	ppid  int
+	ticks uint64
+}
+
+func readProcs() (procTable, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	procs := procTable{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -45,6 +69,8 @@ func readCPU() cpuSnap {
 		if err != nil {
 			continue // exited meanwhile
 		}
+		// The command name (field 2) may hold spaces; the fields after
+		// its closing parenthesis start at field 3.
 		t := string(b)
 		f := strings.Fields(t[strings.LastIndexByte(t, ')')+1:])
 		if len(f) < 13 {
@@ -52,10 +78,16 @@ func readCPU() cpuSnap {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		ut, _ := strconv.ParseUint(f[11], 10, 64)
-		stime, _ := strconv.ParseUint(f[12], 10, 64)
-		procs[pid] = st{ppid, ut + stime}
+		st, _ := strconv.ParseUint(f[12], 10, 64)
+		procs[pid] = procEntry{ppid, ut + st}
 	}
-	ours := map[int]bool{os.Getpid(): true}
+	return procs, nil
+}
+
+// treeTicks sums the ticks of root and its descendants, found by their
+// parents.
+func (procs procTable) treeTicks(root int) uint64 {
+	ours := map[int]bool{root: true}
 	for changed := true; changed; {
 		changed = false
 		for pid, p := range procs {
@@ -64,8 +96,9 @@ func readCPU() cpuSnap {
 			}
 		}
 	}
+	var sum uint64
 	for pid := range ours {
-		s.ours += procs[pid].ticks
+		sum += procs[pid].ticks
 	}
-	return s
+	return sum
 }

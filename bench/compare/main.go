@@ -25,8 +25,8 @@ import (
 	"github.com/mediaship/engine/internal/selfsigned"
 )
 
-// embeddedPeers holds the nginx and Caddy configuration templates, so the
-// binary needs nothing outside the checkout. Read-only.
+// embeddedPeers holds the nginx, Caddy and lighttpd configuration
+// templates, so the binary needs nothing outside the checkout. Read-only.
 //
 //go:embed peers/*
 var embeddedPeers embed.FS
@@ -43,21 +43,28 @@ type row struct {
 	newConns    bool
 	rate        float64
 	metric      string // "mibps", "rps", "p99"
+	// client is the program that measures the row: "" for engine bench
+	// in this process, or one of the external clients (clientCurl...).
+	client string
+	resume bool // new-connection rows of an external client: resume TLS sessions
+	// ceiling is the engine bench self-check this row is read against
+	// (a selfCheck id), "" where none applies.
+	ceiling string
 }
 
 func matrix(quick bool) []row {
 	rows := []row{
-		{id: "large-h1", name: "large file, 1 connection, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 1, metric: "mibps"},
-		{id: "large-h1-tls", name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
+		{id: "large-h1", name: "large file, 1 connection, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 1, metric: "mibps", ceiling: "h1-1c"},
+		{id: "large-h1-tls", name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps", ceiling: "h1-tls-1c"},
 		{id: "large-h2-tls", name: "large file, 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{id: "large-h3", name: "large file, 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{id: "large-h2-tls-16s", name: "large file, 16 streams on 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
 		{id: "large-h3-16s", name: "large file, 16 streams on 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
-		{id: "large-h1-16c", name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps"},
-		{id: "large-h1-tls-16c", name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
+		{id: "large-h1-16c", name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps", ceiling: "h1-16c"},
+		{id: "large-h1-tls-16c", name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps", ceiling: "h1-tls-16c"},
 		{id: "large-h2-tls-16c", name: "large file, 16 connections, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
 		{id: "large-h3-16c", name: "large file, 16 connections, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
-		{id: "1k-h1-64c", name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps"},
+		{id: "1k-h1-64c", name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps", ceiling: "h1-1k-64c"},
 		{id: "1k-h1-tls-new", name: "1 KiB, new TLS connection per request (16 at once)", unit: "req/s", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, metric: "rps"},
 		{id: "1k-h1-p99", name: "1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency", unit: "ms p99", proto: "h1", file: "1k.bin", connections: 64, rate: 5000, metric: "p99"},
 		{id: "1k-h2-tls-4x32s", name: "1 KiB, 32 streams on each of 4 connections, h2 TLS", unit: "req/s", proto: "h2", tls: true, file: "1k.bin", connections: 4, streams: 32, metric: "rps"},
@@ -75,11 +82,12 @@ func main() {
 	samples := flag.Int("samples", 3, "samples per cell")
 	warmup := flag.Duration("warmup", time.Second, "warmup per cell")
 	quick := flag.Bool("quick", false, "a short run over a few rows (a smoke test, not a measurement)")
-	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare")
+	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix) or external (curl, wrk, h2load and openssl s_time: issue 15's rows, with the server's CPU in every cell)")
+	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare: engine, baseline, nginx, caddy, gohttp (Go net/http), lighttpd (default with --client external: engine,nginx,caddy,gohttp,lighttpd)")
 	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: $CADDY, or Caddy "+caddyVersion+" built once into the user's cache)")
 	only := flag.String("rows", "", "measure only the rows of the full matrix whose name matches this regular expression (with --quick too)")
 	workloads := flag.String("workloads", "", "measure only these rows of the full matrix: comma-separated short ids (large-h1,1k-h1-64c) or parts of names; -h lists them")
-	peersDir := flag.String("peers", "", "folder with nginx.conf.tmpl and Caddyfile.tmpl (default: the templates in bench/compare/peers, embedded)")
+	peersDir := flag.String("peers", "", "folder with nginx.conf.tmpl, Caddyfile.tmpl and lighttpd.conf.tmpl (default: the templates in bench/compare/peers, embedded)")
 	engineBin := flag.String("engine", "", "engine binary to measure as \"engine\" (default: built from this working tree)")
 	baselineBin := flag.String("baseline", "", "an engine binary to measure beside it as \"engine (baseline)\", with the same configuration; adds baseline to the default --servers and an engine/baseline summary to the page")
 	minRatio := flag.Float64("min-ratio", 0.97, "with --baseline: the lowest acceptable engine/baseline ratio; the page marks rows below it and the run exits 1")
@@ -91,10 +99,15 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench/compare [flags]\n\nflags:\n")
 		flag.PrintDefaults()
 		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads (--workloads takes these ids or parts of the names):\n%s", workloadList(matrix(false)))
+		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads with --client external:\n%s", workloadList(externalMatrix()))
 	}
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *client != "bench" && *client != "external" {
+		log.Fatalf("--client %q: want bench or external", *client)
+	}
+	external := *client == "external"
 	if *quick {
 		*repeats, *duration, *samples, *warmup = 1, 2*time.Second, 2, 500*time.Millisecond
 	}
@@ -104,6 +117,15 @@ func main() {
 	largeSize, err := parseSize(*largeSpec)
 	if err != nil {
 		log.Fatalf("--large-size: %v", err)
+	}
+	if external {
+		if !set["servers"] {
+			*servers = "engine,nginx,caddy,gohttp,lighttpd"
+		}
+		// Another client's figures are not the engine bench page.
+		if !set["out"] {
+			*out = "docs/BENCHMARKS-external.md"
+		}
 	}
 	if *baselineBin != "" {
 		if !set["servers"] {
@@ -148,6 +170,10 @@ func main() {
 		// --quick --rows h3 is a short run of the HTTP/3 rows.
 		rows = matrix(false)
 	}
+	if external {
+		// Eight rows: --quick shortens them but keeps them all.
+		rows = externalMatrix()
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
@@ -185,6 +211,30 @@ func main() {
 	// where the kernel has it.
 	ktls := kernelTLS{probe: probeKernelTLS()}
 	log.Printf("kernel TLS: %v", orOK(ktls.probe))
+
+	// The external clients come from Debian: a row whose client is
+	// missing, and cannot be installed, is left out and the page says why.
+	apt := newInstaller()
+	var leftOut []string
+	var env *extEnv
+	if external {
+		rows = slices.DeleteFunc(rows, func(r row) bool {
+			err := apt.ensure(clientTool(r.client))
+			if err != nil {
+				log.Printf("%s left out: %v", r.name, err)
+				leftOut = append(leftOut, fmt.Sprintf("%s (%s): %v", r.name, r.client, err))
+			}
+			return err != nil
+		})
+		if len(rows) == 0 {
+			os.RemoveAll(work)
+			log.Fatal("no row left to measure: none of its clients is installed")
+		}
+		if env, err = newExtEnv(work, manifest, largeSize, *samples, *duration/time.Duration(*samples), *warmup); err != nil {
+			os.RemoveAll(work)
+			log.Fatal(err)
+		}
+	}
 
 	var list []*server
 	// fatal stops what has started and removes the work folder, which
@@ -236,8 +286,23 @@ func main() {
 				continue
 			}
 			start = func() (*server, error) { return startCaddy(work, peers, bin) }
+		case "lighttpd":
+			if err := apt.ensure(toolLighttpd); err != nil {
+				log.Printf("lighttpd left out: %v", err)
+				leftOut = append(leftOut, "lighttpd: "+err.Error())
+				continue
+			}
+			start = func() (*server, error) { return startLighttpd(work, peers) }
+		case "gohttp":
+			bin, err := buildGoHTTP(repo, work)
+			if err != nil {
+				log.Printf("gohttp left out: %v", err)
+				leftOut = append(leftOut, "Go net/http: "+err.Error())
+				continue
+			}
+			start = func() (*server, error) { return startGoHTTP(work, bin) }
 		default:
-			fatal("unknown server %q (engine, baseline, nginx, caddy)", name)
+			fatal("unknown server %q (engine, baseline, nginx, caddy, gohttp, lighttpd)", name)
 		}
 		s, err := startOnFreePorts(start)
 		if err != nil {
@@ -245,6 +310,7 @@ func main() {
 				fatal("%s: %v", name, err)
 			}
 			log.Printf("%s left out: %v", name, err)
+			leftOut = append(leftOut, fmt.Sprintf("%s: did not start: %v", name, err))
 			continue
 		}
 		defer s.stop()
@@ -295,10 +361,24 @@ func main() {
 					c.cannot = why
 					continue
 				}
-				cfg := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections, Streams: rw.streams,
-					Duration: *duration, Samples: *samples, Warmup: *warmup, Rate: rw.rate, Manifest: manifest,
-					LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
-					NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
+				if gone := s.exited(); gone != "" {
+					c.repeats = append(c.repeats, outcome{repeat: r + 1, err: "not measured: " + gone})
+					continue
+				}
+				// One run of the cell with the row's client.
+				var measure func() outcome
+				if rw.client == "" {
+					cfg := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections, Streams: rw.streams,
+						Duration: *duration, Samples: *samples, Warmup: *warmup, Rate: rw.rate, Manifest: manifest,
+						LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
+						NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
+					measure = func() outcome {
+						rep, err := bench.Run(ctx, cfg)
+						return newOutcome(r+1, rep, err, rw.metric)
+					}
+				} else {
+					measure = func() outcome { return measureExternal(ctx, env, rw, s, base, r+1) }
+				}
 				var o outcome
 				var discarded []float64
 				for try := 1; ; try++ {
@@ -306,11 +386,10 @@ func main() {
 						waitQuiet(ctx, *maxOthers, *quietWait)
 					}
 					before := readCPU()
-					rep, err := bench.Run(ctx, cfg)
+					o = measure()
 					if interrupted() {
 						os.Exit(130)
 					}
-					o = newOutcome(r+1, rep, err, rw.metric)
 					o.others, o.steal, o.hasLoad = disturbance(before, readCPU())
 					if *maxOthers <= 0 || !o.hasLoad || o.others <= *maxOthers || try == disturbedTries {
 						break
@@ -320,12 +399,20 @@ func main() {
 					discarded = append(discarded, o.others)
 				}
 				o.discarded = discarded
+				if gone := s.exited(); gone != "" {
+					log.Printf("%s: %s", s.name, gone)
+					if o.err == "" && o.accepted == 0 {
+						o.err = gone
+					}
+				}
 				c.repeats = append(c.repeats, o)
 				log.Printf("repeat %d  %-52s %-*s %s", r+1, rw.name, nameWidth, s.name, o.logLine(rw.unit))
 			}
 		}
 	}
-	ceil := selfChecks(ctx, *duration, *samples, *warmup, largeSize)
+	// The engine bench self-checks a bench row is read against; the
+	// external clients have none.
+	ceil := selfChecks(ctx, rows, *duration, *samples, *warmup, largeSize)
 	if interrupted() {
 		os.Exit(130)
 	}
@@ -334,28 +421,38 @@ func main() {
 			ktls.engineLog(filepath.Join(work, s.id+"-tls.log"))
 		}
 	}
+	versions := map[string]string{}
+	for _, r := range rows {
+		if r.client != "" {
+			versions[r.client] = clientVersion(r.client)
+		}
+	}
 	kernel, _ := exec.Command("uname", "-sr").Output()
 	host, _ := os.Hostname()
 	doc := render(page{
-		command:  strings.Join(append([]string{"go run ./bench/compare"}, os.Args[1:]...), " "),
-		when:     time.Now().UTC(),
-		host:     host,
-		cpus:     runtime.NumCPU(),
-		kernel:   strings.TrimSpace(string(kernel)),
-		goVer:    runtime.Version(),
-		ktls:     ktls,
-		commit:   commit(repo),
-		quick:    *quick,
-		repeats:  *repeats,
-		samples:  *samples,
-		sample:   *duration / time.Duration(*samples),
-		servers:  list,
-		rows:     rows,
-		cells:    cells,
-		ceil:     ceil,
-		large:    largeSize,
-		footing:  same,
-		minRatio: *minRatio,
+		command:        strings.Join(append([]string{"go run ./bench/compare"}, os.Args[1:]...), " "),
+		when:           time.Now().UTC(),
+		host:           host,
+		cpus:           runtime.NumCPU(),
+		kernel:         strings.TrimSpace(string(kernel)),
+		goVer:          runtime.Version(),
+		ktls:           ktls,
+		commit:         commit(repo),
+		quick:          *quick,
+		repeats:        *repeats,
+		samples:        *samples,
+		sample:         *duration / time.Duration(*samples),
+		servers:        list,
+		rows:           rows,
+		cells:          cells,
+		ceil:           ceil,
+		large:          largeSize,
+		footing:        same,
+		minRatio:       *minRatio,
+		client:         *client,
+		leftOut:        leftOut,
+		installed:      apt.installed,
+		clientVersions: versions,
 	})
 	path := *out
 	if !filepath.IsAbs(path) {
@@ -400,7 +497,9 @@ func (s *server) base(r row) (string, string) {
 			return "", "no HTTP/2"
 		}
 		return s.tls, ""
-	case r.tls && r.newConns && s.tlsNR != "":
+	case r.tls && r.newConns && s.tlsNR != "" && r.client == "":
+		// engine bench cannot refuse a session; external clients
+		// choose whether to resume, on the ordinary TLS port.
 		return s.tlsNR, ""
 	case r.tls:
 		return s.tls, ""
@@ -428,31 +527,69 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// ceiling is what engine bench reached against its in-process source
+// (bench.SelfCheck) in one configuration.
 type ceiling struct {
+	id   string // as row.ceiling names it
 	name string
 	rep  *bench.Report
 }
 
-// selfChecks measures the client alone, for the rows it could limit.
-func selfChecks(ctx context.Context, d time.Duration, samples int, warmup time.Duration, large int64) []ceiling {
-	var out []ceiling
-	for _, sc := range []struct {
-		name  string
-		conns int
-		size  int64
-		tls   bool
-	}{
-		{"h1 plain, 1 connection, " + thousands(large) + " bytes", 1, large, false},
-		{"h1 plain, 16 connections, " + thousands(large) + " bytes", 16, large, false},
-		{"h1 TLS, 1 connection, " + thousands(large) + " bytes", 1, large, true},
-		{"h1 plain, 64 connections, 1 KiB", 64, 1024, false},
-	} {
-		r, err := bench.SelfCheck(ctx, bench.Config{Connections: sc.conns, Duration: d, Samples: samples, Warmup: warmup}, sc.size, sc.tls)
-		if err == nil {
-			out = append(out, ceiling{sc.name, r})
+// selfChecks measures engine bench alone: in four configurations on
+// every run with a bench row, and in the one more the rows may be read
+// against (row.ceiling) when such a row is measured; none for a run of
+// external rows only.
+func selfChecks(ctx context.Context, rows []row, d time.Duration, samples int, warmup time.Duration, large int64) []ceiling {
+	needed := map[string]bool{}
+	anyBench := false
+	for _, r := range rows {
+		if r.client == "" {
+			anyBench = true
+			needed[r.ceiling] = true
 		}
 	}
+	var out []ceiling
+	for _, sc := range []struct {
+		id, name string
+		conns    int
+		size     int64
+		tls      bool
+		always   bool
+	}{
+		{"h1-1c", "h1 plain, 1 connection, " + thousands(large) + " bytes", 1, large, false, true},
+		{"h1-16c", "h1 plain, 16 connections, " + thousands(large) + " bytes", 16, large, false, true},
+		{"h1-tls-1c", "h1 TLS, 1 connection, " + thousands(large) + " bytes", 1, large, true, true},
+		{"h1-tls-16c", "h1 TLS, 16 connections, " + thousands(large) + " bytes", 16, large, true, false},
+		{"h1-1k-64c", "h1 plain, 64 connections, 1 KiB", 64, 1024, false, true},
+	} {
+		if !anyBench || !sc.always && !needed[sc.id] {
+			continue
+		}
+		r, err := bench.SelfCheck(ctx, bench.Config{Connections: sc.conns, Duration: d, Samples: samples, Warmup: warmup}, sc.size, sc.tls)
+		if err != nil {
+			log.Printf("self-check %s: %v", sc.name, err)
+			continue
+		}
+		out = append(out, ceiling{sc.id, sc.name, r})
+	}
 	return out
+}
+
+// newExtEnv gathers what the external clients need: the fixtures'
+// digests and sizes, and wrk's script, written into work.
+func newExtEnv(work string, manifest []integrity.Entry, large int64, samples int, sample, warmup time.Duration) (*extEnv, error) {
+	env := &extEnv{work: work, digests: map[string]integrity.Digest{}, samples: samples, sample: sample, warmup: warmup,
+		sizes:     map[string]int64{"large.bin": large, "1m.bin": 1 << 20, "1k.bin": 1024},
+		wrkScript: filepath.Join(work, "wrk-summary.lua")}
+	for _, e := range manifest {
+		env.digests[e.Path] = e.Digest
+	}
+	for name := range env.sizes {
+		if _, ok := env.digests[name]; !ok {
+			return nil, fmt.Errorf("the fixtures' manifest lacks %s", name)
+		}
+	}
+	return env, os.WriteFile(env.wrkScript, []byte(wrkScript), 0o644)
 }
 
 func repoRoot() (string, error) {

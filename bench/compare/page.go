@@ -22,8 +22,16 @@ type outcome struct {
 	accepted int            // of which accepted
 	rejected map[string]int // why the others were, summed over the samples
 	value    float64        // the figure over the accepted samples; set when accepted > 0
-	cpu      float64        // server CPU seconds per GiB; set when hasCPU
-	hasCPU   bool
+	// Server CPU: seconds per GiB on "mibps" rows; on external "rps"
+	// rows, microseconds per request. Set when hasCPU.
+	cpu    float64
+	hasCPU bool
+	// External clients: wrk's p99 latency in ms (the median over the
+	// accepted samples), and s_time's timed connections and how many of
+	// them it marked as resumed, over the accepted samples.
+	p99            float64
+	hasP99         bool
+	conns, resumed int64
 	// What else the machine did meanwhile, as shares of all CPU time:
 	// other processes, and time stolen by the hypervisor; set when hasLoad.
 	others, steal float64
@@ -96,6 +104,12 @@ func (o outcome) logLine(unit string) string {
 	s := "no figure"
 	if o.accepted > 0 {
 		s = fmt.Sprintf("%10.1f %s", o.value, unit)
+		if o.hasP99 {
+			s += fmt.Sprintf(", p99 %.2f ms", o.p99)
+		}
+		if o.hasCPU {
+			s += fmt.Sprintf(", server CPU %.3g", o.cpu)
+		}
 	}
 	if o.hasLoad {
 		s += fmt.Sprintf("  [other processes %.0f%%, steal %.0f%% of the CPU]", 100*o.others, 100*o.steal)
@@ -133,10 +147,60 @@ func (c *cell) cpus() []float64 {
 	return v
 }
 
+func (c *cell) p99s() []float64 {
+	var v []float64
+	for _, o := range c.repeats {
+		if o.accepted > 0 && o.hasP99 {
+			v = append(v, o.p99)
+		}
+	}
+	return v
+}
+
+// resumption sums s_time's count over the accepted samples of every
+// repeat: connections, and those resumed.
+func (c *cell) resumption() (conns, resumed int64) {
+	for _, o := range c.repeats {
+		conns += o.conns
+		resumed += o.resumed
+	}
+	return conns, resumed
+}
+
 // text is the table cell: the median over the repeats that had accepted
 // samples, with how many those were when not all; or why there is no
 // figure.
 func (c *cell) text() string {
+	return c.describe(func(v []float64) string { return fmt.Sprintf("%.1f", median(v)) })
+}
+
+// extText is an external row's cell: the figure as text() gives it, with
+// wrk's p99 in parentheses and the server's CPU in brackets (s/GiB on
+// the large-file rows, µs per request on the 1 KiB ones): "726.1 [0.821]".
+func (c *cell) extText(r row) string {
+	return c.describe(func(v []float64) string {
+		s := fmt.Sprintf("%.1f", median(v))
+		if r.metric == "rps" {
+			s = fmt.Sprintf("%.0f", median(v))
+		}
+		if p := c.p99s(); len(p) > 0 {
+			s += fmt.Sprintf(" (p99 %.2f ms)", median(p))
+		}
+		switch cpu := c.cpus(); {
+		case len(cpu) == 0:
+			s += " [CPU unknown]"
+		case r.metric == "mibps":
+			s += fmt.Sprintf(" [%.3f]", median(cpu))
+		default:
+			s += fmt.Sprintf(" [%.1f]", median(cpu))
+		}
+		return s
+	})
+}
+
+// describe is the cell's text around its figure, which format writes
+// from the repeats' figures.
+func (c *cell) describe(format func([]float64) string) string {
 	n, v := len(c.repeats), c.figures()
 	switch {
 	case c.cannot != "":
@@ -144,9 +208,9 @@ func (c *cell) text() string {
 	case n == 0:
 		return "-"
 	case len(v) == n:
-		return fmt.Sprintf("%.1f", median(v))
+		return format(v)
 	case len(v) > 0:
-		return fmt.Sprintf("%.1f (%d of %d repeats)", median(v), len(v), n)
+		return fmt.Sprintf("%s (%d of %d repeats)", format(v), len(v), n)
 	}
 	return fmt.Sprintf("no accepted sample in %s: %s", plural(n, "repeat"), c.why())
 }
@@ -284,7 +348,7 @@ func (k kernelTLS) statement() string {
 	case k.userspace != "":
 		return fmt.Sprintf("Kernel TLS: the probes found it, but the engine's TLS process served from userspace (its log: `%s`): %s", k.userspace, absent)
 	}
-	s := "Kernel TLS: active (the `tls` ULP and sendfile into kernel TLS both work here): the engine hands a TLS 1.3 connection to the kernel after the first 1 MiB of response body (`promote_after`), so its large-file HTTP/1.1 and HTTP/2 TLS figures are mostly the kernel TLS + sendfile path; nginx was offered kernel TLS too; Caddy (Go's crypto/tls) and HTTP/3 (QUIC) encrypt in userspace."
+	s := "Kernel TLS: active (the `tls` ULP and sendfile into kernel TLS both work here): the engine hands a TLS 1.3 connection to the kernel after the first 1 MiB of response body (`promote_after`), so its large-file HTTP/1.1 and HTTP/2 TLS figures are mostly the kernel TLS + sendfile path; nginx was offered kernel TLS too, lighttpd was not; Caddy and Go net/http (Go's crypto/tls) and HTTP/3 (QUIC) encrypt in userspace."
 	if k.promoteFailed != "" {
 		s += fmt.Sprintf(" Some engine connections failed to promote and stayed in userspace (its log: `%s`).", k.promoteFailed)
 	}
@@ -314,7 +378,16 @@ type page struct {
 	// engine/baseline ratio accepted.
 	footing  string
 	minRatio float64
+	// client is --client: "bench" (or "", in tests) or "external".
+	client string
+	// What the run could not do (rows and servers left out, and why),
+	// and the apt-get commands it ran.
+	leftOut, installed []string
+	// With --client external: each client's version, by row.client.
+	clientVersions map[string]string
 }
+
+func (p page) external() bool { return p.client == "external" }
 
 func render(p page) string {
 	var b strings.Builder
@@ -322,17 +395,35 @@ func render(p page) string {
 	if p.quick {
 		b.WriteString("**Quick mode: a smoke test of the harness, not a measurement.**\n\n")
 	}
-	fmt.Fprintf(&b, "Machine: %s, %s, %s. Kernel: %s. Client: `engine bench` in the same process as this harness; servers on loopback, one certificate (ECDSA P-256), TLS 1.3.\n\n",
-		p.host, plural(p.cpus, "CPU"), p.goVer, p.kernel)
+	client := "`engine bench` in the same process as this harness"
+	if p.external() {
+		client = "external programs, a different one per row (curl, wrk, h2load, openssl s_time: see \"How each row was measured\"), started by this harness on the same machine"
+	}
+	fmt.Fprintf(&b, "Machine: %s, %s, %s. Kernel: %s. Client: %s; servers on loopback, one certificate (ECDSA P-256), TLS 1.3.\n\n",
+		p.host, plural(p.cpus, "CPU"), p.goVer, p.kernel, client)
 	fmt.Fprintf(&b, "%s\n\n", p.ktls.statement())
-	fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over %d samples of %v, after a warmup; a sample counts only when every response in it had the right status, the exact length and the BLAKE3 digest from the fixtures' B3SUMS. ",
-		plural(p.repeats, "repeat"), p.samples, p.sample)
+	if p.external() {
+		fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over its samples (%d per repeat, of about %v each; on the curl rows, one transfer is a sample, and transfers go on for %v), after a warmup. What makes a sample count depends on what its client can check, and is listed per row below: curl's rows check every byte against its BLAKE3 digest; wrk's and h2load's rows were checked for status and length, not content. In brackets, the server's CPU time (its process and all its children, from /proc, over the accepted samples): seconds per GiB received on the large-file rows, microseconds per request on the 1 KiB rows. ",
+			plural(p.repeats, "repeat"), p.samples, p.sample, time.Duration(p.samples)*p.sample)
+	} else {
+		fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over %d samples of %v, after a warmup; a sample counts only when every response in it had the right status, the exact length and the BLAKE3 digest from the fixtures' B3SUMS. ",
+			plural(p.repeats, "repeat"), p.samples, p.sample)
+	}
 	if p.repeats > 1 {
 		fmt.Fprintf(&b, "A figure that comes from fewer than all %d repeats says how many (\"812.3 (2 of %d repeats)\"). ", p.repeats, p.repeats)
 	}
 	b.WriteString("A cell without a figure says why, and the notes after the tables list every repeat that lost samples. Servers:\n\n")
 	for _, s := range p.servers {
 		fmt.Fprintf(&b, "- **%s**: %s\n", s.name, s.about)
+	}
+	if len(p.installed) > 0 {
+		fmt.Fprintf(&b, "\nInstalled by this run (as root, from Debian): %s.\n", strings.Join(p.installed, ", "))
+	}
+	if len(p.leftOut) > 0 {
+		b.WriteString("\nLeft out of this run:\n\n")
+		for _, l := range p.leftOut {
+			fmt.Fprintf(&b, "- %s\n", oneLine(l))
+		}
 	}
 	b.WriteString("\n| workload | unit |")
 	for _, s := range p.servers {
@@ -353,10 +444,19 @@ func render(p page) string {
 		b.WriteString("---:|")
 	}
 	b.WriteString("\n")
+	marked := false
 	for i, r := range p.rows {
 		fmt.Fprintf(&b, "| %s | %s |", r.name, r.unit)
 		for _, s := range p.servers {
-			fmt.Fprintf(&b, " %s |", tableSafe(p.cells[i][s.name].text()))
+			c := p.cells[i][s.name]
+			text := c.text()
+			if r.client != "" {
+				text = c.extText(r)
+			} else if p.nearCeiling(r, c) {
+				text += " " + ceilingMark
+				marked = true
+			}
+			fmt.Fprintf(&b, " %s |", tableSafe(text))
 		}
 		var e []float64
 		if c := p.cells[i]["engine"]; c != nil {
@@ -374,10 +474,31 @@ func render(p page) string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\nRatios above 1 favour the engine (for p99, the other server's latency divided by the engine's).\n")
+	if marked {
+		fmt.Fprintf(&b, "\n%s: within 10%% of the client's ceiling for that row (the self-check below): may be client-bound.\n", ceilingMark)
+	}
 	p.baselineSection(&b)
+	if p.external() {
+		p.externalSections(&b)
+	} else {
+		p.cpuTable(&b)
+	}
+	p.notes(&b)
+	if !p.external() {
+		p.ceilingSection(&b)
+	}
+	b.WriteString("\n## What this page does not measure\n\n")
+	for _, s := range p.unmeasured() {
+		fmt.Fprintf(&b, "- %s\n", s)
+	}
+	return b.String()
+}
+
+// cpuTable is engine bench's server CPU per GiB, a table of its own.
+func (p page) cpuTable(b *strings.Builder) {
 	b.WriteString("\nServer CPU seconds per GiB served (median), on the throughput rows:\n\n| workload |")
 	for _, s := range p.servers {
-		fmt.Fprintf(&b, " %s |", s.name)
+		fmt.Fprintf(b, " %s |", s.name)
 	}
 	b.WriteString("\n|---|")
 	for range p.servers {
@@ -388,16 +509,20 @@ func render(p page) string {
 		if r.metric != "mibps" {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s |", r.name)
+		fmt.Fprintf(b, "| %s |", r.name)
 		for _, s := range p.servers {
 			if v := p.cells[i][s.name].cpus(); len(v) > 0 {
-				fmt.Fprintf(&b, " %.3f |", median(v))
+				fmt.Fprintf(b, " %.3f |", median(v))
 			} else {
 				b.WriteString(" - |")
 			}
 		}
 		b.WriteString("\n")
 	}
+}
+
+// notes lists every repeat that lost samples or failed.
+func (p page) notes(b *strings.Builder) {
 	notesShown := false
 	for i, r := range p.rows {
 		for _, s := range p.servers {
@@ -409,18 +534,55 @@ func render(p page) string {
 				b.WriteString("\nNotes, per repeat that lost samples or failed:\n\n")
 				notesShown = true
 			}
-			fmt.Fprintf(&b, "- %s, %s: %s\n", r.name, s.name, oneLine(strings.Join(n, "; ")))
+			fmt.Fprintf(b, "- %s, %s: %s\n", r.name, s.name, oneLine(strings.Join(n, "; ")))
 		}
 	}
-	b.WriteString("\n## The client's ceiling (`engine bench --self-check`)\n\nThe same client against an in-process source that answers from memory: a server measured near these figures was limited by the client (which hashes every byte), not by itself.\n\n| self-check | MiB/s | req/s |\n|---|---:|---:|\n")
+}
+
+// ceilingMark follows a bench figure within 10% of the client's ceiling.
+const ceilingMark = "‡"
+
+// ceilingFor is the self-check a bench row is read against, and its
+// figure in the row's unit; ok is false where there is none.
+func (p page) ceilingFor(r row) (float64, bool) {
 	for _, c := range p.ceil {
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f |\n", c.name, c.rep.MiBps.Median, c.rep.RPS.Median)
+		if c.id != r.ceiling || r.ceiling == "" {
+			continue
+		}
+		switch r.metric {
+		case "mibps":
+			return c.rep.MiBps.Median, c.rep.MiBps.Median > 0
+		case "rps":
+			return c.rep.RPS.Median, c.rep.RPS.Median > 0
+		}
 	}
-	b.WriteString("\n## What this page does not measure\n\n")
-	for _, s := range p.unmeasured() {
-		fmt.Fprintf(&b, "- %s\n", s)
+	return 0, false
+}
+
+// nearCeiling: the cell's figure is within 10% of what the client
+// reached alone in the same configuration, so the client may have been
+// what limited it.
+func (p page) nearCeiling(r row, c *cell) bool {
+	v := c.figures()
+	top, ok := p.ceilingFor(r)
+	return ok && len(v) > 0 && median(v) >= 0.9*top
+}
+
+// ceilingSection is engine bench's self-checks, and which rows have none.
+func (p page) ceilingSection(b *strings.Builder) {
+	b.WriteString("\n## The client's ceiling (`engine bench --self-check`)\n\nThe same client against an in-process source that answers from memory: a server measured near these figures was limited by the client (which hashes every byte), not by itself. A figure within 10% of its row's ceiling is marked " + ceilingMark + " in the table.\n\n| self-check | MiB/s | req/s |\n|---|---:|---:|\n")
+	for _, c := range p.ceil {
+		fmt.Fprintf(b, "| %s | %.1f | %.1f |\n", c.name, c.rep.MiBps.Median, c.rep.RPS.Median)
 	}
-	return b.String()
+	var none []string
+	for _, r := range p.rows {
+		if _, ok := p.ceilingFor(r); !ok {
+			none = append(none, r.name)
+		}
+	}
+	if len(none) > 0 {
+		fmt.Fprintf(b, "\nNo ceiling for: %s (the self-check speaks HTTP/1.1 only, keeps connections open and sends as fast as it can; these rows were not marked).\n", strings.Join(none, "; "))
+	}
 }
 
 // unmeasured lists what these figures say nothing about, on this machine.
@@ -432,12 +594,21 @@ func (p page) unmeasured() []string {
 	out = append(out,
 		"Real networks: everything runs over loopback, with no NIC, no segmentation or checksum offload, no packet loss and round trips of microseconds, so congestion control (BBR), pacing and HTTP/3's loss recovery have nothing to do.",
 		fmt.Sprintf("More than %s: this machine has %d; how each server scales beyond that is not shown.", plural(p.cpus, "CPU"), p.cpus),
-		fmt.Sprintf("A separate client: the client (which checks every byte against its BLAKE3 digest) shares the %s with the server it measures, so the two compete for them; the ceiling table above is what the client reaches alone.", plural(p.cpus, "CPU")),
+		p.clientCaveat(),
 		"Storage: the fixtures were written just before the run and are served from the page cache; no figure includes a disk read.",
 		"Many files or many clients: two files ("+thousands(p.large)+" bytes and 1 KiB) and at most 64 connections; no open-file cache churn, no thousands of idle connections, no range requests, no directory listings.",
-		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx is limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
+		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx and lighttpd are limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
 	)
 	return out
+}
+
+// clientCaveat is what sharing the machine with the client means for
+// these figures.
+func (p page) clientCaveat() string {
+	if p.external() {
+		return fmt.Sprintf("A separate client: every client shares the %s with the server it measures, so the two compete for them, and no client's own ceiling was measured for this page. On the curl rows the client side includes this harness hashing every byte curl passes it through a pipe; wrk, h2load and s_time only count bytes. Server CPU in brackets is the server's alone.", plural(p.cpus, "CPU"))
+	}
+	return fmt.Sprintf("A separate client: the client (which checks every byte against its BLAKE3 digest) shares the %s with the server it measures, so the two compete for them; the ceiling table above is what the client reaches alone.", plural(p.cpus, "CPU"))
 }
 
 // tableSafe keeps text inside one Markdown table cell.

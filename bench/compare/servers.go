@@ -246,6 +246,22 @@ func (s *server) pidFor(r row) int {
 	return s.proc.cmd.Process.Pid
 }
 
+// exited says which of the server's processes has exited, with the end
+// of its log; "" while all of them run.
+func (s *server) exited() string {
+	for _, p := range []*proc{s.proc, s.tlsProc} {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			return fmt.Sprintf("%s exited during the run (%v): %s", filepath.Base(p.cmd.Path), p.cmd.ProcessState, oneLine(p.tail()))
+		default:
+		}
+	}
+	return ""
+}
+
 func (s *server) stop() {
 	s.tlsProc.stop()
 	s.proc.stop()
