@@ -79,6 +79,7 @@ type Stats struct {
 	TLSAlertsReceived  int64 // fatal alerts from clients
 	TLSKeyUpdates      int64 // KeyUpdate messages from clients
 	TLSUserBytes       int64 // response bytes sealed in userspace
+	TLSUserBatches     int64 // batches they were sealed in (one write each)
 	TLSKernelBytes     int64 // response bytes handed to kernel TLS
 	Promotions         int64 // connections whose transmission moved to the kernel
 	PromoteFailures    int64 // promotions that failed (the connection stayed in userspace)
@@ -242,6 +243,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-h3done
 	close(stopSaving)
+	s.logTotals()
 	s.digests.close()
 	s.cache.Close()
 	s.sites.close()
@@ -309,6 +311,24 @@ func (s *Server) setupTLS() error {
 	}
 	s.tlsConfig = ktls.ServerConfig(base)
 	return nil
+}
+
+// logTotals logs, at the end, what the server did in its life: how
+// output met the sockets and how TLS was sealed. These are the reactor's
+// own profile of a run (bytes per write, time waiting on full sockets).
+func (s *Server) logTotals() {
+	st := s.Stats()
+	per := func(a, b int64) int64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	s.log.Info("totals", "connections", st.Accepted, "requests", st.Requests,
+		"bytes", st.BytesMem+st.BytesFile, "writes", st.Writes, "bytes_per_write", per(st.BytesMem+st.BytesFile, st.Writes),
+		"socket_full", st.SocketFull, "socket_full_wait", st.FullWait.Round(time.Millisecond).String(),
+		"tls_handshakes", st.TLSHandshakes, "tls_user_bytes", st.TLSUserBytes, "tls_batches", st.TLSUserBatches,
+		"tls_bytes_per_batch", per(st.TLSUserBytes, st.TLSUserBatches), "tls_kernel_bytes", st.TLSKernelBytes)
 }
 
 // tickets reports whether the site a client names allows session
@@ -381,6 +401,7 @@ func (s *Server) Stats() Stats {
 		TLSAlertsReceived:  s.stats.tls.AlertsReceived.Load(),
 		TLSKeyUpdates:      s.stats.tls.KeyUpdates.Load(),
 		TLSUserBytes:       s.stats.tls.UserBytes.Load(),
+		TLSUserBatches:     s.stats.tls.UserBatches.Load(),
 		TLSKernelBytes:     s.stats.tls.KernelBytes.Load(),
 		Promotions:         s.stats.tls.Promotions.Load(),
 		PromoteFailures:    s.stats.tls.PromoteFailures.Load(),

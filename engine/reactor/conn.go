@@ -34,6 +34,7 @@ type Conn struct {
 	progress        uint64 // bumps whenever input or output moves
 	deadline        int64  // read deadline (loop monotonic ns); 0 = none
 	lastProgress    int64  // last time output moved, for SendTimeout
+	fullSince       int64  // when the socket last refused output; 0 = it has not since
 	lingerLeft      int
 	sent            int64 // bytes written to the socket
 	congestion      string
@@ -332,6 +333,7 @@ func (l *Loop) flush(c *Conn) bool {
 				budget -= n
 				c.lastProgress = l.now
 				c.sent += int64(n)
+				l.stats.writes.Add(1)
 				l.stats.bytesMem.Add(int64(n))
 				s.mem = s.mem[n:]
 				continue
@@ -345,6 +347,7 @@ func (l *Loop) flush(c *Conn) bool {
 			if n > 0 {
 				c.lastProgress = l.now
 				c.sent += int64(n)
+				l.stats.writes.Add(1)
 				l.stats.bytesMem.Add(int64(n))
 				s.mem = s.mem[n:]
 				if len(s.mem) == 0 {
@@ -366,6 +369,7 @@ func (l *Loop) flush(c *Conn) bool {
 				budget -= n
 				c.lastProgress = l.now
 				c.sent += int64(n)
+				l.stats.writes.Add(1)
 				l.stats.bytesFile.Add(int64(n))
 				if s.n == 0 {
 					c.out = c.out[1:]
@@ -396,6 +400,7 @@ func (l *Loop) flush(c *Conn) bool {
 			budget -= n
 			c.lastProgress = l.now
 			c.sent += int64(n)
+			l.stats.writes.Add(1)
 			l.stats.bytesMem.Add(int64(n))
 			for n > 0 {
 				m := &c.out[0]
@@ -429,6 +434,8 @@ func (l *Loop) writeFailed(c *Conn, err error, op string) bool {
 		return true
 	case isAgain(err):
 		c.writable = false
+		c.fullSince = l.now
+		l.stats.full.Add(1)
 		return false
 	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
 		l.stats.writeErr.Add(1)

@@ -147,6 +147,10 @@ func (l *Loop) run() error {
 				}
 				if ev.writable {
 					c.writable = true
+					if c.fullSince != 0 {
+						l.stats.fullWait.Add(l.now - c.fullSince)
+						c.fullSince = 0
+					}
 				}
 				l.process(c)
 			}

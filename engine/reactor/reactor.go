@@ -103,6 +103,14 @@ type Stats struct {
 	Aborted    int64 // connections reset (file shrank, handler abort)
 	WriteError int64 // connections closed on a write error (peer gone)
 	AcceptErr  int64 // accept failures (out of descriptors), each pausing accepts briefly
+	// How output met the sockets: Writes is the write calls (sendmsg,
+	// sendfile) that moved bytes; SocketFull how often a socket refused
+	// more (EAGAIN), and FullWait the time, summed over connections, from
+	// that refusal to the socket's next writable event. Bytes per write is
+	// (BytesMem+BytesFile)/Writes.
+	Writes     int64
+	SocketFull int64
+	FullWait   time.Duration
 	PerLoop    []int64
 }
 
@@ -111,6 +119,7 @@ type Stats struct {
 // counts, not a consistent snapshot.
 type counters struct {
 	accepted, rejected, reclaimed, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
+	writes, full, fullWait                                                                              atomic.Int64
 }
 
 // ErrClosed is returned by Run after Shutdown.
@@ -282,6 +291,9 @@ func (g *Group) Stats() Stats {
 		s.Aborted += c.aborted.Load()
 		s.WriteError += c.writeErr.Load()
 		s.AcceptErr += c.acceptErrors.Load()
+		s.Writes += c.writes.Load()
+		s.SocketFull += c.full.Load()
+		s.FullWait += time.Duration(c.fullWait.Load())
 		s.PerLoop = append(s.PerLoop, c.accepted.Load())
 	}
 	return s

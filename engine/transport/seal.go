@@ -416,6 +416,7 @@ func (o *sealSource) finish() ([]byte, error) {
 	}
 	s.sent += int64(o.plain)
 	s.env.Stats.UserBytes.Add(int64(o.plain))
+	s.env.Stats.UserBatches.Add(1)
 	return out, nil
 }
 

@@ -103,6 +103,10 @@ type Producer interface {
 type Stats struct {
 	Handshakes, HandshakeErrors, RecordErrors, AlertsReceived, KeyUpdates atomic.Int64
 	UserBytes, KernelBytes, Promotions, PromoteFailures                   atomic.Int64
+	// UserBatches counts batches of records sealed in userspace: one
+	// preadv (per file run) and one write each; UserBytes/UserBatches is
+	// the plaintext per batch.
+	UserBatches atomic.Int64
 }
 
 // Env is what a reactor loop's streams share.
