@@ -140,6 +140,15 @@ func TestTLSUserspaceDownload(t *testing.T) {
 	if st.Promotions != 0 || st.TLSUserBytes < 200<<20 || st.TLSHandshakes != 2 {
 		t.Errorf("stats: promotions %d, userspace bytes %d, handshakes %d", st.Promotions, st.TLSUserBytes, st.TLSHandshakes)
 	}
+	// Sealed in batches of at most h2_tls_write_buffer_bytes (128 KiB by
+	// default), one write each; a batch short of it is a response's
+	// start or end, or a socket with less room.
+	if per := st.TLSUserBytes / max(st.TLSUserBatches, 1); per < 64<<10 || per > 128<<10 {
+		t.Errorf("stats: %d bytes in %d batches (%d per batch)", st.TLSUserBytes, st.TLSUserBatches, per)
+	}
+	if st.Writes < st.TLSUserBatches || st.Writes > 2*st.TLSUserBatches {
+		t.Errorf("stats: %d writes for %d batches", st.Writes, st.TLSUserBatches)
+	}
 }
 
 // TestTLSSessionTicketsOff: a site with session_tickets = false makes
