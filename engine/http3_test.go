@@ -407,11 +407,24 @@ func TestH3StoppedReaders(t *testing.T) {
 		str.Close()
 		strs = append(strs, str)
 	}
-	for _, str := range strs {
+	// A head may never come: the first streams' bodies can fill the
+	// connection's flow-control window before later heads leave, and
+	// those streams are then stalled too and reset, which is what this
+	// test is about. Any other outcome is an error.
+	var answered []*http3.RequestStream
+	for i, str := range strs {
 		resp, err := str.ReadResponse()
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("response: %v", err)
+		var se *quic.StreamError
+		switch {
+		case err == nil && resp.StatusCode == 200:
+			answered = append(answered, str)
+		case errors.As(err, &se) && se.ErrorCode == quic.StreamErrorCode(http3.ErrCodeRequestCanceled):
+		default:
+			t.Fatalf("stream %d: response %v, %v", i, resp, err)
 		}
+	}
+	if len(answered) == 0 {
+		t.Fatal("no stream got a response head")
 	}
 	time.Sleep(scale(time.Second)) // the windows fill
 	grew := int64(heapInUse()) - int64(before)
@@ -425,7 +438,7 @@ func TestH3StoppedReaders(t *testing.T) {
 		t.Fatalf("%d of %d stalled streams were reset", ts.Stats().H3Stalled, streams)
 	}
 	buf := make([]byte, 64<<10)
-	for _, str := range strs[:1] {
+	for _, str := range answered[:1] {
 		var err error
 		for err == nil {
 			_, err = str.Read(buf)
