@@ -30,18 +30,19 @@ type Loop struct {
 	sys      loopSys
 
 	// Owned by the loop goroutine.
-	lfd      int // listener; -1 once draining
-	slots    []*Conn
-	free     []int32
-	bufs     [][]byte // free input buffers
-	ready    []*Conn  // connections that yielded with work left
-	now      int64    // monotonic nanoseconds, refreshed each turn
-	draining bool
-	stopped  bool
-	paused   bool      // accepting paused: out of descriptors
-	lastWarn int64     // when the last accept failure was logged
-	lastFull int64     // when max_connections was last logged
-	clock    time.Time // wall clock at now, for Date headers
+	lfd       int // listener; -1 once draining
+	slots     []*Conn
+	free      []int32
+	bufs      [][]byte // free input buffers
+	ready     []*Conn  // connections that yielded with work left
+	readyNext []*Conn  // the other list: ready's store while ready is processed
+	now       int64    // monotonic nanoseconds, refreshed each turn
+	draining  bool
+	stopped   bool
+	paused    bool      // accepting paused: out of descriptors
+	lastWarn  int64     // when the last accept failure was logged
+	lastFull  int64     // when max_connections was last logged
+	clock     time.Time // wall clock at now, for Date headers
 
 	// The queue; the only state other goroutines touch.
 	qmu   sync.Mutex // guards queue and dead
@@ -156,8 +157,11 @@ func (l *Loop) run() error {
 			}
 		}
 		if len(l.ready) > 0 {
+			// Connections marked while these are processed go to the
+			// other list; the two swap, so marking never allocates once
+			// both have grown.
 			ready := l.ready
-			l.ready = nil
+			l.ready = l.readyNext[:0]
 			for _, c := range ready {
 				c.inReady = false
 				if !c.closed {
@@ -165,9 +169,7 @@ func (l *Loop) run() error {
 				}
 			}
 			clear(ready)
-			if l.ready == nil {
-				l.ready = ready[:0]
-			}
+			l.readyNext = ready[:0]
 		}
 		if l.now >= nextSweep {
 			l.sweep()
