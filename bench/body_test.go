@@ -2,10 +2,16 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mediaship/engine/integrity"
 )
@@ -131,4 +137,34 @@ func (r *records) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), 16<<10)], r.b)
 	r.b = r.b[n:]
 	return n, nil
+}
+
+// TestStreamsKeepTheirDigests: h2 streams on one connection, each with
+// its own pipelined hasher, fetch two different large files at once; a
+// digest that mixed one stream's bytes into another's would fail them.
+func TestStreamsKeepTheirDigests(t *testing.T) {
+	files := map[string][]byte{
+		"a.bin": bytes.Repeat([]byte("stream a "), (1<<20)/9),
+		"b.bin": bytes.Repeat([]byte("stream b, longer line "), (3*bodyBuffer+5)/22),
+	}
+	var manifest []integrity.Entry
+	for name, b := range files {
+		manifest = append(manifest, integrity.Entry{Path: name, Digest: digestOf(b)})
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := files[strings.TrimPrefix(r.URL.Path, "/")]
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b)
+	}))
+	s.EnableHTTP2 = true
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	r, err := Run(context.Background(), Config{URLs: []string{s.URL + "/a.bin", s.URL + "/b.bin"}, Protocol: "h2", Connections: 1, Streams: 8,
+		Samples: 2, Duration: time.Second, Manifest: manifest, ExpectSize: -1, RangeLast: -1, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Accepted != 2 || len(r.Errors) != 0 || r.ConnectionsOpened != 1 || r.Latency.Count < 16 {
+		t.Errorf("accepted %d, errors %v, %d connections, %d responses: want 2, none, 1, at least 16", r.Accepted, r.Errors, r.ConnectionsOpened, r.Latency.Count)
+	}
 }
