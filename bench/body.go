@@ -83,8 +83,8 @@ func (v *verifier) finish(readErr error) error {
 	return v.err
 }
 
-// piece is one hand-off from a worker to its hasher: a filled buffer, or
-// (last) the end of the body and how its reading ended.
+// piece is one hand-off from a worker to its hasher: a filled buffer
+// and, on the body's last, how its reading ended.
 type piece struct {
 	buf     *[]byte
 	n       int
@@ -149,12 +149,12 @@ func (b *bodyReader) scratch() []byte {
 	return *b.inline
 }
 
+// hasher runs for the life of its worker: it hashes each piece, hands
+// its buffer back, and answers a body's last piece with the verdict.
 func (b *bodyReader) hasher() {
 	for p := range b.pieces {
-		if p.buf != nil {
-			b.v.write((*p.buf)[:p.n])
-			b.free <- p.buf
-		}
+		b.v.write((*p.buf)[:p.n])
+		b.free <- p.buf
 		if p.last {
 			b.verdict <- b.v.finish(p.readErr)
 		}
@@ -191,7 +191,7 @@ func (b *bodyReader) read(body io.Reader, size int64, want *integrity.Digest, ar
 	}
 	n, err := fill(*b.inline)
 	if err != nil || total > size {
-		// The whole body fit in one buffer: hash it here.
+		// The body ended (or overran) within one buffer: hash it here.
 		if err == io.EOF {
 			err = nil
 		}
@@ -206,13 +206,10 @@ func (b *bodyReader) read(body io.Reader, size int64, want *integrity.Digest, ar
 	// buffer it has handed back.
 	buf := b.inline
 	b.inline = nil
-	for {
+	for err == nil && total <= size {
 		b.pieces <- piece{buf: buf, n: n}
 		buf = b.buffer()
 		n, err = fill(*buf)
-		if err != nil || total > size {
-			break
-		}
 	}
 	if err == io.EOF {
 		err = nil
