@@ -67,6 +67,10 @@ func misbehave(t *testing.T, fault string, every int64) string {
 				w.(http.Flusher).Flush()
 				time.Sleep(100 * time.Millisecond)
 			}
+		case "long": // no Content-Length (chunked), and more than the file
+			w.Header().Del("Content-Length")
+			w.Write(body)
+			w.Write(body[:4096])
 		case "lie": // announces 10 bytes fewer than it sends
 			conn, bw, _ := w.(http.Hijacker).Hijack()
 			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", len(body)-10)
@@ -202,6 +206,7 @@ func TestMisbehavingServers(t *testing.T) {
 		{"reset", "reset", 0},
 		{"trickle", "timeout", 500 * time.Millisecond},
 		{"lie", "length", 0},
+		{"long", "too-long", 0},
 	} {
 		t.Run(tt.fault, func(t *testing.T) {
 			r := run(t, Config{URLs: []string{misbehave(t, tt.fault, 7)}, Connections: 1, Samples: 4, Timeout: tt.timeout,

@@ -7,10 +7,12 @@
 // included). Rejected samples are reported with their reasons and never
 // enter a median.
 //
-// It speaks HTTP/1.1 (plain and TLS), HTTP/2 (TLS) and HTTP/3, keeps its
-// connections, reads with large buffers and hashes on goroutines of its
-// own, so that the server, not the client, is what is measured; SelfCheck
-// measures the client's own ceiling.
+// It speaks HTTP/1.1 (plain and TLS), HTTP/2 (TLS) and HTTP/3 and keeps
+// its connections. Each worker (a connection, or a stream of one) reads
+// bodies into 256 KiB buffers and hands those of a long body to a hasher
+// goroutine of its own, so that reading (and TLS decryption) and BLAKE3
+// run on different cores and the server, not the client, is what is
+// measured; SelfCheck measures the client's own ceiling.
 //
 // Invariant: a figure in a Report comes only from accepted samples, and an
 // accepted sample holds only verified bytes.

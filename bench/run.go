@@ -92,8 +92,6 @@ func (c *Config) expectations() ([]expect, string, error) {
 	return out, checked, nil
 }
 
-var hashBufs = sync.Pool{New: func() any { b := make([]byte, readBuffer); return &b }}
-
 // acc accumulates one sample (merged from every worker under runState.mu).
 type acc struct {
 	// received: body bytes that arrived during this sample; verified: the
@@ -268,7 +266,8 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 // worker issues requests until the run stops.
 func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan time.Time) {
 	c := s.c
-	buf := make([]byte, readBuffer)
+	br := newBodyReader()
+	defer br.close()
 	// arrived[k+1] is the body bytes of the current response that arrived
 	// in sample k (k = -1: warmup, k = Samples: after the end).
 	arrived := make([]int64, c.Samples+2)
@@ -290,7 +289,7 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 		}
 		clear(arrived)
 		i := n % len(c.URLs)
-		kind, lat := s.one(ctx, cn, c.URLs[i], s.exp[i], begin, buf, arrived)
+		kind, lat := s.one(ctx, cn, c.URLs[i], s.exp[i], begin, br, arrived)
 		if kind != "" && ctx.Err() != nil {
 			kind = cutKind // cancelled by the caller: neither right nor wrong
 		}
@@ -304,7 +303,7 @@ const cutKind = "cut-off"
 // one makes a request and checks the response. It returns the failure
 // kind ("" when right) and the latency, and adds the body bytes to
 // arrived by the sample they arrived in.
-func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin time.Time, buf []byte, arrived []int64) (string, time.Duration) {
+func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin time.Time, br *bodyReader, arrived []int64) (string, time.Duration) {
 	c := s.c
 	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
@@ -318,7 +317,7 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != e.status {
-		s.drain(resp.Body, buf, arrived) // counted as received, never verified
+		s.drain(resp.Body, br.scratch(), arrived) // counted as received, never verified
 		return "status", 0
 	}
 	want := map[string]int{"h1": 1, "h2": 2, "h3": 3}[c.Protocol]
@@ -326,7 +325,7 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 		return "protocol", 0
 	}
 	if e.contentRange != "" && resp.Header.Get("Content-Range") != e.contentRange {
-		s.drain(resp.Body, buf, arrived)
+		s.drain(resp.Body, br.scratch(), arrived)
 		return "range", 0
 	}
 	size := e.size
@@ -339,47 +338,7 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 	if resp.ContentLength >= 0 && resp.ContentLength != size {
 		return "length", 0
 	}
-	// Read on this goroutine, hash on another: the pipe hands each
-	// chunk over and the next network read overlaps its hashing.
-	pr, pw := io.Pipe()
-	verdict := make(chan error, 1)
-	go func() {
-		vr := integrity.NewReader(pr, size, e.digest)
-		hbuf := hashBufs.Get().(*[]byte)
-		var err error
-		for err == nil {
-			_, err = vr.Read(*hbuf) // large reads: the pipe hands over whole chunks
-		}
-		hashBufs.Put(hbuf)
-		if err == io.EOF {
-			err = nil
-		}
-		pr.CloseWithError(err)
-		verdict <- err
-	}()
-	var readErr error
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			s.arrive(arrived, n)
-			if _, werr := pw.Write(buf[:n]); werr != nil {
-				readErr = werr
-				break
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				readErr = err
-			}
-			break
-		}
-	}
-	if readErr != nil {
-		pw.CloseWithError(readErr)
-	} else {
-		pw.Close()
-	}
-	verr := <-verdict
+	verr, readErr := br.read(resp.Body, size, e.digest, func(n int) { s.arrive(arrived, n) })
 	lat := time.Since(begin)
 	switch {
 	case errors.Is(verr, integrity.ErrMismatch):
