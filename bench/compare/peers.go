@@ -100,11 +100,8 @@ func startGoHTTP(work, bin string) (*server, error) {
 	if s.proc, err = startProc(filepath.Join(work, "gohttp.log"), bin, args); err != nil {
 		return nil, err
 	}
-	for _, u := range []string{s.plain, s.tls} {
-		if err := s.proc.waitReady(u + "/1k.bin"); err != nil {
-			s.stop()
-			return nil, err
-		}
+	if err := s.waitServing(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

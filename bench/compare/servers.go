@@ -389,13 +389,22 @@ func startCaddy(work string, peers peerTemplates, bin string) (*server, error) {
 		"XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+data); err != nil {
 		return nil, err
 	}
+	if err := s.waitServing(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitServing waits until the server answers on its plain and TLS URLs,
+// and stops it if it never does.
+func (s *server) waitServing() error {
 	for _, u := range []string{s.plain, s.tls} {
 		if err := s.proc.waitReady(u + "/1k.bin"); err != nil {
 			s.stop()
-			return nil, err
+			return err
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // caddyAbout is the binary's version: a caddy built with go install says
