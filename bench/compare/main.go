@@ -255,7 +255,7 @@ func main() {
 		case "engine":
 			spec := engineSpec{id: "engine", name: "engine", bin: *engineBin}
 			if spec.bin == "" {
-				bin, err := buildEngine(repo, work)
+				bin, err := goBuild(repo, work, "engine", "./cmd/engine")
 				if err != nil {
 					if mustStart(name) {
 						fatal("engine: %v", err)
@@ -294,7 +294,7 @@ func main() {
 			}
 			start = func() (*server, error) { return startLighttpd(work, peers) }
 		case "gohttp":
-			bin, err := buildGoHTTP(repo, work)
+			bin, err := goBuild(repo, work, "gohttp", "./bench/compare/gohttp")
 			if err != nil {
 				log.Printf("gohttp left out: %v", err)
 				leftOut = append(leftOut, "Go net/http: "+err.Error())

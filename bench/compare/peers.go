@@ -72,18 +72,6 @@ func firstLine(s string) string {
 	return line
 }
 
-// buildGoHTTP builds the "Go net/http" peer (bench/compare/gohttp) with
-// the Go toolchain running this harness.
-func buildGoHTTP(repo, work string) (string, error) {
-	bin := filepath.Join(work, "gohttp")
-	build := exec.Command("go", "build", "-o", bin, "./bench/compare/gohttp")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
 // startGoHTTP runs the Go net/http peer: http.FileServer, plain and TLS
 // (HTTP/1.1 and HTTP/2) in one process.
 func startGoHTTP(work, bin string) (*server, error) {

@@ -267,9 +267,12 @@ func (s *server) stop() {
 	s.proc.stop()
 }
 
-func buildEngine(repo, work string) (string, error) {
-	bin := filepath.Join(work, "engine")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/engine")
+// goBuild builds the Go command in pkg (./cmd/engine, or the Go net/http
+// peer in ./bench/compare/gohttp) of the repository into work/name, with
+// the Go toolchain running this harness.
+func goBuild(repo, work, name, pkg string) (string, error) {
+	bin := filepath.Join(work, name)
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build: %v\n%s", err, out)
