@@ -304,6 +304,7 @@ func (hc *h2Conn) fetch(hs *h2Strm) {
 	hc.conn.MarkBusy(hs.st)
 	l := hc.h.h1.loop
 	cache, site := hc.h.srv.cache, &hs.site.files
+	l.HandedOff()
 	l.Pool().Submit(func() {
 		hs.files.Fetch(cache, site)
 		l.Post(func() {

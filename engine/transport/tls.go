@@ -118,9 +118,11 @@ func (s *Stream) handshake() {
 		// The first record starts the handshake: it needs no Want.
 		peer := net.TCPAddrFromAddrPort(c.Peer())
 		t.hs = ktls.StartHandshake(env.TLS, hsIO{s}, &net.TCPAddr{}, peer, takeRecord(c, n))
+		c.Loop().HandedOff()
 	case t.wanted:
 		t.wanted = false
 		t.hs.Feed(takeRecord(c, n))
+		c.Loop().HandedOff()
 	}
 	if c.EOF() && t.phase == phaseHandshake {
 		c.Close()
