@@ -350,8 +350,9 @@ func disturbance(a, b cpuSnap) (others, steal float64, ok bool) {
 	}
 	total := float64(b.total - a.total)
 	busy, ours := float64(b.busy-a.busy), float64(b.ours)-float64(a.ours)
-	// A process of ours that exited meanwhile takes its ticks along:
-	// never count less than nothing.
+	// A process of ours that exited and was reaped meanwhile is in its
+	// parent's children's time; one not yet reaped is in neither: never
+	// count less than nothing.
 	return max(0, busy-ours) / total, float64(b.steal-a.steal) / total, true
 }
 

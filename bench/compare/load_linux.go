@@ -45,8 +45,11 @@ func serverTicks(pid int) (ticks uint64, ok bool) {
 	return procs.treeTicks(pid), true
 }
 
-// procTable is every process's parent and CPU ticks (utime+stime, all
-// its threads), read from /proc at one moment.
+// procTable is every process's parent and CPU ticks, read from /proc at
+// one moment: utime+stime (all its threads) and cutime+cstime, the time
+// of the children it has waited for. Without the latter a client that
+// ran and was reaped between two readings (curl, wrk, s_time) took its
+// ticks along, and its CPU looked like another process's.
 type procTable map[int]procEntry
 
 type procEntry struct {
@@ -73,13 +76,16 @@ func readProcs() (procTable, error) {
 		// its closing parenthesis start at field 3.
 		t := string(b)
 		f := strings.Fields(t[strings.LastIndexByte(t, ')')+1:])
-		if len(f) < 13 {
+		if len(f) < 15 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		ut, _ := strconv.ParseUint(f[11], 10, 64)
-		st, _ := strconv.ParseUint(f[12], 10, 64)
-		procs[pid] = procEntry{ppid, ut + st}
+		var ticks uint64
+		for _, v := range f[11:15] { // utime stime cutime cstime
+			n, _ := strconv.ParseUint(v, 10, 64)
+			ticks += n
+		}
+		procs[pid] = procEntry{ppid, ticks}
 	}
 	return procs, nil
 }
