@@ -1,6 +1,6 @@
 // Package reactor owns sockets and moves bytes: one loop per worker, each a
-// goroutine locked to its OS thread (and pinned to a CPU) with its own
-// epoll instance and its own SO_REUSEPORT listener. An eBPF sk_reuseport
+// goroutine (locked to its OS thread and pinned to a CPU when Config.Pin
+// is set) with its own epoll instance and its own SO_REUSEPORT listener. An eBPF sk_reuseport
 // program (internal/reuseport) steers each new connection to the loop of
 // the CPU that received it; without eBPF the kernel's hash spreads them.
 //
