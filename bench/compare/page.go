@@ -128,30 +128,24 @@ type cell struct {
 
 // figures are the values of the repeats that had accepted samples.
 func (c *cell) figures() []float64 {
-	var v []float64
-	for _, o := range c.repeats {
-		if o.accepted > 0 {
-			v = append(v, o.value)
-		}
-	}
-	return v
+	return c.accepted(func(o outcome) (float64, bool) { return o.value, true })
 }
 
 func (c *cell) cpus() []float64 {
-	var v []float64
-	for _, o := range c.repeats {
-		if o.accepted > 0 && o.hasCPU {
-			v = append(v, o.cpu)
-		}
-	}
-	return v
+	return c.accepted(func(o outcome) (float64, bool) { return o.cpu, o.hasCPU })
 }
 
 func (c *cell) p99s() []float64 {
+	return c.accepted(func(o outcome) (float64, bool) { return o.p99, o.hasP99 })
+}
+
+// accepted collects f's value from each repeat that had accepted samples
+// and for which f has one.
+func (c *cell) accepted(f func(outcome) (float64, bool)) []float64 {
 	var v []float64
 	for _, o := range c.repeats {
-		if o.accepted > 0 && o.hasP99 {
-			v = append(v, o.p99)
+		if x, ok := f(o); o.accepted > 0 && ok {
+			v = append(v, x)
 		}
 	}
 	return v
