@@ -228,7 +228,7 @@ func (c *Conn) HasReadDeadline() bool { return c.deadline != 0 }
 func (c *Conn) Go(work func()) {
 	c.busy = true
 	l := c.loop
-	l.handedOff = true
+	l.HandedOff()
 	l.group.pool.Submit(func() {
 		work()
 		l.Post(func() {
