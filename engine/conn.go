@@ -66,7 +66,7 @@ func (h *connHandler) Closed(c *reactor.Conn) {
 	c.State = nil
 }
 
-func (h *connHandler) Tick() { h.h1.Tick() }
+func (h *connHandler) Tick() bool { return h.h1.Tick() }
 
 // Drain keeps HTTP/2 connections open at shutdown until they have sent
 // GOAWAY and finished their streams (reactor.Drainer).

@@ -77,10 +77,11 @@ func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 	st.files.Reset()
 }
 
-func (h *h1Handler) Tick() {
+func (h *h1Handler) Tick() (more bool) {
 	h.flushLog()
 	h.limiter.flush(h.log)
 	h.h2.tick()
+	return h.limiter.suppressed > 0
 }
 
 // flushLog writes the buffered access log lines.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,4 +254,80 @@ func TestSourceAndControlOrder(t *testing.T) {
 	if !h.released {
 		t.Error("source not released")
 	}
+}
+
+// tickHandler echoes and counts deadline sweeps; more is what Tick reports.
+type tickHandler struct {
+	echoHandler
+	ticks atomic.Int32
+	more  atomic.Bool
+}
+
+func (h *tickHandler) Tick() bool {
+	h.ticks.Add(1)
+	return h.more.Load()
+}
+
+// TestIdleLoopSleeps: a loop with no connections and nothing left to
+// flush waits for its next event without waking for sweeps (each wake of
+// an idle loop costs the runtime a monitor wake-up and a thread hand-off),
+// still sweeps once after its last connection closes, and keeps sweeping
+// while its handler says it has more to do.
+func TestIdleLoopSleeps(t *testing.T) {
+	h := &tickHandler{}
+	cfg := Config{Workers: 1, Addr: "127.0.0.1:0", NewHandler: func(*Loop) Handler { return h }}
+	g, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	defer func() { g.Shutdown(t.Context()); <-done }()
+
+	quiet := func(what string) {
+		t.Helper()
+		before := h.ticks.Load()
+		time.Sleep(4 * sweepEvery)
+		if n := h.ticks.Load() - before; n != 0 {
+			t.Fatalf("%s: the idle loop swept %d times in %v; want none", what, n, 4*sweepEvery)
+		}
+	}
+	echo := func() {
+		t.Helper()
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("ping"))
+		c.(*net.TCPConn).CloseWrite()
+		if b, err := io.ReadAll(c); err != nil || string(b) != "ping" {
+			t.Fatalf("echo: %q, %v", b, err)
+		}
+		c.Close()
+	}
+	waitTicks := func(what string, n int32) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); h.ticks.Load() < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d sweeps, want at least %d", what, h.ticks.Load(), n)
+			}
+		}
+	}
+
+	waitTicks("start", 1)
+	quiet("after start")
+
+	before := h.ticks.Load()
+	echo()
+	waitTicks("after the connection closed", before+1)
+	time.Sleep(2 * sweepEvery) // the sweep that flushes after the close
+	quiet("after the last connection closed")
+
+	h.more.Store(true)
+	before = h.ticks.Load()
+	echo()
+	waitTicks("handler has more to flush", before+6)
+	h.more.Store(false)
+	time.Sleep(2 * sweepEvery) // at most one more sweep, which reads false
+	quiet("after the handler flushed")
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -76,8 +77,14 @@ func resumeListener(epfd, lfd int) error {
 	return unix.EpollCtl(epfd, unix.EPOLL_CTL_MOD, lfd, &ev)
 }
 
-func epollWait(l *Loop, evs []event, msec int) (int, error) {
+// epollWait fills evs with ready events, waiting for the first until
+// the loop's clock reaches until (0: not at all, -1: for ever).
+func epollWait(l *Loop, evs []event, until int64) (int, error) {
 	raw := l.sys.evs[:len(evs)]
+	msec := -1
+	if until >= 0 {
+		msec = int(max(0, (until-l.now+int64(time.Millisecond)-1)/int64(time.Millisecond)))
+	}
 	for {
 		n, err := unix.EpollWait(l.epfd, raw, msec)
 		if err == unix.EINTR {

@@ -22,7 +22,7 @@ func newLoop(*Group, int, string, int) (*Loop, string, error) { return nil, "", 
 func epollAdd(int, int, int32) error                          { return errNotLinux }
 func pauseListener(int, int) error                            { return errNotLinux }
 func resumeListener(int, int) error                           { return errNotLinux }
-func epollWait(*Loop, []event, int) (int, error)              { return 0, errNotLinux }
+func epollWait(*Loop, []event, int64) (int, error)            { return 0, errNotLinux }
 func accept(int) (int, Addr, error)                           { return -1, Addr{}, errNotLinux }
 func readFd(int, []byte) (int, error)                         { return 0, errNotLinux }
 func writev(*Loop, int, [][]byte, bool) (int, error)          { return 0, errNotLinux }

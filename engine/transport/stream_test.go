@@ -108,7 +108,7 @@ func (h *handler) Open(c *reactor.Conn) {
 }
 
 func (h *handler) Closed(c *reactor.Conn) { c.State.(*conn).s.Closed() }
-func (h *handler) Tick()                  {}
+func (h *handler) Tick() bool             { return false }
 
 func (h *handler) Serve(c *reactor.Conn) {
 	st := c.State.(*conn)
