@@ -35,6 +35,8 @@ type Config struct {
 	Runtime   Runtime   `toml:"runtime"`
 	H3        H3        `toml:"h3"`
 
+	ReverseProxy ReverseProxy `toml:"reverse_proxy"`
+
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
 	// selfSigned is serve --self-signed: sites without a certificate get
@@ -197,6 +199,13 @@ type RuntimeSettings struct {
 	// H2MaxConcurrentStreams is advertised to clients and enforced. Zero
 	// means 128.
 	H2MaxConcurrentStreams int `toml:"h2_max_concurrent_streams"`
+	// ProxyH2TLSMaxSendBuffer bounds the proxied response bytes one
+	// HTTP/2 stream holds ahead of its client (read from the upstream,
+	// not yet sent). Zero means 128 KiB.
+	ProxyH2TLSMaxSendBuffer Size `toml:"proxy_h2_tls_max_send_buffer_bytes"`
+	// ProxyH2TLSConnectionSendBuffer bounds the same for all the streams
+	// of one HTTP/2 connection. Zero means 32 MiB.
+	ProxyH2TLSConnectionSendBuffer Size `toml:"proxy_h2_tls_connection_send_buffer_bytes"`
 }
 
 // H3 tunes HTTP/3, served on UDP at the listen port for TLS sites
@@ -281,7 +290,7 @@ func (c *Config) SelfSigned() bool { return c.selfSigned }
 // HasTLS reports whether the listener speaks TLS: a site has a
 // certificate, or serve --self-signed made one.
 func (c *Config) HasTLS() bool {
-	if c.selfSigned {
+	if c.selfSigned || c.ReverseProxy.Enabled && c.ReverseProxy.TLS.Cert != "" {
 		return true
 	}
 	for i := range c.Sites {

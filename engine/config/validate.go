@@ -20,6 +20,7 @@ func (c *Config) Validate() error {
 	var errs Errors
 	c.validateTop(&errs)
 	c.validateSites(&errs)
+	c.validateProxy(&errs)
 	c.validateIntegrity(&errs)
 	c.validateKernel(&errs)
 	c.validateLimits(&errs)
@@ -74,7 +75,7 @@ func (c *Config) validateTop(errs *Errors) {
 			errs.add(c.errAt("root", "%v; expected the directory to serve", err))
 		}
 	}
-	if c.Root == "" && len(c.Sites) == 0 {
+	if c.Root == "" && len(c.Sites) == 0 && !c.ProxyOn() {
 		errs.add(&Error{File: c.src.file, Key: "root",
 			Msg: "nothing to serve; set root (or --root DIR) or add a [[sites]] table with a domain and a root"})
 	}
@@ -323,6 +324,18 @@ func (c *Config) validateRuntime(errs *Errors) {
 	}
 	if rs.H2MaxConcurrentStreams < 1 || rs.H2MaxConcurrentStreams > 1<<16 {
 		errs.add(c.errAt("runtime.settings.h2_max_concurrent_streams", "%d is out of range; expected 1 to 65536", rs.H2MaxConcurrentStreams))
+	}
+	if rs.ProxyH2TLSMaxSendBuffer == 0 {
+		rs.ProxyH2TLSMaxSendBuffer = 128 << 10
+	}
+	if rs.ProxyH2TLSMaxSendBuffer < 16<<10 || rs.ProxyH2TLSMaxSendBuffer > 64<<20 {
+		errs.add(c.errAt("runtime.settings.proxy_h2_tls_max_send_buffer_bytes", "%v is out of range; expected 16KiB to 64MiB", rs.ProxyH2TLSMaxSendBuffer))
+	}
+	if rs.ProxyH2TLSConnectionSendBuffer == 0 {
+		rs.ProxyH2TLSConnectionSendBuffer = 32 << 20
+	}
+	if rs.ProxyH2TLSConnectionSendBuffer < rs.ProxyH2TLSMaxSendBuffer || rs.ProxyH2TLSConnectionSendBuffer > 1<<30 {
+		errs.add(c.errAt("runtime.settings.proxy_h2_tls_connection_send_buffer_bytes", "%v is out of range; expected proxy_h2_tls_max_send_buffer_bytes (%v) to 1GiB", rs.ProxyH2TLSConnectionSendBuffer, rs.ProxyH2TLSMaxSendBuffer))
 	}
 }
 

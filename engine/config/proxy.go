@@ -1,0 +1,231 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ReverseProxy is [reverse_proxy]: routes that send requests for a domain
+// and path prefix to upstream servers, on the engine's own listeners.
+type ReverseProxy struct {
+	// Enabled turns the routes on. Zero (false) ignores the section.
+	Enabled bool `toml:"enabled"`
+	// TLSTermination is true (nil: the default): the engine ends the
+	// client's TLS and speaks HTTP to the upstream. False is TLS
+	// passthrough, which this version does not have.
+	TLSTermination *bool `toml:"tls_termination"`
+	// Protocols are those clients may speak to the proxy. Nil means on.
+	Protocols ProxyProtocols `toml:"protocols"`
+	// TLS is the certificate for the route domains (chosen by SNI), for
+	// domains no site's certificate covers.
+	TLS TLS `toml:"tls"`
+	// TrustedProxies lists addresses or prefixes ("10.0.0.0/8") whose
+	// X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and Forwarded
+	// headers are kept and extended; from any other client they are
+	// replaced.
+	TrustedProxies []string `toml:"trusted_proxies"`
+	Routes         []Route  `toml:"routes"`
+
+	// Trusted is TrustedProxies parsed. Not from TOML.
+	Trusted []netip.Prefix `toml:"-"`
+}
+
+// ProxyProtocols enables client protocols for proxied requests.
+type ProxyProtocols struct {
+	H1 *bool `toml:"h1"`
+	H2 *bool `toml:"h2"`
+	H3 *bool `toml:"h3"`
+}
+
+// Route sends requests for Domain whose path starts with PathPrefix to
+// Upstreams.
+type Route struct {
+	// Domain is "media.example.com", "*.example.com" or "*".
+	Domain string `toml:"domain"`
+	// PathPrefix selects the requests: the longest matching prefix of the
+	// domain's routes wins. Zero means "/".
+	PathPrefix string `toml:"path_prefix"`
+	// Upstreams are host:port addresses of HTTP/1.1 servers.
+	Upstreams []string `toml:"upstreams"`
+	// LB is "round_robin" (the zero value) or "least_conn".
+	LB string `toml:"lb"`
+	// ConnectTimeout bounds a connection to an upstream. Zero means 5s.
+	ConnectTimeout Duration `toml:"connect_timeout"`
+	// ResponseTimeout bounds the time from the request's head being sent
+	// to the response head arriving. Zero means 60s.
+	ResponseTimeout Duration `toml:"response_timeout"`
+	// ReadTimeout bounds the time between two reads of the response
+	// body, and the time an upstream may go without taking request body
+	// bytes. Zero means 60s.
+	ReadTimeout Duration `toml:"read_timeout"`
+	// MaxBody bounds a request body; a larger one is answered 413. Zero
+	// ("0") means unlimited.
+	MaxBody Size `toml:"max_body"`
+	// MaxIdle bounds the idle pooled connections kept per upstream (per
+	// worker). Nil means 256; 0 keeps none (a connection per request).
+	MaxIdle *int `toml:"max_idle"`
+	// IdleTimeout closes a pooled connection unused this long; keep it
+	// below the upstream's own keep-alive timeout. Zero means 50s.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// UpstreamTLS speaks TLS to the upstreams, verified against the
+	// system roots or CA.
+	UpstreamTLS bool `toml:"upstream_tls"`
+	// CA is a PEM file of the roots that verify upstream certificates.
+	CA string `toml:"ca"`
+}
+
+// ProxyOn reports whether reverse proxy routes are configured and on.
+func (c *Config) ProxyOn() bool { return c.ReverseProxy.Enabled && len(c.ReverseProxy.Routes) > 0 }
+
+// validateProxy checks [reverse_proxy] and its routes. It runs after the
+// sites, whose certificates may cover route domains.
+func (c *Config) validateProxy(errs *Errors) {
+	rp := &c.ReverseProxy
+	if !rp.Enabled {
+		return
+	}
+	if !On(rp.TLSTermination) {
+		errs.add(c.errAt("reverse_proxy.tls_termination", "false (TLS passthrough) is not available in this version; set it to true, or remove it, to terminate TLS and proxy HTTP"))
+	}
+	if !On(rp.Protocols.H1) && !On(rp.Protocols.H2) && !On(rp.Protocols.H3) {
+		errs.add(c.errAt("reverse_proxy.protocols", "every protocol is off; enable at least one of h1, h2, h3"))
+	}
+	c.validateSiteTLS("reverse_proxy", &rp.TLS, errs)
+	rp.Trusted = rp.Trusted[:0]
+	for i, s := range rp.TrustedProxies {
+		p, err := parsePrefix(s)
+		if err != nil {
+			errs.add(c.errAt("reverse_proxy.trusted_proxies", "entry %d (%q) is not an address or prefix; expected one such as \"10.0.0.1\" or \"10.0.0.0/8\"", i, s))
+			continue
+		}
+		rp.Trusted = append(rp.Trusted, p)
+	}
+	if len(rp.Routes) == 0 {
+		errs.add(c.errAt("reverse_proxy", "enabled but no route; add a [[reverse_proxy.routes]] table with a domain and upstreams"))
+	}
+	seen := map[string]int{}
+	for i := range rp.Routes {
+		c.validateRoute(i, seen, errs)
+	}
+}
+
+func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
+	r := &c.ReverseProxy.Routes[i]
+	key := fmt.Sprintf("reverse_proxy.routes[%d]", i)
+	if r.Domain == "" {
+		errs.add(c.errAt(key+".domain", "missing; every route needs a domain such as \"media.example.com\", \"*.example.com\" or \"*\""))
+	} else if !validDomain(r.Domain) {
+		errs.add(c.errAt(key+".domain", "%q is not a host name; expected a name such as \"media.example.com\", \"*.example.com\" or \"*\"", r.Domain))
+	}
+	if r.PathPrefix == "" {
+		r.PathPrefix = "/"
+	}
+	if r.PathPrefix[0] != '/' || strings.ContainsAny(r.PathPrefix, "?# \t\r\n\x00") {
+		errs.add(c.errAt(key+".path_prefix", "%q is not a path prefix; expected one starting with \"/\" such as \"/api/\"", r.PathPrefix))
+	}
+	id := strings.ToLower(strings.TrimSuffix(r.Domain, ".")) + " " + r.PathPrefix
+	if j, dup := seen[id]; dup {
+		errs.add(c.errAt(key+".path_prefix", "%q on %q is already the prefix of reverse_proxy.routes[%d]; each domain and prefix may appear once", r.PathPrefix, r.Domain, j))
+	}
+	seen[id] = i
+	if len(r.Upstreams) == 0 {
+		errs.add(c.errAt(key+".upstreams", "missing; a route needs at least one upstream such as \"10.0.0.20:8080\""))
+	}
+	for j, u := range r.Upstreams {
+		if err := checkHostPort(u); err != nil {
+			errs.add(c.errAt(key+".upstreams", "entry %d (%q) %v", j, u, err))
+		}
+	}
+	switch r.LB {
+	case "":
+		r.LB = "round_robin"
+	case "round_robin", "least_conn":
+	default:
+		errs.add(c.errAt(key+".lb", "%q is not a policy; expected \"round_robin\" (the default) or \"least_conn\"", r.LB))
+	}
+	for _, d := range []struct {
+		name string
+		v    *Duration
+		def  Duration
+	}{
+		{"connect_timeout", &r.ConnectTimeout, Duration(5e9)},
+		{"response_timeout", &r.ResponseTimeout, Duration(60e9)},
+		{"read_timeout", &r.ReadTimeout, Duration(60e9)},
+		{"idle_timeout", &r.IdleTimeout, Duration(50e9)},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		} else if *d.v < Duration(1e6) {
+			errs.add(c.errAt(key+"."+d.name, "%d is too short to be meant; write a duration with a unit, such as \"30s\"", int64(*d.v)))
+		}
+	}
+	if r.MaxBody < 0 {
+		errs.add(c.errAt(key+".max_body", "must not be negative; \"0\" means unlimited"))
+	}
+	if r.MaxIdle == nil {
+		v := 256
+		r.MaxIdle = &v
+	} else if *r.MaxIdle < 0 || *r.MaxIdle > 1<<16 {
+		errs.add(c.errAt(key+".max_idle", "%d is out of range; expected 0 (no pooling) to 65536", *r.MaxIdle))
+	}
+	if r.CA != "" {
+		r.CA = c.resolvePath(key+".ca", r.CA)
+		if _, err := os.Stat(r.CA); err != nil {
+			errs.add(c.errAt(key+".ca", "cannot read %q: %v; expected a PEM file of CA certificates", r.CA, unwrapPathError(err)))
+		} else if !r.UpstreamTLS {
+			errs.add(c.errAt(key+".ca", "set but upstream_tls is false; a CA verifies upstream certificates, so set upstream_tls = true or remove ca"))
+		}
+	}
+	if r.Domain != "" && c.HasTLS() && !c.certCovers(r.Domain) {
+		errs.add(c.errAt(key+".domain", "%q has no certificate on this TLS listener; set [reverse_proxy.tls] cert and key, or add a [[sites]] table for the domain with one", r.Domain))
+	}
+}
+
+// certCovers reports whether a certificate is configured for a route
+// domain: the proxy's own, a site with the same domain, or --self-signed.
+func (c *Config) certCovers(domain string) bool {
+	if c.selfSigned || c.ReverseProxy.TLS.Cert != "" {
+		return true
+	}
+	d := strings.ToLower(strings.TrimSuffix(domain, "."))
+	for i := range c.Sites {
+		s := &c.Sites[i]
+		if s.TLS.Cert != "" && strings.ToLower(strings.TrimSuffix(s.Domain, ".")) == d {
+			return true
+		}
+	}
+	return false
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// checkHostPort checks an upstream address: a host name or IP, and a
+// port from 1 to 65535.
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return fmt.Errorf("is not an address; expected host:port such as \"10.0.0.20:8080\" or \"backend.internal:8080\"")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("has port %q; expected a number from 1 to 65535", port)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !validDomain(host) || strings.HasPrefix(host, "*") {
+		return fmt.Errorf("has host %q; expected an IP address or a host name", host)
+	}
+	return nil
+}

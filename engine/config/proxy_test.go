@@ -1,0 +1,144 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestProxyConfig: the [reverse_proxy] shape operators write, with its
+// defaults filled in.
+func TestProxyConfig(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "media"), 0o755)
+	for _, f := range []string{"proxy-cert.pem", "proxy-key.pem", "ca.pem"} {
+		writeFile(t, filepath.Join(dir, f), "x")
+	}
+	cfg, err := loadText(t, dir, `
+listen = "0.0.0.0:443"
+[reverse_proxy]
+enabled = true
+tls_termination = true
+trusted_proxies = ["10.0.0.1", "192.168.0.0/16"]
+
+[reverse_proxy.protocols]
+h1 = true
+h2 = true
+h3 = true
+
+[reverse_proxy.tls]
+cert = "proxy-cert.pem"
+key = "proxy-key.pem"
+
+[[reverse_proxy.routes]]
+domain = "media.example.com"
+path_prefix = "/"
+upstreams = ["10.0.0.20:8080", "10.0.0.21:8080"]
+lb = "round_robin"
+connect_timeout = "5s"
+response_timeout = "60s"
+read_timeout = "60s"
+max_body = "0"
+max_idle = 256
+idle_timeout = "50s"
+upstream_tls = false
+
+[[reverse_proxy.routes]]
+domain = "media.example.com"
+path_prefix = "/api/"
+upstreams = ["backend.internal:8443"]
+lb = "least_conn"
+max_body = "10MiB"
+max_idle = 0
+upstream_tls = true
+ca = "ca.pem"
+
+[runtime.settings]
+proxy_h2_tls_max_send_buffer_bytes = "131072"
+proxy_h2_tls_connection_send_buffer_bytes = "33554432"
+`)
+	if err != nil {
+		t.Fatalf("valid proxy config rejected (no site needed when routes serve):\n%v", err)
+	}
+	rp := cfg.ReverseProxy
+	if !cfg.ProxyOn() || !cfg.HasTLS() || len(rp.Routes) != 2 || len(rp.Trusted) != 2 || rp.Trusted[0].Bits() != 32 {
+		t.Fatalf("parsed wrong: %+v", rp)
+	}
+	r0, r1 := rp.Routes[0], rp.Routes[1]
+	if r0.ConnectTimeout.D().Seconds() != 5 || *r0.MaxIdle != 256 || r0.MaxBody != 0 || r0.IdleTimeout.D().Seconds() != 50 {
+		t.Errorf("route 0: %+v", r0)
+	}
+	if *r1.MaxIdle != 0 || r1.MaxBody != 10<<20 || r1.LB != "least_conn" || r1.CA != filepath.Join(dir, "ca.pem") ||
+		r1.ResponseTimeout.D().Seconds() != 60 || r1.ReadTimeout.D().Seconds() != 60 {
+		t.Errorf("route 1 (defaults): %+v", r1)
+	}
+	if cfg.Runtime.Settings.ProxyH2TLSConnectionSendBuffer != 32<<20 || cfg.Runtime.Settings.ProxyH2TLSMaxSendBuffer != 128<<10 {
+		t.Errorf("runtime settings: %+v", cfg.Runtime.Settings)
+	}
+
+	// Off: the section is read for mistakes of syntax and type, not used.
+	cfg, err = loadText(t, dir, "root = \".\"\n[reverse_proxy]\nenabled = false\n")
+	if err != nil || cfg.ProxyOn() {
+		t.Errorf("disabled proxy: %v, on %v", err, cfg.ProxyOn())
+	}
+}
+
+func TestProxyConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "c.pem"), "x")
+	route := "root = \".\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\n" // route keys start on line 5
+	tests := []struct {
+		name, text string
+		want       []string
+	}{
+		{"no routes", "root = \".\"\n[reverse_proxy]\nenabled = true\n",
+			[]string{"engine.toml:2: reverse_proxy: enabled but no route"}},
+		{"passthrough", "root = \".\"\n[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"127.0.0.1:1\"]\n",
+			[]string{"engine.toml:4: reverse_proxy.tls_termination: false (TLS passthrough) is not available"}},
+		{"no upstreams", route + "domain = \"a\"\n",
+			[]string{"engine.toml:4: reverse_proxy.routes[0].upstreams: missing"}},
+		{"no domain", route + "upstreams = [\"127.0.0.1:80\"]\n",
+			[]string{"engine.toml:4: reverse_proxy.routes[0].domain: missing"}},
+		{"bad upstream", route + "domain = \"a\"\nupstreams = [\"127.0.0.1\", \"h:0\", \"a b:80\"]\n",
+			[]string{"engine.toml:6: reverse_proxy.routes[0].upstreams: entry 0 (\"127.0.0.1\") is not an address",
+				"entry 1 (\"h:0\") has port \"0\"", "entry 2 (\"a b:80\") has host \"a b\""}},
+		{"bad lb", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nlb = \"random\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].lb: \"random\" is not a policy"}},
+		{"bad prefix", route + "domain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"api\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].path_prefix: \"api\" is not a path prefix"}},
+		{"duplicate route", route + "domain = \"a\"\nupstreams = [\"h:80\"]\n[[reverse_proxy.routes]]\ndomain = \"A\"\nupstreams = [\"h:81\"]\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[1].path_prefix: \"/\" on \"A\" is already the prefix of reverse_proxy.routes[0]"}},
+		{"unknown route key", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nkeepalive = 64\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].keepalive: unknown key; expected one of domain, path_prefix, upstreams"}},
+		{"bare number timeout", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nconnect_timeout = 5\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].connect_timeout: 5 is too short to be meant"}},
+		{"max_idle range", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nmax_idle = -1\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].max_idle: -1 is out of range"}},
+		{"ca without tls", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nca = \"c.pem\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].ca: set but upstream_tls is false"}},
+		{"route domain without certificate", "[[sites]]\ndomain = \"files.example\"\nroot = \".\"\n[sites.tls]\ncert = \"c.pem\"\nkey = \"c.pem\"\n" +
+			"[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"api.example\"\nupstreams = [\"h:80\"]\n",
+			[]string{"engine.toml:10: reverse_proxy.routes[0].domain: \"api.example\" has no certificate on this TLS listener"}},
+		{"bad trusted proxy", "root = \".\"\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"10.0.0.0/33\"]\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"h:80\"]\n",
+			[]string{"engine.toml:4: reverse_proxy.trusted_proxies: entry 0 (\"10.0.0.0/33\") is not an address or prefix"}},
+		{"proxy send buffers", "root = \".\"\n[runtime.settings]\nproxy_h2_tls_max_send_buffer_bytes = \"1MiB\"\nproxy_h2_tls_connection_send_buffer_bytes = \"64KiB\"\n",
+			[]string{"engine.toml:4: runtime.settings.proxy_h2_tls_connection_send_buffer_bytes: 64KiB is out of range"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadText(t, dir, tt.text)
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tt.text)
+			}
+			rest := err.Error()
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("error does not contain %q (in order):\n%s", w, err)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
