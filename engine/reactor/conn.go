@@ -49,6 +49,21 @@ type Conn struct {
 	busy            bool // work started with Go has not finished
 	closedLater     bool // closed while busy: Handler.Closed runs when the work is done
 	inReady         bool
+	timedOut        bool // closed by its read deadline or the send timeout
+
+	// Outbound connections (Loop.Dial) only.
+	h          Handler // serves this connection instead of the loop's handler
+	outbound   bool
+	connecting bool  // connect(2) under way
+	dialErr    error // why the connection failed, if it did before it was established
+}
+
+// handler is the Handler that serves c.
+func (c *Conn) handler() Handler {
+	if c.h != nil {
+		return c.h
+	}
+	return c.loop.handler
 }
 
 // seg is a piece of queued output: memory (with a control message when
@@ -191,6 +206,18 @@ func (c *Conn) Wake() {
 	}
 }
 
+// Connected reports whether an outbound connection is established (always
+// true for an accepted one).
+func (c *Conn) Connected() bool { return !c.connecting && !c.closed }
+
+// DialErr is why an outbound connection failed before it was established:
+// refused, unreachable, or its connect timeout. Nil otherwise.
+func (c *Conn) DialErr() error { return c.dialErr }
+
+// TimedOut reports whether the connection was closed by its read
+// deadline or by the send timeout.
+func (c *Conn) TimedOut() bool { return c.timedOut }
+
 // Busy reports whether work started with Go is still running.
 func (c *Conn) Busy() bool { return c.busy }
 
@@ -236,7 +263,7 @@ func (c *Conn) Go(work func()) {
 			if c.closed {
 				if c.closedLater {
 					c.closedLater = false
-					l.handler.Closed(c)
+					c.handler().Closed(c)
 				}
 				return
 			}

@@ -1,6 +1,7 @@
 package reactor
 
 import (
+	"errors"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -45,6 +46,7 @@ type Loop struct {
 	clock     time.Time // wall clock at now, for Date headers
 	handedOff bool      // this turn made another goroutine runnable: yield before sleeping
 	asleep    bool      // the last sweep found nothing to watch: wait for events without a deadline
+	outbound  int       // open connections made by Dial
 	lastYield int64     // when an unpinned loop last yielded (now's clock)
 
 	// The queue; the only state other goroutines touch.
@@ -303,7 +305,7 @@ func (l *Loop) admit() bool {
 	// that has begun its handshake or request.
 	var victim *Conn
 	for _, c := range l.slots {
-		if c == nil || c.closed || c.busy || len(c.out) > 0 || c.deadline == 0 {
+		if c == nil || c.outbound || c.closed || c.busy || len(c.out) > 0 || c.deadline == 0 {
 			continue
 		}
 		if victim == nil || c.heard != victim.heard && !c.heard || c.heard == victim.heard && c.deadline < victim.deadline {
@@ -385,6 +387,19 @@ func (l *Loop) process(c *Conn) {
 		if c.closed {
 			return
 		}
+		if c.connecting {
+			if !c.writable {
+				return // EPOLLOUT (or EPOLLERR) tells when connect finished
+			}
+			if err := connectErr(c.fd); err != nil {
+				c.dialErr = err
+				l.closeConn(c, false)
+				return
+			}
+			c.connecting = false
+			c.deadline = 0
+			c.progress++
+		}
 		if len(c.out) > 0 {
 			if !l.flush(c) {
 				return // blocked (EPOLLOUT resumes) or out of budget (ready list resumes)
@@ -411,7 +426,7 @@ func (l *Loop) process(c *Conn) {
 			return
 		}
 		before := c.progress
-		l.handler.Serve(c)
+		c.handler().Serve(c)
 		if c.progress == before && len(c.out) == 0 {
 			l.maybeReleaseBuf(c)
 			return
@@ -520,13 +535,51 @@ func (l *Loop) closeConn(c *Conn, abort bool) {
 	}
 	closeFd(c.fd)
 	c.releaseOutput()
-	l.stats.open.Add(-1)
+	if c.outbound {
+		l.outbound--
+	} else {
+		l.stats.open.Add(-1)
+	}
 	if c.busy {
 		c.closedLater = true // a worker still uses the handler's state
 	} else {
-		l.handler.Closed(c)
+		c.handler().Closed(c)
 	}
 	l.freeConn(c)
+}
+
+// errConnectTimeout is the DialErr of a connection its timeout ended.
+var errConnectTimeout = errors.New("connect timeout")
+
+// Dial starts a connection from this loop to addr, served by h instead of
+// the loop's handler: the reverse proxy's connections to its upstreams.
+// h.Open runs before Dial returns; Serve runs once the connection is
+// established (Connected) and then as for any connection. A connection
+// that fails before that, or is not established within timeout, closes
+// with DialErr set. Outbound connections do not count against MaxConns
+// and do not keep a draining loop alive. Call it on the loop goroutine.
+func (l *Loop) Dial(addr Addr, timeout time.Duration, h Handler) (*Conn, error) {
+	if l.draining {
+		return nil, errors.New("reactor: loop is shutting down")
+	}
+	fd, err := connect(addr)
+	if err != nil {
+		return nil, err
+	}
+	c := l.newConn(fd, addr)
+	c.h, c.outbound, c.connecting = h, true, true
+	if err := epollAdd(l.epfd, fd, c.slot); err != nil {
+		l.freeConn(c)
+		closeFd(fd)
+		return nil, err
+	}
+	l.outbound++
+	l.asleep = false
+	c.deadline = l.now + int64(timeout)
+	h.Open(c)
+	// No Serve until EPOLLOUT says the connect finished; epoll reports it
+	// even if it finished before the registration.
+	return c, nil
 }
 
 // Ticker is implemented by handlers that want a call on every deadline
@@ -543,7 +596,7 @@ func (l *Loop) sweep() {
 		if t, ok := l.handler.(Ticker); ok {
 			more = t.Tick()
 		}
-		l.asleep = l.stats.open.Load() == 0 && !l.paused && !more
+		l.asleep = l.stats.open.Load() == 0 && l.outbound == 0 && !l.paused && !more
 	}()
 	if l.paused && l.lfd >= 0 {
 		if resumeListener(l.epfd, l.lfd) == nil {
@@ -560,11 +613,16 @@ func (l *Loop) sweep() {
 		case len(c.out) > 0 && l.now-c.lastProgress > send:
 			l.stats.timeouts.Add(1)
 			l.log.Debug("send timeout", "peer", c.peer)
+			c.timedOut = true
 			l.closeConn(c, true)
 		case len(c.out) == 0 && c.deadline != 0 && l.now > c.deadline:
 			if !c.lingering {
 				l.stats.timeouts.Add(1)
 				l.log.Debug("read timeout", "peer", c.peer)
+			}
+			c.timedOut = true
+			if c.connecting {
+				c.dialErr = errConnectTimeout
 			}
 			l.closeConn(c, false)
 		}
@@ -584,7 +642,7 @@ func (l *Loop) drain() {
 	}
 	dr, _ := l.handler.(Drainer)
 	for _, c := range l.slots {
-		if c != nil && !c.closed && len(c.out) == 0 && !c.busy && c.rpos == c.wpos {
+		if c != nil && !c.outbound && !c.closed && len(c.out) == 0 && !c.busy && c.rpos == c.wpos {
 			if dr != nil && dr.Drain(c) {
 				c.Wake()
 				continue

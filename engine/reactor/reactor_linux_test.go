@@ -3,6 +3,7 @@ package reactor
 import (
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strings"
@@ -330,4 +331,99 @@ func TestIdleLoopSleeps(t *testing.T) {
 	h.more.Store(false)
 	time.Sleep(2 * sweepEvery) // at most one more sweep, which reads false
 	quiet("after the handler flushed")
+}
+
+// dialHandler writes msg once connected and collects the reply until
+// the peer closes; done receives what it got and the dial error.
+type dialHandler struct {
+	msg  string
+	got  []byte
+	done chan dialResult
+}
+
+type dialResult struct {
+	got     string
+	err     error
+	connect bool
+}
+
+func (h *dialHandler) Open(c *Conn) {
+	if c.Connected() {
+		panic("connected before connect finished")
+	}
+}
+
+func (h *dialHandler) Serve(c *Conn) {
+	if h.msg != "" {
+		c.Write([]byte(h.msg))
+		h.msg = ""
+	}
+	h.got = append(h.got, c.Input()...)
+	c.Consume(len(c.Input()))
+	if c.EOF() {
+		c.Close()
+	}
+}
+
+func (h *dialHandler) Closed(c *Conn) {
+	h.done <- dialResult{string(h.got), c.DialErr(), c.DialErr() == nil}
+}
+
+// TestDial: a loop's outbound connection (the reverse proxy's way to its
+// upstreams) connects, talks, and reports a refused connection as its
+// DialErr; it does not count as one of the loop's client connections.
+func TestDial(t *testing.T) {
+	g := startGroup(t, Config{Workers: 1})
+	l := g.loops[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		b := make([]byte, 5)
+		io.ReadFull(c, b)
+		c.Write([]byte("reply:" + string(b)))
+		c.Close()
+	}()
+	dial := func(addr string, h *dialHandler) {
+		t.Helper()
+		ap := netip.MustParseAddrPort(addr)
+		errc := make(chan error, 1)
+		l.Post(func() {
+			_, err := l.Dial(ap, 5*time.Second, h)
+			errc <- err
+		})
+		if err := <-errc; err != nil {
+			h.done <- dialResult{err: err}
+		}
+	}
+	h := &dialHandler{msg: "hello", done: make(chan dialResult, 1)}
+	dial(ln.Addr().String(), h)
+	select {
+	case r := <-h.done:
+		if r.err != nil || r.got != "reply:hello" {
+			t.Fatalf("dial: got %q, err %v", r.got, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("outbound connection never finished")
+	}
+	if open := g.Stats().Open; open != 0 {
+		t.Errorf("an outbound connection counted as open client connections: %d", open)
+	}
+
+	ln.Close() // nothing listens there now
+	h = &dialHandler{msg: "hello", done: make(chan dialResult, 1)}
+	dial(ln.Addr().String(), h)
+	select {
+	case r := <-h.done:
+		if r.err == nil || !strings.Contains(r.err.Error(), "refused") {
+			t.Fatalf("dial to a closed port: err %v, got %q", r.err, r.got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("refused connection never reported")
+	}
 }

@@ -206,6 +206,50 @@ func setPacing(fd int, rate uint64) error {
 	return nil
 }
 
+// connect starts a non-blocking TCP connection to addr.
+func connect(addr Addr) (int, error) {
+	family := unix.AF_INET
+	if addr.Addr().Is6() && !addr.Addr().Is4In6() {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	var sa unix.Sockaddr
+	if family == unix.AF_INET {
+		sa = &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().Unmap().As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()}
+	}
+	for {
+		err = unix.Connect(fd, sa)
+		if err == unix.EINTR {
+			continue
+		}
+		break
+	}
+	if err != nil && err != unix.EINPROGRESS {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("connect", err)
+	}
+	return fd, nil
+}
+
+// connectErr is the outcome of a non-blocking connect, once the socket
+// is writable.
+func connectErr(fd int) error {
+	v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil {
+		return os.NewSyscallError("getsockopt", err)
+	}
+	if v != 0 {
+		return os.NewSyscallError("connect", unix.Errno(v))
+	}
+	return nil
+}
+
 func setLingerZero(fd int) {
 	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 }

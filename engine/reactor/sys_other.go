@@ -31,6 +31,8 @@ func sendfile(int, int, int64, int) (int, error)              { return 0, errNot
 func setCongestion(int, string) error                         { return errNotLinux }
 func setPacing(int, uint64) error                             { return errNotLinux }
 func setLingerZero(int)                                       {}
+func connect(Addr) (int, error)                               { return -1, errNotLinux }
+func connectErr(int) error                                    { return errNotLinux }
 func shutdownWrite(int)                                       {}
 func closeFd(int)                                             {}
 func wakeLoop(int)                                            {}
