@@ -32,6 +32,7 @@ type h1Handler struct {
 	limiter  logLimiter
 	warnedCC bool
 	h2       *h2Handler
+	proxy    *proxyPool // nil without reverse proxy routes
 }
 
 // h1Conn is one connection's HTTP/1.1 state.
@@ -46,6 +47,7 @@ type h1Conn struct {
 	closeAfter  bool // close once the queued response is written
 	headStarted bool // the first byte of a request head has arrived
 	requests    int
+	proxy       *exchange // a proxied request in progress
 
 	// For the access log of the response being sent.
 	logLine  []byte
@@ -66,11 +68,18 @@ func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
 		limiter: logLimiter{perSecond: 20},
 	}
 	h.h2 = newH2Handler(h)
+	if s.proxy != nil {
+		h.proxy = newProxyPool(h)
+	}
 	return h
 }
 
 // closed releases what a connection's HTTP/1.1 state holds.
 func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
+	if st.proxy != nil {
+		st.proxy.clientClosed()
+		st.proxy = nil
+	}
 	if st.sending {
 		h.logResponse(c, st) // a response cut short: log what was sent
 	}
@@ -98,6 +107,13 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 	s := st.s
 	for {
 		s.Pump()
+		if st.proxy != nil {
+			st.proxy.pump()
+			if st.proxy != nil || c.Closed() {
+				return // the exchange moves on the reactor's events
+			}
+			continue
+		}
 		if st.sending {
 			if s.Busy() {
 				return
@@ -182,6 +198,21 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 // returns false when the answer waits for a worker.
 func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	r := &h.req
+	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
+		h.hostBuf = normHost(r.Host, h.hostBuf)
+		if rt := px.match(h.hostBuf, r.Path); rt != nil {
+			if unsafeProxyPath(r.Path) {
+				h.limiter.log(h.log, "proxy: refused path with dot segments or encoded separators", "path", string(r.Path), "peer", c.Peer())
+				st.closeAfter = true
+				files.ErrorResponse(&st.files.Resp, 400)
+				st.s.Consume(n)
+				h.send(c, st, r, nil)
+				return true
+			}
+			h.startProxy(c, st, rt, n)
+			return true
+		}
+	}
 	s, hb := h.srv.sites.lookup(r.Host, h.hostBuf)
 	h.hostBuf = hb
 	resp := &st.files.Resp

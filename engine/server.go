@@ -39,6 +39,7 @@ type Server struct {
 	alog    *accessLog
 	limits  h1.Limits
 	h3      *h3.Server // nil when no site serves HTTP/3
+	proxy   *proxyRoutes // nil without reverse proxy routes
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
@@ -109,6 +110,14 @@ type Stats struct {
 	HashTime           time.Duration // time the hashing workers spent (CPU-bound: about their CPU time)
 	ManifestMismatches int64         // files whose bytes contradicted the manifest
 	DigestsKnown       int           // digests in the cache
+
+	// The reverse proxy's upstream connections.
+	ProxyOpened       int64 // connections opened to upstreams
+	ProxyReused       int64 // requests sent on a pooled connection
+	ProxyFailed       int64 // connections that failed (refused, connect timeout): the upstream backs off
+	ProxyRetried      int64 // idempotent requests sent again after a pooled connection closed under them
+	ProxyTimeouts     int64 // response_timeout or send timeouts to upstreams (504)
+	ProxyBadResponses int64 // upstream responses the proxy could not relay (502, or a reset mid-body)
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -134,6 +143,11 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		MaxTargetBytes: int(cfg.Limits.MaxURIBytes),
 	}
 	var err error
+	if cfg.ProxyOn() {
+		if s.proxy, err = newProxyRoutes(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if s.sites, err = newSiteTable(cfg); err != nil {
 		return nil, err
 	}
@@ -425,6 +439,10 @@ func (s *Server) Stats() Stats {
 		CacheEntries:       s.cache.Len(),
 		CacheHits:          s.cache.Hits.Load(),
 		CacheMisses:        s.cache.Misses.Load(),
+	}
+	if p := s.proxy; p != nil {
+		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
+		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
 	}
 	s.h3Stats(&st)
 	return st

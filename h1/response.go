@@ -81,6 +81,32 @@ func StatusText(code int) string {
 		return "Service Unavailable"
 	case 505:
 		return "HTTP Version Not Supported"
+	case 201:
+		return "Created"
+	case 202:
+		return "Accepted"
+	case 302:
+		return "Found"
+	case 303:
+		return "See Other"
+	case 307:
+		return "Temporary Redirect"
+	case 308:
+		return "Permanent Redirect"
+	case 401:
+		return "Unauthorized"
+	case 409:
+		return "Conflict"
+	case 410:
+		return "Gone"
+	case 422:
+		return "Unprocessable Content"
+	case 429:
+		return "Too Many Requests"
+	case 502:
+		return "Bad Gateway"
+	case 504:
+		return "Gateway Timeout"
 	}
 	return "Status " + strconv.Itoa(code)
 }

@@ -510,9 +510,9 @@ var errorPages = func() map[int][]Part {
 		301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
 		405: "Method Not Allowed", 408: "Request Timeout", 412: "Precondition Failed",
 		414: "URI Too Long", 416: "Range Not Satisfiable", 421: "Misdirected Request",
-		431: "Request Header Fields Too Large",
-		500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
-		505: "HTTP Version Not Supported",
+		413: "Content Too Large", 431: "Request Header Fields Too Large",
+		500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable",
+		504: "Gateway Timeout", 505: "HTTP Version Not Supported",
 	} {
 		t := strconv.Itoa(code) + " " + text
 		body := []byte("<html><head><title>" + t + "</title></head><body><h1>" + t + "</h1></body></html>\n")

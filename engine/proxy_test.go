@@ -1,0 +1,425 @@
+package engine_test
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// backend is a Go net/http upstream that counts the connections it
+// accepted.
+type backend struct {
+	*httptest.Server
+	conns atomic.Int64
+}
+
+func newBackend(t *testing.T, h http.Handler, opts ...func(*http.Server)) *backend {
+	t.Helper()
+	b := &backend{}
+	b.Server = httptest.NewUnstartedServer(h)
+	for _, o := range opts {
+		o(b.Server.Config)
+	}
+	b.Server.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			b.conns.Add(1)
+		}
+	}
+	b.Start()
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *backend) hostPort() string { return strings.TrimPrefix(b.URL, "http://") }
+
+// proxyConfig is a server with a file site and a route for prefix to the
+// given upstreams.
+func proxyConfig(t *testing.T, prefix string, extra string, upstreams ...string) string {
+	root := t.TempDir()
+	writeFile(t, root+"/file.txt", "from disk")
+	return fmt.Sprintf("root = %q\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\npath_prefix = %q\nupstreams = [%s]\n%s",
+		root, prefix, `"`+strings.Join(upstreams, `", "`)+`"`, extra)
+}
+
+// TestProxyBasics: a route sends its prefix to the upstream with a
+// re-framed request (hop-by-hop fields gone, forwarding fields added) and
+// relays the response; other paths are served from disk.
+func TestProxyBasics(t *testing.T) {
+	var seen http.Header
+	var seenMu sync.Mutex
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seenMu.Lock()
+		seen = r.Header.Clone()
+		seen.Set("X-Test-Host", r.Host)
+		seen.Set("X-Test-URI", r.RequestURI)
+		seenMu.Unlock()
+		w.Header().Set("X-Backend", "yes")
+		w.Header().Set("Connection", "X-Secret")
+		w.Header().Set("X-Secret", "hop")
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	ts := start(t, proxyConfig(t, "/api/", "", b.hostPort()))
+
+	req, _ := http.NewRequest("GET", ts.url+"/api/x?q=1", nil)
+	req.Host = "media.example.com"
+	req.Header.Set("Connection", "keep-alive, X-Drop")
+	req.Header.Set("X-Drop", "hop")
+	req.Header.Set("Keep-Alive", "timeout=5")
+	req.Header.Set("X-Forwarded-For", "6.6.6.6") // not from a trusted proxy: replaced
+	req.Header.Set("Proxy-Authorization", "secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello /api/x" || resp.Header.Get("X-Backend") != "yes" {
+		t.Fatalf("proxied: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if resp.Header.Get("X-Secret") != "" {
+		t.Errorf("a field the upstream's Connection named reached the client")
+	}
+	seenMu.Lock()
+	h := seen
+	seenMu.Unlock()
+	for k, want := range map[string]string{
+		"X-Test-Host": "media.example.com", "X-Test-Uri": "/api/x?q=1", "X-Forwarded-For": "127.0.0.1",
+		"X-Forwarded-Proto": "http", "X-Forwarded-Host": "media.example.com",
+		"Forwarded": "for=127.0.0.1;host=media.example.com;proto=http", "Via": "1.1 engine",
+	} {
+		if got := h.Get(k); got != want {
+			t.Errorf("upstream saw %s: %q, want %q", k, got, want)
+		}
+	}
+	for _, k := range []string{"X-Drop", "Keep-Alive", "Proxy-Authorization"} {
+		if h.Get(k) != "" {
+			t.Errorf("hop-by-hop field %s reached the upstream", k)
+		}
+	}
+
+	resp, err = http.Get(ts.url + "/file.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "from disk" {
+		t.Errorf("a path outside the route: %q", body)
+	}
+
+	// A path that would leave the prefix on the upstream is refused.
+	c := dial(t, ts.addr)
+	c.send("GET /api/../admin HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r := c.head("GET"); r.StatusCode != 400 {
+		t.Errorf("dot segments under a route: %d", r.StatusCode)
+	}
+}
+
+// TestProxyReuse: 64 client connections and 10,000 requests use only a
+// handful of upstream connections.
+func TestProxyReuse(t *testing.T) {
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	ts := start(t, proxyConfig(t, "/", "", b.hostPort()))
+	const clients, perClient = 64, 10000 / 64
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("tcp", ts.addr)
+			if err != nil {
+				failed.Add(perClient)
+				return
+			}
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			for range perClient {
+				io.WriteString(conn, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(body) != "ok" {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d requests failed", failed.Load())
+	}
+	n := b.conns.Load()
+	st := ts.Stats()
+	t.Logf("%d requests from %d client connections used %d upstream connections (opened %d, reused %d)", clients*perClient, clients, n, st.ProxyOpened, st.ProxyReused)
+	if n > clients || st.ProxyOpened != n || st.ProxyReused != int64(clients*perClient)-n {
+		t.Errorf("upstream connections not reused: %d for %d client connections; opened %d, reused %d", n, clients, st.ProxyOpened, st.ProxyReused)
+	}
+}
+
+// TestProxyStreaming: a large response streams through byte-exact, and
+// uploads (Content-Length and chunked) stream to the upstream whole.
+func TestProxyStreaming(t *testing.T) {
+	const size = 64 << 20
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+			buf := make([]byte, 1<<20)
+			for i := 0; i < size; i += len(buf) {
+				for j := range buf {
+					buf[j] = byte((i + j) * 7)
+				}
+				w.Write(buf)
+			}
+		case "/chunked":
+			for i := range 100 {
+				fmt.Fprintf(w, "line %d\n", i)
+				w.(http.Flusher).Flush()
+			}
+		case "/upload":
+			h := sha256.New()
+			n, _ := io.Copy(h, r.Body)
+			fmt.Fprintf(w, "%d %s %v", n, hex.EncodeToString(h.Sum(nil)), r.TransferEncoding)
+		}
+	}))
+	ts := start(t, proxyConfig(t, "/", "", b.hostPort()))
+
+	resp, err := http.Get(ts.url + "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.New()
+	buf := make([]byte, 1<<20)
+	for i := 0; i < size; i += len(buf) {
+		for j := range buf {
+			buf[j] = byte((i + j) * 7)
+		}
+		want.Write(buf)
+	}
+	got := sha256.New()
+	n, err := io.Copy(got, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size || string(got.Sum(nil)) != string(want.Sum(nil)) || resp.ContentLength != size {
+		t.Fatalf("big response: %d bytes (length %d), err %v, digest match %v", n, resp.ContentLength, err, string(got.Sum(nil)) == string(want.Sum(nil)))
+	}
+
+	resp, err = http.Get(ts.url + "/chunked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(string(body), "line 0\n") || !strings.HasSuffix(string(body), "line 99\n") || len(resp.TransferEncoding) == 0 {
+		t.Fatalf("chunked response: %q... te %v", body[:min(len(body), 20)], resp.TransferEncoding)
+	}
+
+	upload := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	sum := sha256.Sum256([]byte(upload))
+	for _, chunked := range []bool{false, true} {
+		var r io.Reader = strings.NewReader(upload)
+		if chunked {
+			r = io.MultiReader(r) // unknown length: net/http sends it chunked
+		}
+		req, _ := http.NewRequest("POST", ts.url+"/upload", r)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		wantTE := "[]"
+		if chunked {
+			wantTE = "[chunked]"
+		}
+		if string(body) != fmt.Sprintf("%d %s %s", len(upload), hex.EncodeToString(sum[:]), wantTE) {
+			t.Errorf("upload (chunked %v): upstream saw %q", chunked, body)
+		}
+	}
+}
+
+// TestProxyErrors: an upstream that is down answers 502 at once, one too
+// slow 504, a garbage response 502, a cut body resets the client; the
+// files beside the route keep being served.
+func TestProxyErrors(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := ln.Addr().String()
+	ln.Close()
+
+	garbage := rawBackend(t, func(c net.Conn) {
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello")
+	})
+	cut := rawBackend(t, func(c net.Conn) {
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\npartial")
+	})
+	slow := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+		}
+	}))
+	root := t.TempDir()
+	writeFile(t, root+"/file.txt", "from disk")
+	cfg := fmt.Sprintf(`root = %q
+[reverse_proxy]
+enabled = true
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/down/"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/garbage/"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/cut/"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/slow/"
+upstreams = [%q]
+response_timeout = "300ms"
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/small/"
+upstreams = [%q]
+max_body = "10"
+`, root, down, garbage, cut, slow.hostPort(), slow.hostPort())
+	var log syncBuffer
+	ts := startLog(t, cfg, &log)
+	get := func(path string) (int, error) {
+		resp, err := http.Get(ts.url + path)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return resp.StatusCode, err
+	}
+	t0 := time.Now()
+	if code, _ := get("/down/x"); code != 502 {
+		t.Errorf("upstream down: %d, want 502", code)
+	}
+	if code, _ := get("/down/x"); code != 502 || time.Since(t0) > 2*time.Second {
+		t.Errorf("upstream down again: %d after %v, want 502 at once", code, time.Since(t0))
+	}
+	if code, _ := get("/garbage/x"); code != 502 {
+		t.Errorf("garbage response: %d, want 502", code)
+	}
+	if code, err := get("/cut/x"); err == nil {
+		t.Errorf("cut body: status %d and a clean end; want an error", code)
+	}
+	t0 = time.Now()
+	if code, _ := get("/slow/x"); code != 504 || time.Since(t0) > 3*time.Second {
+		t.Errorf("slow upstream: %d after %v, want 504 after response_timeout", code, time.Since(t0))
+	}
+	resp, err := http.Post(ts.url+"/small/x", "text/plain", strings.NewReader("more than ten bytes"))
+	if err != nil || resp.StatusCode != 413 {
+		t.Errorf("body over max_body: %v %v", resp, err)
+	}
+	if resp != nil {
+		resp.Body.Close()
+	}
+	if code, _ := get("/file.txt"); code != 200 {
+		t.Errorf("files beside the routes: %d", code)
+	}
+	for _, want := range []string{"route=reverse_proxy.routes[0]", "route=reverse_proxy.routes[1]", "upstream response_timeout"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, log.String())
+		}
+	}
+}
+
+// TestProxyStaleConnection: an upstream whose keep-alive timeout is
+// shorter than the pool's idle timeout closes pooled connections; the
+// client never sees it.
+func TestProxyStaleConnection(t *testing.T) {
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		func(s *http.Server) { s.IdleTimeout = 50 * time.Millisecond })
+	ts := start(t, proxyConfig(t, "/", "", b.hostPort()))
+	for i := range 20 {
+		resp, err := http.Get(ts.url + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("request %d after the upstream closed idle connections: %d %q", i, resp.StatusCode, body)
+		}
+		time.Sleep(time.Duration(i%3) * 40 * time.Millisecond)
+	}
+}
+
+// TestProxyClientAbort: a client that goes away mid-response closes the
+// upstream request.
+func TestProxyClientAbort(t *testing.T) {
+	gone := make(chan struct{})
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(buf); err != nil {
+				close(gone)
+				return
+			}
+		}
+	}))
+	ts := start(t, proxyConfig(t, "/", "", b.hostPort()))
+	c := dial(t, ts.addr)
+	c.send("GET /stream HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(200 * time.Millisecond)
+	c.Close()
+	select {
+	case <-gone:
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("the upstream kept sending after the client left")
+	}
+}
+
+// rawBackend runs serve for every connection to a plain TCP listener.
+func rawBackend(t *testing.T, serve func(net.Conn)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); serve(c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func readHead(c net.Conn) {
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil || line == "\r\n" {
+			return
+		}
+	}
+}

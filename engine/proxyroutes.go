@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/mediaship/engine/engine/config"
+)
+
+// proxyRoutes are the reverse proxy's routes, shared by every loop.
+// Immutable after construction except the upstreams' health and counts.
+type proxyRoutes struct {
+	exact     map[string][]*route // domain -> its routes, longest prefix first
+	wildcards []wildcardRoutes    // "*.example.com", longest suffix first
+	any       []*route            // domain "*"
+	trusted   []netip.Prefix
+	stats     proxyCounters
+}
+
+type wildcardRoutes struct {
+	suffix string // ".example.com"
+	routes []*route
+}
+
+// route is one [[reverse_proxy.routes]] table.
+type route struct {
+	cfg    *config.Route
+	key    string // "reverse_proxy.routes[N]", for logs
+	prefix string
+	ups    []*upstream
+	next   atomic.Uint32 // round robin
+}
+
+// upstream is one upstream address. Its pooled connections belong to
+// loops; its health is shared.
+type upstream struct {
+	name      string // as configured
+	addr      netip.AddrPort
+	downUntil atomic.Int64 // unix nanoseconds: skipped until then after a failure
+	active    atomic.Int64 // exchanges in progress (least_conn)
+}
+
+// proxyCounters count what the upstream pools did.
+type proxyCounters struct {
+	opened, reused, failed, retried, timeouts, badResponses atomic.Int64
+}
+
+// upstreamBackoff is how long an upstream that refused or timed out is
+// skipped (nginx's fail_timeout default).
+const upstreamBackoff = 10 * time.Second
+
+// newProxyRoutes builds the route table. Host names among the upstreams
+// are resolved once, here; one that does not resolve stops the start.
+func newProxyRoutes(cfg *config.Config) (*proxyRoutes, error) {
+	rp := &cfg.ReverseProxy
+	t := &proxyRoutes{exact: map[string][]*route{}, trusted: rp.Trusted}
+	ups := map[string]*upstream{}
+	wild := map[string][]*route{}
+	for i := range rp.Routes {
+		rc := &rp.Routes[i]
+		r := &route{cfg: rc, key: fmt.Sprintf("reverse_proxy.routes[%d]", i), prefix: rc.PathPrefix}
+		for _, name := range rc.Upstreams {
+			u := ups[name]
+			if u == nil {
+				addr, err := resolveUpstream(name)
+				if err != nil {
+					return nil, fmt.Errorf("engine: %s.upstreams: %q: %w", r.key, name, err)
+				}
+				u = &upstream{name: name, addr: addr}
+				ups[name] = u
+			}
+			r.ups = append(r.ups, u)
+		}
+		d := strings.ToLower(strings.TrimSuffix(rc.Domain, "."))
+		switch {
+		case d == "*":
+			t.any = append(t.any, r)
+		case strings.HasPrefix(d, "*."):
+			wild[d[1:]] = append(wild[d[1:]], r)
+		default:
+			t.exact[d] = append(t.exact[d], r)
+		}
+	}
+	byPrefix := func(rs []*route) {
+		sort.SliceStable(rs, func(i, j int) bool { return len(rs[i].prefix) > len(rs[j].prefix) })
+	}
+	for _, rs := range t.exact {
+		byPrefix(rs)
+	}
+	byPrefix(t.any)
+	for suffix, rs := range wild {
+		byPrefix(rs)
+		t.wildcards = append(t.wildcards, wildcardRoutes{suffix, rs})
+	}
+	sort.Slice(t.wildcards, func(i, j int) bool { return len(t.wildcards[i].suffix) > len(t.wildcards[j].suffix) })
+	return t, nil
+}
+
+func resolveUpstream(name string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(name); err == nil {
+		return ap, nil
+	}
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("cannot resolve %s: %v", host, err)
+	}
+	ap, err := netip.ParseAddrPort(net.JoinHostPort(addrs[0].Unmap().String(), port))
+	return ap, err
+}
+
+// match returns the route for host (lowercase, no port) and path, or nil:
+// the longest prefix among the routes of the most specific domain that
+// has routes (exact, then the longest wildcard, then "*").
+func (t *proxyRoutes) match(host, path []byte) *route {
+	if rs, ok := t.exact[string(host)]; ok {
+		return longestPrefix(rs, path)
+	}
+	for _, w := range t.wildcards {
+		if len(host) > len(w.suffix) && string(host[len(host)-len(w.suffix):]) == w.suffix {
+			return longestPrefix(w.routes, path)
+		}
+	}
+	return longestPrefix(t.any, path)
+}
+
+func longestPrefix(rs []*route, path []byte) *route {
+	for _, r := range rs {
+		if len(path) >= len(r.prefix) && string(path[:len(r.prefix)]) == r.prefix {
+			return r
+		}
+	}
+	return nil
+}
+
+// pick chooses an upstream by the route's policy among those not backing
+// off, or nil when every one is.
+func (r *route) pick(now int64) *upstream {
+	n := len(r.ups)
+	if r.cfg.LB == "least_conn" {
+		var best *upstream
+		for _, u := range r.ups {
+			if u.downUntil.Load() > now {
+				continue
+			}
+			if best == nil || u.active.Load() < best.active.Load() {
+				best = u
+			}
+		}
+		return best
+	}
+	start := int(r.next.Add(1) - 1)
+	for i := 0; i < n; i++ {
+		if u := r.ups[(start+i)%n]; u.downUntil.Load() <= now {
+			return u
+		}
+	}
+	return nil
+}
