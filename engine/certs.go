@@ -98,6 +98,45 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			t.def12 = v12
 		}
 	}
+	if rp := &cfg.ReverseProxy; rp.Enabled {
+		// The proxy's certificate answers for the route domains that no
+		// site's certificate names.
+		cert := selfSigned
+		if rp.TLS.Cert != "" {
+			c, err := tls.LoadX509KeyPair(rp.TLS.Cert, rp.TLS.Key)
+			if err != nil {
+				return nil, &config.Error{File: cfg.File(), Line: cfg.Line("reverse_proxy.tls.cert"), Key: "reverse_proxy.tls",
+					Msg: fmt.Sprintf("cannot load certificate %s with key %s: %v", rp.TLS.Cert, rp.TLS.Key, err)}
+			}
+			cert = &c
+		}
+		v12 := rp.TLS.MinVersion == "1.2"
+		for i := range rp.Routes {
+			if cert == nil {
+				break
+			}
+			d := strings.ToLower(strings.TrimSuffix(rp.Routes[i].Domain, "."))
+			switch {
+			case d == "*":
+				if t.def == nil {
+					t.def, t.def12 = cert, v12
+				}
+			case strings.HasPrefix(d, "*."):
+				if _, ok := t.v12[d[1:]]; !ok {
+					t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
+					t.v12[d[1:]] = v12
+				}
+			default:
+				if t.exact[d] == nil {
+					t.exact[d] = cert
+					t.v12[d] = v12
+				}
+			}
+		}
+		if t.def == nil {
+			t.def, t.def12 = cert, v12
+		}
+	}
 	if t.def == nil {
 		t.def = selfSigned
 	}

@@ -2,13 +2,16 @@ package engine_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -421,5 +424,64 @@ func readHead(c net.Conn) {
 		if err != nil || line == "\r\n" {
 			return
 		}
+	}
+}
+
+// TestProxyTLS: the proxy's own certificate answers for a route domain
+// (SNI) beside a site with its certificate, and proxied responses go
+// back through TLS byte-exact, to Go's client and to curl.
+func TestProxyTLS(t *testing.T) {
+	const size = 8 << 20
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		w.Write([]byte(strings.Repeat("z", size)))
+	}))
+	dir := t.TempDir()
+	site := newPKI(t, dir, "files.example")
+	api := newPKI(t, dir, "api.example")
+	root := t.TempDir()
+	writeFile(t, root+"/file.txt", "from disk")
+	ts := start(t, fmt.Sprintf(`
+[[sites]]
+domain = "files.example"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[kernel]
+ktls = "auto"
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "api.example"
+upstreams = [%q]
+`, root, site.certFile, site.keyFile, api.certFile, api.keyFile, b.hostPort()))
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: api.pool},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, ts.addr)
+		},
+	}}
+	resp, err := client.Get("https://api.example/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || len(body) != size || strings.Trim(string(body), "z") != "" {
+		t.Fatalf("through TLS: %d bytes, err %v", len(body), err)
+	}
+	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "api.example" {
+		t.Errorf("route domain got the wrong certificate")
+	}
+
+	curl := requireTool(t, "curl")
+	out, err := exec.Command(curl, "-sS", "--http1.1", "--cacert", api.caFile, "--resolve", "api.example:"+portOf(ts.addr)+":127.0.0.1",
+		"-o", "/dev/null", "-w", "%{http_code} %{size_download}", "https://api.example:"+portOf(ts.addr)+"/big").CombinedOutput()
+	if err != nil || string(out) != fmt.Sprintf("200 %d", size) {
+		t.Errorf("curl through the proxy: %s %v", out, err)
 	}
 }
