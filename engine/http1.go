@@ -77,7 +77,7 @@ func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
 // closed releases what a connection's HTTP/1.1 state holds.
 func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 	if st.proxy != nil {
-		st.proxy.clientClosed()
+		st.proxy.clientGone()
 		st.proxy = nil
 	}
 	if st.sending {

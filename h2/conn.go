@@ -118,6 +118,16 @@ type Handler interface {
 	StreamDone(st *Stream)
 }
 
+// BodyHandler is a Handler that reads request bodies. Body is called for
+// each DATA frame of a stream after its Request (p is valid only during
+// the call; end is END_STREAM), and with end set when trailers end the
+// request. The stream's receive window opens again only as the handler
+// calls Consumed, so a client sends no faster than the handler passes
+// the bytes on. Without it, request bodies are discarded unread.
+type BodyHandler interface {
+	Body(st *Stream, p []byte, end bool)
+}
+
 // Sink takes a connection's output, in order.
 type Sink interface {
 	// Bytes takes frame bytes to send as they are; p is only valid during
@@ -153,7 +163,9 @@ type Stream struct {
 	localAt    int64 // when the response ended, for a request that has not
 	sendWindow int64 // may go negative after a SETTINGS change
 	recvWindow int64
-	bodyLen    int64
+	bodyLen    int64 // -1: streamed (BodyReady, EndBody)
+	avail      int64 // streamed: body bytes the handler has ready, from 0
+	ended      bool  // streamed: EndBody called
 	sent       int64
 	bodyRecv   int64
 	blocked    int64 // monotonic ns since the stream waits on a window; 0 when not
@@ -161,6 +173,21 @@ type Stream struct {
 	served     uint64
 	arena      []byte // request field bytes
 }
+
+// left is how many body bytes Produce can send now.
+func (st *Stream) left() int64 {
+	if st.bodyLen < 0 {
+		return st.avail - st.sent
+	}
+	return st.bodyLen - st.sent
+}
+
+// final reports whether the body's end is known: a length, or EndBody.
+func (st *Stream) final() bool { return st.bodyLen >= 0 || st.ended }
+
+// RemoteDone reports whether the request is complete (END_STREAM
+// received): no body, or all of it.
+func (st *Stream) RemoteDone() bool { return st.remoteDone }
 
 // Sent returns how many body bytes have been produced.
 func (st *Stream) Sent() int64 { return st.sent }
@@ -579,9 +606,50 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		return c.deadErr()
 	}
 	if f.StreamEnded() {
-		return c.remoteEnd(st)
+		if err := c.remoteEnd(st); err != nil || st.done && st.Reset {
+			return err
+		}
 	}
-	return nil
+	if bh, ok := c.h.(BodyHandler); ok && !st.done {
+		bh.Body(st, f.Data(), f.StreamEnded())
+	}
+	return c.deadErr()
+}
+
+// Consumed opens st's receive window by n bytes of its request body that
+// the handler has passed on (BodyHandler).
+func (c *Conn) Consumed(st *Stream, n int) {
+	if n <= 0 || c.dead || st.remoteDone || c.streams[st.ID] != st {
+		return
+	}
+	st.recvWindow += int64(n)
+	c.fr.WriteWindowUpdate(st.ID, uint32(n))
+}
+
+// BodyReady says the first n bytes of st's streamed body (Respond with
+// bodyLen -1) are ready for Produce to pull through the Sink.
+func (c *Conn) BodyReady(st *Stream, n int64) {
+	if st.bodyLen < 0 && n > st.avail {
+		st.avail = n
+	}
+}
+
+// EndBody says st's streamed body ends after the bytes made ready: the
+// last DATA frame carries END_STREAM (an empty one if need be).
+func (c *Conn) EndBody(st *Stream) {
+	if st.bodyLen < 0 {
+		st.ended = true
+	}
+}
+
+// AbortStream resets st (INTERNAL_ERROR) because its response cannot be
+// completed: a proxied body cut by its upstream. The client never takes
+// it for a whole response.
+func (c *Conn) AbortStream(st *Stream) {
+	if st.done && !st.localDone || c.dead || c.streams[st.ID] != st && st.localDone {
+		return
+	}
+	c.abortStream(st)
 }
 
 // remoteEnd marks the request complete (END_STREAM).

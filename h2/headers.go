@@ -183,7 +183,12 @@ func (c *Conn) headersDone() error {
 		case h.bad != nil || !h.end:
 			c.malformed(st, "trailers without END_STREAM or with pseudo-headers")
 		default:
-			return c.remoteEnd(st)
+			if err := c.remoteEnd(st); err != nil {
+				return err
+			}
+			if bh, ok := c.h.(BodyHandler); ok && !st.done {
+				bh.Body(st, nil, true) // trailers end the body; they are not passed on
+			}
 		}
 		return c.deadErr()
 	}

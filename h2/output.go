@@ -15,7 +15,9 @@ const minFrame = 4096
 
 // Respond queues st's response head, encoded now, and announces a body of
 // bodyLen bytes that Produce pulls through the Sink. With bodyLen 0 the
-// head ends the stream. A stream that is already done is ignored.
+// head ends the stream; with -1 the body is streamed: Produce pulls what
+// BodyReady made ready, and ends the stream after EndBody. A stream that
+// is already done is ignored.
 func (c *Conn) Respond(st *Stream, status int, fields []hpack.HeaderField, bodyLen int64) {
 	if st.done || st.responded || c.dead || c.streams[st.ID] != st {
 		return
@@ -116,7 +118,7 @@ func (c *Conn) Produce(s Sink, budget int) int {
 		if st == nil {
 			break
 		}
-		left := st.bodyLen - st.sent
+		left := st.left()
 		size := min(int64(c.peerMax), st.sendWindow, c.sendWin, left)
 		if room := int64(budget - n - 9); size > room {
 			if room < minFrame {
@@ -125,11 +127,14 @@ func (c *Conn) Produce(s Sink, budget int) int {
 			size = room
 		}
 		var flags http2.Flags
-		if size == left {
+		end := size == left && st.final()
+		if end {
 			flags = http2.FlagDataEndStream
 		}
 		appendFrameHeader(hdr[:0], int(size), http2.FrameData, flags, st.ID)
-		if !s.Data(st, hdr[:], st.sent, int(size)) {
+		if size == 0 {
+			s.Bytes(hdr[:]) // a streamed body's end: an empty DATA frame
+		} else if !s.Data(st, hdr[:], st.sent, int(size)) {
 			c.abortStream(st)
 			if k := min(len(c.ctrl), budget-n); k > 0 {
 				// The RST_STREAM goes out now, before another stream's
@@ -153,20 +158,39 @@ func (c *Conn) Produce(s Sink, budget int) int {
 		c.serveSeq++
 		st.served = c.serveSeq
 		n += 9 + int(size)
-		if size == left {
+		if end {
 			c.localEnd(st)
 			c.connBlock = 0 // a finished response is progress
 		}
 	}
 	for _, st := range c.sending {
-		if st.sendWindow <= 0 && st.blocked == 0 {
+		if st.sendWindow <= 0 && st.left() > 0 && st.blocked == 0 {
 			st.blocked, st.markSent = max(c.now, 1), st.sent
 		}
 	}
-	if len(c.sending) > 0 && c.connBlock == 0 {
+	if c.connBlock == 0 && c.waiting() {
 		c.connBlock, c.connMark = max(c.now, 1), c.connSent
 	}
 	return n
+}
+
+// ready reports whether Produce can send something of st now: body bytes
+// within its window, or the empty frame that ends a streamed body.
+func (st *Stream) ready() bool {
+	left := st.left()
+	return left > 0 && st.sendWindow > 0 || left == 0 && st.ended
+}
+
+// waiting reports whether some response has body bytes ready that the
+// client's windows hold back: a streamed body waiting for its upstream is
+// not the client's stall.
+func (c *Conn) waiting() bool {
+	for _, st := range c.sending {
+		if st.left() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // pick chooses the next stream to send DATA for (RFC 9218): the lowest
@@ -175,7 +199,7 @@ func (c *Conn) Produce(s Sink, budget int) int {
 func (c *Conn) pick() *Stream {
 	var best *Stream
 	for _, st := range c.sending {
-		if st.sendWindow <= 0 {
+		if !st.ready() {
 			continue
 		}
 		if best == nil || before(st, best) {
@@ -203,11 +227,11 @@ func (c *Conn) HasOutput() bool {
 	if len(c.ctrl) > 0 {
 		return true
 	}
-	if c.dead || c.sendWin <= 0 {
+	if c.dead {
 		return false
 	}
 	for _, st := range c.sending {
-		if st.sendWindow > 0 {
+		if st.ready() && (c.sendWin > 0 || st.left() == 0) {
 			return true
 		}
 	}
@@ -231,12 +255,12 @@ func (c *Conn) Expire(now, timeout, bodyTimeout int64) error {
 	if c.dead {
 		return nil
 	}
-	if len(c.sending) == 0 {
+	if !c.waiting() {
 		c.connBlock = 0
 	}
 	var stalled []uint32
 	for _, st := range c.sending {
-		if st.blocked != 0 && st.sendWindow < min(stallProgress, st.bodyLen-st.sent) && now-st.blocked > timeout {
+		if st.blocked != 0 && st.sendWindow < min(stallProgress, st.left()) && now-st.blocked > timeout {
 			stalled = append(stalled, st.ID)
 		}
 	}
@@ -244,7 +268,7 @@ func (c *Conn) Expire(now, timeout, bodyTimeout int64) error {
 		c.event(EventStall, nil)
 		c.resetStream(id, http2.ErrCodeCancel)
 	}
-	if c.connBlock != 0 && len(c.sending) > 0 && now-c.connBlock > timeout {
+	if c.connBlock != 0 && c.waiting() && now-c.connBlock > timeout {
 		// Responses are waiting, yet for timeout the connection has
 		// neither sent stallProgress bytes nor finished a response: its
 		// window is shut or trickled, or its streams are, one after

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"strconv"
+
+	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/h1"
+)
+
+// h1Client is the HTTP/1.1 side of an exchange.
+type h1Client struct {
+	h       *h1Handler
+	c       *reactor.Conn
+	st      *h1Conn
+	minor   int
+	log     h1.Request // what the access log needs of the request, copied
+	reqBody h1.BodyReader
+	taken   int  // input bytes pullBody read, consumed by bodyTaken
+	chunk   bool // the response goes chunked
+	lenBuf  [20]byte
+}
+
+// startProxy begins the exchange for the request h.req (head n bytes)
+// that matched route rt; it runs from the reactor's events, and the
+// connection's Serve waits for it (h1Conn.proxy).
+func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
+	r := &h.req
+	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor}
+	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
+	for _, name := range []string{"referer", "user-agent"} {
+		if v := r.Get(name); v != nil {
+			cl.log.Headers = append(cl.log.Headers, h1.Header{Name: []byte(name), Value: clone(v)})
+		}
+	}
+	ex := &exchange{h: h, cl: cl, peer: c.Peer(), path: string(r.Path), r: rt, isHead: string(r.Method) == "HEAD",
+		idempotent: idempotentMethods[string(r.Method)] && !r.HasBody()}
+	st.s.Consume(n)
+	st.headStarted = false
+	st.requests++
+	c.SetReadDeadline(0)
+	if r.Close {
+		st.closeAfter = true
+	}
+	st.proxy = ex
+	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
+		st.closeAfter = true // the body stays unread
+		ex.fail(413, "request body over max_body", nil)
+		return
+	}
+	cl.reqBody.ResetRequest(r)
+	ex.reqChunked = r.Chunked
+	ex.reqDone = !r.HasBody()
+	ex.expect100 = r.HasBody() && r.Minor == 1 && h1.EqualFold(r.Get("expect"), "100-continue")
+	via := "1.1"
+	if r.Minor == 0 {
+		via = "1.0"
+	}
+	ex.head = h.upstreamHead(&upstreamRequest{method: r.Method, path: r.Path, query: r.Query, host: r.Host,
+		fields: r.Headers, connection: r.Get("connection"), via: via, peer: c.Peer().Addr(),
+		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked})
+	ex.start()
+}
+
+func (cl *h1Client) pullBody() ([]byte, bool, error) {
+	s := cl.st.s
+	in := s.Input()
+	if len(in) == 0 {
+		if s.EOF() || cl.c.Closed() {
+			return nil, false, errClientGone
+		}
+		// The body must keep coming: body_timeout between arrivals.
+		cl.c.SetReadDeadline(cl.h.srv.cfg.Limits.BodyTimeout.D())
+		return nil, false, nil
+	}
+	n, data, err := cl.reqBody.Read(in)
+	if err != nil {
+		return nil, false, err
+	}
+	cl.taken = n
+	return data, cl.reqBody.Done(), nil
+}
+
+func (cl *h1Client) bodyTaken() {
+	cl.st.s.Consume(cl.taken)
+	cl.taken = 0
+	if cl.reqBody.Done() {
+		cl.c.SetReadDeadline(0)
+	}
+	cl.c.Wake() // it may have stopped reading with a full buffer
+}
+
+func (cl *h1Client) continue100() { cl.st.s.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")) }
+
+func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+	h, st := cl.h, cl.st
+	b := h1.AppendStatusLine(h.head[:0], r.Status)
+	if len(r.Reason) > 0 {
+		b = append(b[:len("HTTP/1.1 000 ")], r.Reason...) // the upstream's reason phrase
+		b = append(b, "\r\n"...)
+	}
+	for _, f := range r.Headers {
+		if dropField(f.Name, conn) && !(!hasBody && h1.EqualFold(f.Name, "content-length")) {
+			continue
+		}
+		b = append(b, f.Name...)
+		b = append(b, ": "...)
+		b = append(b, f.Value...)
+		b = append(b, "\r\n"...)
+	}
+	if hasBody {
+		switch {
+		case bodyLen >= 0:
+			b = strconv.AppendInt(append(b, "Content-Length: "...), bodyLen, 10)
+			b = append(b, "\r\n"...)
+		case cl.minor == 1:
+			cl.chunk = true
+			b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		default:
+			st.closeAfter = true // HTTP/1.0: the end of the body is the close
+		}
+	}
+	if st.proxy != nil && !st.proxy.reqDone {
+		st.closeAfter = true // the rest of the request body will not be read
+	}
+	if h.loop.Draining() || st.s.Retiring() {
+		st.closeAfter = true
+	}
+	switch {
+	case st.closeAfter:
+		b = append(b, "Connection: close\r\n"...)
+	case cl.minor == 0:
+		b = append(b, "Connection: keep-alive\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	h.head = b
+	st.s.StartResponse(&st.resp)
+	st.s.Write(b)
+	st.logStart = st.s.Sent() + int64(len(b))
+	if h.srv.alog != nil {
+		h.startLogLine(cl.c, st, &cl.log, r.Status)
+	}
+}
+
+func (cl *h1Client) room() bool {
+	cl.st.s.Pump()
+	return !cl.st.s.Busy()
+}
+
+func (cl *h1Client) body(p []byte) {
+	s := cl.st.s
+	if cl.chunk {
+		s.Write(strconv.AppendInt(cl.lenBuf[:0], int64(len(p)), 16))
+		s.Write([]byte("\r\n"))
+		s.Write(p)
+		s.Write([]byte("\r\n"))
+		return
+	}
+	s.Write(p)
+}
+
+func (cl *h1Client) end() {
+	if cl.chunk {
+		cl.st.s.Write([]byte("0\r\n\r\n"))
+	}
+}
+
+func (cl *h1Client) fail(status int) {
+	st := cl.st
+	if st.proxy != nil && !st.proxy.reqDone {
+		st.closeAfter = true // the rest of the request body will not be read
+	}
+	st.proxy = nil
+	if cl.c.Closed() {
+		return
+	}
+	files.ErrorResponse(&st.files.Resp, status)
+	cl.h.send(cl.c, st, &cl.log, nil)
+}
+
+func (cl *h1Client) abort() {
+	cl.st.proxy = nil
+	cl.c.Abort()
+}
+
+func (cl *h1Client) wake() {
+	cl.st.s.Pump()
+	cl.c.Wake()
+}
+
+func (cl *h1Client) finished() {
+	cl.st.proxy = nil
+	cl.st.sending = true // serve waits for the stream to drain, logs, and reads the next request
+}

@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"net/netip"
+	"strconv"
+
+	"github.com/mediaship/engine/h1"
+)
+
+// idempotentMethods may be retried on a fresh connection when a reused
+// one was closed under them (RFC 9110 §9.2.2), if they carry no body.
+var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// hopByHop are the fields a proxy never forwards (RFC 9110 §7.6.1), with
+// the framing fields it writes itself.
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "te": true, "trailer": true, "transfer-encoding": true,
+	"upgrade": true, "proxy-connection": true, "proxy-authenticate": true, "proxy-authorization": true,
+	"content-length": true, "expect": true,
+}
+
+// dropField reports whether a field of a message with the given
+// Connection header value must not be forwarded.
+func dropField(name, connection []byte) bool {
+	var buf [64]byte
+	low := buf[:0]
+	if len(name) > len(buf) {
+		low = make([]byte, 0, len(name))
+	}
+	for _, ch := range name {
+		if ch >= 'A' && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		low = append(low, ch)
+	}
+	if hopByHop[string(low)] || len(low) > 6 && string(low[:6]) == "proxy-" {
+		return true
+	}
+	return connection != nil && tokenListHasLower(connection, low)
+}
+
+// tokenListHasLower reports whether the comma-separated list v names
+// tok, which is lowercase (v is compared ASCII case-insensitively).
+func tokenListHasLower(v, tok []byte) bool {
+	for len(v) > 0 {
+		i := 0
+		for i < len(v) && v[i] != ',' {
+			i++
+		}
+		item := v[:i]
+		for len(item) > 0 && (item[0] == ' ' || item[0] == '\t') {
+			item = item[1:]
+		}
+		for len(item) > 0 && (item[len(item)-1] == ' ' || item[len(item)-1] == '\t') {
+			item = item[:len(item)-1]
+		}
+		if h1.EqualFold(item, string(tok)) {
+			return true
+		}
+		if i == len(v) {
+			break
+		}
+		v = v[i+1:]
+	}
+	return false
+}
+
+// upstreamRequest is what the request for the upstream is made of,
+// whichever protocol the client spoke.
+type upstreamRequest struct {
+	method, path, query, host []byte
+	fields                    []h1.Header
+	connection                []byte // the client's Connection value (HTTP/1.x)
+	via                       string // the client's protocol version: "1.1", "2", "3"
+	peer                      netip.Addr
+	tls                       bool
+	contentLength             int64 // -1: none given
+	chunked                   bool  // the body goes chunked
+}
+
+// upstreamHead writes the HTTP/1.1 request head for the upstream: the
+// client's method, path and fields, minus hop-by-hop fields and the
+// forwarding fields of untrusted clients, plus X-Forwarded-For,
+// X-Forwarded-Proto, X-Forwarded-Host, Forwarded and Via.
+func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
+	peer := u.peer.Unmap()
+	trusted := false
+	for _, p := range h.srv.proxy.trusted {
+		if p.Contains(peer) {
+			trusted = true
+			break
+		}
+	}
+	proto := "http"
+	if u.tls {
+		proto = "https"
+	}
+	b := make([]byte, 0, 512)
+	b = append(b, u.method...)
+	b = append(b, ' ')
+	b = append(b, u.path...)
+	if u.query != nil {
+		b = append(b, '?')
+		b = append(b, u.query...)
+	}
+	b = append(b, " HTTP/1.1\r\n"...)
+	var xff, xfp, xfh, fwd, cookie []byte
+	sawHost := false
+	for _, f := range u.fields {
+		if dropField(f.Name, u.connection) {
+			continue
+		}
+		switch {
+		case h1.EqualFold(f.Name, "host"):
+			sawHost = true
+		case h1.EqualFold(f.Name, "x-forwarded-for"):
+			xff = appendList(xff, f.Value, trusted)
+			continue
+		case h1.EqualFold(f.Name, "x-forwarded-proto"):
+			xfp = appendList(xfp, f.Value, trusted)
+			continue
+		case h1.EqualFold(f.Name, "x-forwarded-host"):
+			xfh = appendList(xfh, f.Value, trusted)
+			continue
+		case h1.EqualFold(f.Name, "forwarded"):
+			fwd = appendList(fwd, f.Value, trusted)
+			continue
+		case h1.EqualFold(f.Name, "cookie") && u.via != "1.1" && u.via != "1.0":
+			// HTTP/2 and HTTP/3 may split cookies over fields; HTTP/1.1
+			// has one Cookie line (RFC 9113 §8.2.3).
+			if cookie != nil {
+				cookie = append(cookie, "; "...)
+			}
+			cookie = append(cookie, f.Value...)
+			continue
+		}
+		b = append(b, f.Name...)
+		b = append(b, ": "...)
+		b = append(b, f.Value...)
+		b = append(b, "\r\n"...)
+	}
+	if !sawHost && u.host != nil {
+		b = append(append(append(b, "Host: "...), u.host...), "\r\n"...)
+	}
+	if cookie != nil {
+		b = append(append(append(b, "Cookie: "...), cookie...), "\r\n"...)
+	}
+	if xff != nil {
+		xff = append(xff, ", "...)
+	}
+	xff = peer.AppendTo(xff)
+	b = append(append(append(b, "X-Forwarded-For: "...), xff...), "\r\n"...)
+	if xfp == nil {
+		xfp = []byte(proto)
+	}
+	b = append(append(append(b, "X-Forwarded-Proto: "...), xfp...), "\r\n"...)
+	if xfh == nil {
+		xfh = u.host
+	}
+	if xfh != nil {
+		b = append(append(append(b, "X-Forwarded-Host: "...), xfh...), "\r\n"...)
+	}
+	// Forwarded (RFC 7239): for= the client, host=, proto=; an IPv6
+	// address is a quoted, bracketed string.
+	b = append(b, "Forwarded: "...)
+	if fwd != nil {
+		b = append(append(b, fwd...), ", "...)
+	}
+	b = append(b, "for="...)
+	if peer.Is6() {
+		b = append(peer.AppendTo(append(b, "\"["...)), "]\""...)
+	} else {
+		b = peer.AppendTo(b)
+	}
+	if u.host != nil && httpToken(u.host) {
+		b = append(append(b, ";host="...), u.host...)
+	}
+	b = append(append(append(b, ";proto="...), proto...), "\r\n"...)
+	b = append(append(append(b, "Via: "...), u.via...), " engine\r\n"...)
+	switch {
+	case u.chunked:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+	case u.contentLength >= 0:
+		b = strconv.AppendInt(append(b, "Content-Length: "...), u.contentLength, 10)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// appendList adds v to a comma-separated list, if keep is set (the
+// client is a trusted proxy).
+func appendList(list, v []byte, keep bool) []byte {
+	if !keep {
+		return list
+	}
+	if list != nil {
+		list = append(list, ", "...)
+	}
+	return append(list, v...)
+}
+
+// httpToken reports whether v can be a Forwarded parameter value without
+// quoting (a host, possibly with a port).
+func httpToken(v []byte) bool {
+	for _, ch := range v {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '.' || ch == '_') {
+			return false
+		}
+	}
+	return len(v) > 0
+}
+
+// normHost writes host without its port, lowercased and without a
+// trailing dot, into buf.
+func normHost(host, buf []byte) []byte {
+	h := host
+	if len(h) > 0 && h[0] == '[' {
+		if i := indexByte(h, ']'); i >= 0 {
+			h = h[:i+1]
+		}
+	} else if i := indexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	buf = buf[:0]
+	for _, ch := range h {
+		if ch >= 'A' && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		buf = append(buf, ch)
+	}
+	if n := len(buf); n > 0 && buf[n-1] == '.' {
+		buf = buf[:n-1]
+	}
+	return buf
+}
+
+// unsafeProxyPath reports whether a request path would mean something
+// else to an upstream than to the route that matched it: dot segments,
+// or an encoded slash, dot or backslash (a path that "/api/../admin"
+// would reach the upstream's /admin through the route for /api/).
+func unsafeProxyPath(p []byte) bool {
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			return true
+		case '%':
+			if i+2 < len(p) {
+				a, b := p[i+1], p[i+2]|0x20
+				if a == '2' && (b == 'e' || b == 'f') || a == '5' && b == 'c' {
+					return true
+				}
+			}
+		case '.':
+			if p[i-1] == '/' && (i+1 == len(p) || p[i+1] == '/' || p[i+1] == '.' && (i+2 == len(p) || p[i+2] == '/')) {
+				return true
+			}
+		}
+	}
+	return false
+}
