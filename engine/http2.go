@@ -36,10 +36,11 @@ type h2Conn struct {
 	conn  *h2.Conn
 	parts []files.Part // scratch for body slices
 
-	held      []*h2Strm // done streams whose bodies may still be queued
-	shut      bool      // GOAWAY for shutdown sent
-	idleSince int64     // loop time the last stream ended; 0 while streams are open
-	closing   bool      // CloseGracefully called
+	held          []*h2Strm // done streams whose bodies may still be queued
+	shut          bool      // GOAWAY for shutdown sent
+	proxyBuffered int       // proxied response bytes waiting in its streams' buffers
+	idleSince     int64     // loop time the last stream ended; 0 while streams are open
+	closing       bool      // CloseGracefully called
 }
 
 // h2Strm is the engine's state for one stream.
@@ -53,6 +54,7 @@ type h2Strm struct {
 	logged   bool
 	size     int64 // the file's size at loop time sizeAt (present)
 	sizeAt   int64
+	proxy    *h2Client // a proxied request; nil for files
 }
 
 func newH2Handler(h1 *h1Handler) *h2Handler {
@@ -198,6 +200,9 @@ func (f frameSink) Bytes(p []byte) { f.out.Write(p) }
 func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 	hc := f.hc
 	hs := st.User.(*h2Strm)
+	if hs.proxy != nil {
+		return hs.proxy.take(f.out, hdr, off, n)
+	}
 	resp := &hs.files.Resp
 	hc.parts = bodySlice(resp.Parts, off, int64(n), hc.parts[:0])
 	var end int64 // the furthest file byte this frame needs
@@ -269,6 +274,19 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	hs := &h2Strm{st: st}
 	st.User = hs
 	r := &st.Req
+	if px := hh.srv.proxy; px != nil && len(r.Path) > 0 && r.Path[0] == '/' {
+		path, _ := splitTarget(r.Path)
+		hh.h1.hostBuf = normHost(r.Authority, hh.h1.hostBuf)
+		if rt := px.match(hh.h1.hostBuf, path); rt != nil {
+			if unsafeProxyPath(path) {
+				files.ErrorResponse(&hs.files.Resp, 400)
+				hc.respond(hs)
+				return
+			}
+			hc.startProxyH2(hs, rt)
+			return
+		}
+	}
 	s, hb := hh.srv.sites.lookup(r.Authority, hh.h1.hostBuf)
 	hh.h1.hostBuf = hb
 	hs.site = s
@@ -394,6 +412,10 @@ func (hc *h2Conn) StreamDone(st *h2.Stream) {
 		hc.h.srv.stats.h2Resets.Add(1)
 	}
 	hc.logStream(hs)
+	if hs.proxy != nil {
+		hs.proxy.streamDone()
+		return
+	}
 	if hs.fetching {
 		return // the worker's answer releases it
 	}

@@ -157,6 +157,7 @@ type exchange struct {
 	reqDone     bool
 	retried     bool
 	waitingResp bool // the response deadline is set
+	awaitClient bool // the request body waits for the client (its deadline runs on the upstream connection)
 
 	resp     h1.Response
 	respHead bool // the client has the response head
@@ -368,6 +369,10 @@ func (ex *exchange) readHead() bool {
 func (ex *exchange) pumpResponse() {
 	uc := ex.up.c
 	for !ex.respDone {
+		if ex.respBody.Done() { // Content-Length: 0, or the last chunk read
+			ex.respDone = true
+			break
+		}
 		if !ex.cl.room() {
 			uc.SetReadDeadline(0) // the client is the slow side: no upstream deadline
 			return
@@ -457,6 +462,8 @@ func (ex *exchange) upstreamClosed() {
 		if ex.connect(true) {
 			ex.pump()
 		}
+	case uc.c.TimedOut() && ex.awaitClient:
+		ex.fail(408, "the client's request body stopped (body_timeout)", nil)
 	case uc.c.TimedOut() && ex.waitingResp:
 		ex.h.srv.proxy.stats.timeouts.Add(1)
 		ex.fail(504, "upstream response_timeout", nil)

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -483,5 +484,133 @@ upstreams = [%q]
 		"-o", "/dev/null", "-w", "%{http_code} %{size_download}", "https://api.example:"+portOf(ts.addr)+"/big").CombinedOutput()
 	if err != nil || string(out) != fmt.Sprintf("200 %d", size) {
 		t.Errorf("curl through the proxy: %s %v", out, err)
+	}
+}
+
+// TestProxyHTTP2: HTTP/2 clients through the proxy: downloads byte-exact
+// (known and unknown length), uploads streamed up whole (with and without
+// content-length), many streams at once on one connection, a cut upstream
+// body reset on its stream alone; curl agrees.
+func TestProxyHTTP2(t *testing.T) {
+	const size = 16 << 20
+	big := make([]byte, size)
+	for i := range big {
+		big[i] = byte(i * 13)
+	}
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/big":
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+			w.Write(big)
+		case "/api/chunked":
+			for i := range 1000 {
+				fmt.Fprintf(w, "line %d\n", i)
+			}
+		case "/api/upload":
+			h := sha256.New()
+			n, _ := io.Copy(h, r.Body)
+			fmt.Fprintf(w, "%d %s", n, hex.EncodeToString(h.Sum(nil)))
+		case "/api/small":
+			fmt.Fprintf(w, "small %s", r.URL.RawQuery)
+		}
+	}))
+	cut := rawBackend(t, func(c net.Conn) {
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\npartial")
+	})
+	dir := t.TempDir()
+	pki := newPKI(t, dir, "localhost")
+	root := t.TempDir()
+	ts := start(t, fmt.Sprintf(`
+[[sites]]
+domain = "localhost"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[kernel]
+ktls = "auto"
+[reverse_proxy]
+enabled = true
+[[reverse_proxy.routes]]
+domain = "localhost"
+path_prefix = "/api/"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "localhost"
+path_prefix = "/cut/"
+upstreams = [%q]
+`, root, pki.certFile, pki.keyFile, b.hostPort(), cut))
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: pki.pool, ServerName: "localhost"},
+		ForceAttemptHTTP2: true,
+	}}
+	url := "https://localhost:" + portOf(ts.addr)
+	get := func(path string) ([]byte, *http.Response, error) {
+		resp, err := client.Get(url + path)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return body, resp, err
+	}
+	body, resp, err := get("/api/big")
+	if err != nil || resp.ProtoMajor != 2 || !bytes.Equal(body, big) {
+		t.Fatalf("h2 download: %d bytes of %d, proto %v, err %v", len(body), size, resp, err)
+	}
+	body, _, err = get("/api/chunked")
+	if err != nil || !strings.HasSuffix(string(body), "line 999\n") {
+		t.Fatalf("h2 download of unknown length: %d bytes, err %v", len(body), err)
+	}
+
+	upload := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	sum := sha256.Sum256(upload)
+	for _, known := range []bool{true, false} {
+		var r io.Reader = bytes.NewReader(upload)
+		if !known {
+			r = io.MultiReader(r)
+		}
+		req, _ := http.NewRequest("POST", url+"/api/upload", r)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(got) != fmt.Sprintf("%d %s", len(upload), hex.EncodeToString(sum[:])) || resp.ProtoMajor != 2 {
+			t.Errorf("h2 upload (length known %v): upstream saw %q", known, got)
+		}
+	}
+
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, _, err := get(fmt.Sprintf("/api/small?n=%d", i))
+			if err != nil || string(body) != fmt.Sprintf("small n=%d", i) {
+				bad.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Errorf("%d of 50 concurrent h2 streams failed", bad.Load())
+	}
+
+	if _, _, err := get("/cut/x"); err == nil {
+		t.Errorf("a cut upstream body reached the h2 client as a whole response")
+	}
+	if body, _, err := get("/api/small?after=cut"); err != nil || string(body) != "small after=cut" {
+		t.Errorf("the connection after a reset stream: %q %v", body, err)
+	}
+
+	curl := requireTool(t, "curl")
+	out, err := exec.Command(curl, "-sS", "--http2", "--cacert", pki.caFile, "-o", "/dev/null",
+		"-w", "%{http_version} %{http_code} %{size_download}", "https://localhost:"+portOf(ts.addr)+"/api/big").CombinedOutput()
+	if err != nil || string(out) != fmt.Sprintf("2 200 %d", size) {
+		t.Errorf("curl --http2 through the proxy: %s %v", out, err)
 	}
 }

@@ -646,7 +646,7 @@ func (c *Conn) EndBody(st *Stream) {
 // completed: a proxied body cut by its upstream. The client never takes
 // it for a whole response.
 func (c *Conn) AbortStream(st *Stream) {
-	if st.done && !st.localDone || c.dead || c.streams[st.ID] != st && st.localDone {
+	if c.dead || c.streams[st.ID] != st {
 		return
 	}
 	c.abortStream(st)

@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"strings"
+
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/h2"
+)
+
+// h2Client is the HTTP/2 side of an exchange: one stream. Request body
+// bytes wait in in (at most the stream's window: the client may send no
+// more until Consumed); response body bytes wait in out until Produce
+// pulls them into frames (at most proxy_h2_tls_max_send_buffer_bytes per
+// stream, proxy_h2_tls_connection_send_buffer_bytes per connection).
+type h2Client struct {
+	hc      *h2Conn
+	hs      *h2Strm
+	ex      *exchange
+	in      []byte
+	inEnd   bool
+	gone    bool // the stream was reset or ended before the exchange
+	out     []byte
+	outBase int64 // body offset of out[0]
+	ready   int64 // body bytes made ready so far
+	fields  []hpack.HeaderField
+}
+
+// startProxyH2 begins the exchange for stream hs, whose request matched
+// route rt.
+func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
+	hh := hc.h
+	st := hs.st
+	r := &st.Req
+	cl := &h2Client{hc: hc, hs: hs}
+	hs.proxy = cl
+	path, query := splitTarget(r.Path)
+	ex := &exchange{h: hh.h1, cl: cl, peer: hc.c.Peer(), path: string(path), r: rt, isHead: string(r.Method) == "HEAD",
+		idempotent: idempotentMethods[string(r.Method)] && st.RemoteDone()}
+	cl.ex = ex
+	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
+		ex.fail(413, "request body over max_body", nil)
+		return
+	}
+	ex.reqDone = st.RemoteDone()
+	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
+	fields := make([]h1.Header, 0, len(r.Fields))
+	for _, f := range r.Fields {
+		fields = append(fields, h1.Header{Name: f.Name, Value: f.Value})
+	}
+	ex.head = hh.h1.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Authority,
+		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
+		contentLength: r.ContentLength, chunked: ex.reqChunked})
+	hc.conn.MarkBusy(st)
+	ex.start()
+}
+
+// Body takes request DATA for a proxied stream (h2.BodyHandler); other
+// streams' bodies are discarded unread.
+func (hc *h2Conn) Body(st *h2.Stream, p []byte, end bool) {
+	hs, _ := st.User.(*h2Strm)
+	if hs == nil || hs.proxy == nil || hs.proxy.ex == nil {
+		return
+	}
+	cl := hs.proxy
+	cl.in = append(cl.in, p...)
+	cl.inEnd = cl.inEnd || end
+	if up := cl.ex.up; up != nil {
+		up.c.Wake() // the exchange pumps on the upstream's turn, not inside Feed
+	}
+}
+
+func (cl *h2Client) pullBody() ([]byte, bool, error) {
+	if cl.gone {
+		return nil, false, errClientGone
+	}
+	if len(cl.in) == 0 && !cl.inEnd {
+		cl.ex.awaitClient = true
+		if up := cl.ex.up; up != nil {
+			// The upstream waits for the client: body_timeout bounds it.
+			up.c.SetReadDeadline(cl.hc.h.srv.cfg.Limits.BodyTimeout.D())
+		}
+		return nil, false, nil
+	}
+	cl.ex.awaitClient = false
+	return cl.in, cl.inEnd, nil
+}
+
+func (cl *h2Client) bodyTaken() {
+	n := len(cl.in)
+	cl.in = cl.in[:0]
+	if up := cl.ex.up; up != nil {
+		up.c.SetReadDeadline(0)
+	}
+	cl.hc.conn.Consumed(cl.hs.st, n)
+}
+
+func (cl *h2Client) continue100() {}
+
+func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+	hc, hs := cl.hc, cl.hs
+	f := cl.fields[:0]
+	for _, h := range r.Headers {
+		if dropField(h.Name, conn) && !(h1.EqualFold(h.Name, "content-length") && (!hasBody || bodyLen >= 0)) {
+			continue
+		}
+		f = append(f, hpack.HeaderField{Name: strings.ToLower(string(h.Name)), Value: string(h.Value)})
+	}
+	cl.fields = f
+	hc.h.srv.stats.h2Streams.Add(1)
+	if hc.h.srv.alog != nil {
+		hs.logLine = hc.startLogLine(hs, r.Status)
+	}
+	n := int64(0)
+	if hasBody {
+		n = -1 // streamed: BodyReady as the upstream delivers, EndBody at its end
+	}
+	hc.conn.Respond(hs.st, r.Status, f, n)
+}
+
+func (cl *h2Client) room() bool {
+	rs := &cl.hc.h.srv.cfg.Runtime.Settings
+	return !cl.gone && len(cl.out) < int(rs.ProxyH2TLSMaxSendBuffer) && cl.hc.proxyBuffered < int(rs.ProxyH2TLSConnectionSendBuffer)
+}
+
+func (cl *h2Client) body(p []byte) {
+	cl.out = append(cl.out, p...)
+	cl.ready += int64(len(p))
+	cl.hc.proxyBuffered += len(p)
+	cl.hc.conn.BodyReady(cl.hs.st, cl.ready)
+}
+
+func (cl *h2Client) end() { cl.hc.conn.EndBody(cl.hs.st) }
+
+// take copies n bytes of the body from off into a DATA frame (called by
+// the stream's Sink) and drops them: they have been copied.
+func (cl *h2Client) take(out interface{ Write([]byte) }, hdr []byte, off int64, n int) bool {
+	i := int(off - cl.outBase)
+	if i < 0 || i+n > len(cl.out) {
+		return false
+	}
+	out.Write(hdr)
+	out.Write(cl.out[i : i+n])
+	rest := copy(cl.out, cl.out[i+n:])
+	cl.out = cl.out[:rest]
+	cl.outBase = off + int64(n)
+	cl.hc.proxyBuffered -= i + n
+	if cl.ex != nil && cl.ex.up != nil {
+		cl.ex.up.c.Wake() // room again: read more from the upstream
+	}
+	return true
+}
+
+func (cl *h2Client) fail(status int) {
+	hc, hs := cl.hc, cl.hs
+	cl.detach()
+	if cl.gone || hc.c.Closed() {
+		return
+	}
+	hs.proxy = nil
+	files.ErrorResponse(&hs.files.Resp, status)
+	hc.respond(hs)
+}
+
+func (cl *h2Client) abort() {
+	cl.detach()
+	if !cl.gone {
+		cl.hc.conn.AbortStream(cl.hs.st)
+		cl.wake() // the RST_STREAM goes out
+	}
+}
+
+func (cl *h2Client) wake() {
+	cl.hc.output()
+	cl.hc.c.Wake()
+}
+
+func (cl *h2Client) finished() { cl.detach() }
+
+// detach ends the exchange's hold on the stream (MarkBusy).
+func (cl *h2Client) detach() {
+	if cl.ex != nil {
+		cl.ex = nil
+		cl.hc.conn.WorkDone(cl.hs.st)
+	}
+}
+
+// streamDone releases a proxied stream: the client reset it, or its
+// response was produced to the end.
+func (cl *h2Client) streamDone() {
+	cl.gone = true
+	if ex := cl.ex; ex != nil {
+		cl.detach()
+		ex.clientGone()
+	}
+	cl.hc.proxyBuffered -= len(cl.out)
+	cl.out, cl.in = nil, nil
+}
