@@ -70,6 +70,9 @@ func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
 	h.h2 = newH2Handler(h)
 	if s.proxy != nil {
 		h.proxy = newProxyPool(h)
+		s.loopMu.Lock()
+		s.loopH1 = append(s.loopH1, h)
+		s.loopMu.Unlock()
 	}
 	return h
 }

@@ -103,10 +103,23 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sc.files.Reset()
 		hh.scratch.Put(sc)
 	}()
+	path, query := splitTarget([]byte(r.RequestURI))
+	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
+		sc.host = normHost([]byte(r.Host), sc.host)
+		if rt := px.match(sc.host, path); rt != nil {
+			status, sent := 400, int64(0)
+			if unsafeProxyPath(path) {
+				sent = writeH3Error(w, status)
+			} else {
+				status, sent = hh.serveProxyH3(w, r, rt, path, query)
+			}
+			hh.logRequest(r, status, sent, sc)
+			return
+		}
+	}
 	s, hb := srv.sites.lookup([]byte(r.Host), sc.host)
 	sc.host = hb
 	resp := &sc.files.Resp
-	path, query := splitTarget([]byte(r.RequestURI))
 	isHead := r.Method == "HEAD"
 	switch {
 	case r.Method != "GET" && !isHead:

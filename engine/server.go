@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -38,8 +39,14 @@ type Server struct {
 	group   *reactor.Group
 	alog    *accessLog
 	limits  h1.Limits
-	h3      *h3.Server // nil when no site serves HTTP/3
+	h3      *h3.Server   // nil when no site serves HTTP/3
 	proxy   *proxyRoutes // nil without reverse proxy routes
+
+	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
+	// requests proxied on them.
+	loopMu   sync.Mutex
+	loopH1   []*h1Handler
+	loopNext int
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore

@@ -1,0 +1,299 @@
+package engine
+
+import (
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/h3"
+)
+
+// HTTP/3 requests arrive on quic-go's goroutines; their exchanges run on
+// a reactor loop like every other, with the upstream pool of that loop.
+// An h3Client bridges the two: the request goroutine feeds the request
+// body to the loop one chunk at a time (the next is read only once the
+// loop passed the last one up), and the loop hands response events to the
+// goroutine through a channel whose room the loop checks before it reads
+// more from the upstream, so neither side ever blocks the other.
+
+// h3ProxyChunks bounds the response chunks (each up to an upstream read)
+// in flight from the loop to the request goroutine.
+const h3ProxyChunks = 4
+
+type h3EventKind uint8
+
+const (
+	h3Head h3EventKind = iota
+	h3Data
+	h3End
+	h3Fail
+	h3Abort
+)
+
+type h3Event struct {
+	kind    h3EventKind
+	status  int
+	header  http.Header
+	data    []byte
+	bodyLen int64
+}
+
+// h3Client is the HTTP/3 side of an exchange. Loop-owned fields are
+// touched only on the loop; events and more cross to the goroutine.
+type h3Client struct {
+	h      *h1Handler
+	ex     *exchange
+	events chan h3Event  // loop -> goroutine
+	more   chan struct{} // loop -> goroutine: the last request body chunk went up
+	queued atomic.Int32  // data events not yet written by the goroutine
+
+	// Loop-owned.
+	in    []byte
+	inEnd bool
+	gone  bool
+}
+
+// loopHandler returns the HTTP/1.1 handler (and so the upstream pool) of
+// one of the loops, chosen in turn.
+func (s *Server) loopHandler() *h1Handler {
+	s.loopMu.Lock()
+	defer s.loopMu.Unlock()
+	s.loopNext++
+	return s.loopH1[s.loopNext%len(s.loopH1)]
+}
+
+// serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
+// goroutine, until the response is sent or abandoned.
+func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *route, path, query []byte) (int, int64) {
+	srv := hh.srv
+	h := srv.loopHandler()
+	cl := &h3Client{h: h, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
+	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+	hasBody := r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0)
+	fields := make([]h1.Header, 0, len(r.Header))
+	for name, vs := range r.Header {
+		for _, v := range vs {
+			fields = append(fields, h1.Header{Name: []byte(name), Value: []byte(v)})
+		}
+	}
+	cl_ := r.ContentLength
+	if !hasBody {
+		cl_ = -1
+	}
+	head := h.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
+		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: cl_, chunked: hasBody && r.ContentLength < 0})
+	ex := &exchange{h: h, cl: cl, peer: peer, path: string(path), r: rt, isHead: r.Method == "HEAD",
+		idempotent: idempotentMethods[r.Method] && !hasBody, head: head, reqDone: !hasBody, reqChunked: hasBody && r.ContentLength < 0}
+	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
+		h.loop.Post(func() { ex.fail(413, "request body over max_body", nil) })
+	} else {
+		h.loop.Post(func() { cl.ex = ex; ex.start() })
+	}
+	ctx := r.Context()
+	if hasBody {
+		go cl.feed(r.Body, ctx.Done())
+	}
+
+	var body *h3.Body
+	status := 0
+	for {
+		var ev h3Event
+		select {
+		case ev = <-cl.events:
+		case <-ctx.Done():
+			h.loop.Post(cl.clientGone)
+			if body != nil {
+				return status, body.Sent()
+			}
+			return 499, 0
+		}
+		switch ev.kind {
+		case h3Head:
+			status = ev.status
+			for k, vs := range ev.header {
+				w.Header()[k] = vs
+			}
+			w.WriteHeader(ev.status)
+			if ev.bodyLen == 0 {
+				return status, 0
+			}
+			b, err := h3.TakeOver(w, nil, srv.cfg.Limits.SendTimeout.D())
+			if err != nil {
+				h.loop.Post(cl.clientGone)
+				return status, 0
+			}
+			body = b
+		case h3Data:
+			err := body.WriteFrame(ev.data)
+			cl.queued.Add(-1)
+			if err != nil {
+				h.loop.Post(cl.clientGone)
+				if h3.ClientGone(err) {
+					srv.stats.h3Resets.Add(1)
+				} else {
+					body.Abort(http3.ErrCodeRequestCanceled)
+				}
+				return status, body.Sent()
+			}
+			h.loop.Post(cl.wakeUpstream)
+		case h3End:
+			if body != nil {
+				body.Close()
+				return status, body.Sent()
+			}
+			return status, 0
+		case h3Fail:
+			return ev.status, writeH3Error(w, ev.status)
+		case h3Abort:
+			if body != nil {
+				body.Abort(http3.ErrCodeInternalError)
+				return status, body.Sent()
+			}
+			// No head yet: quic-go resets the stream for a handler that
+			// panics with ErrAbortHandler.
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// writeH3Error answers with the error page for status.
+func writeH3Error(w http.ResponseWriter, status int) int64 {
+	resp := &files.Response{}
+	files.ErrorResponse(resp, status)
+	writeFields(headerFields(w.Header()), resp, nil, nil)
+	w.WriteHeader(status)
+	for _, p := range resp.Parts {
+		w.Write(p.Mem)
+	}
+	return resp.ContentLength
+}
+
+// feed reads the request body on its own goroutine and passes it to the
+// loop a chunk at a time.
+func (cl *h3Client) feed(body io.Reader, done <-chan struct{}) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := body.Read(buf)
+		chunk := append([]byte(nil), buf[:n]...)
+		end := err == io.EOF
+		failed := err != nil && !end
+		cl.h.loop.Post(func() {
+			if failed {
+				cl.clientGone()
+				return
+			}
+			cl.in = append(cl.in, chunk...)
+			cl.inEnd = end
+			cl.wakeUpstream()
+		})
+		if err != nil {
+			return
+		}
+		select {
+		case <-cl.more:
+		case <-done:
+			return
+		case <-time.After(cl.h.srv.cfg.Limits.BodyTimeout.D() + time.Minute):
+			return // the loop side gave up on this exchange long ago
+		}
+	}
+}
+
+// wakeUpstream has the exchange's upstream connection run (on the loop).
+func (cl *h3Client) wakeUpstream() {
+	if ex := cl.ex; ex != nil && ex.up != nil {
+		ex.up.c.Wake()
+	}
+}
+
+// clientGone ends the exchange of a request whose client went away (on
+// the loop).
+func (cl *h3Client) clientGone() {
+	cl.gone = true
+	if ex := cl.ex; ex != nil {
+		cl.ex = nil
+		ex.clientGone()
+	}
+}
+
+func (cl *h3Client) send(ev h3Event) {
+	select {
+	case cl.events <- ev:
+	default:
+		// room() keeps data events within the channel's capacity; only a
+		// bug gets here. Never block the loop.
+		cl.h.log.Error("HTTP/3 proxy: response event dropped; resetting the stream")
+		cl.gone = true
+	}
+}
+
+func (cl *h3Client) pullBody() ([]byte, bool, error) {
+	if cl.gone {
+		return nil, false, errClientGone
+	}
+	if len(cl.in) == 0 && !cl.inEnd {
+		if ex := cl.ex; ex != nil {
+			ex.awaitClient = true
+			if ex.up != nil {
+				ex.up.c.SetReadDeadline(cl.h.srv.cfg.Limits.BodyTimeout.D())
+			}
+		}
+		return nil, false, nil
+	}
+	if ex := cl.ex; ex != nil {
+		ex.awaitClient = false
+	}
+	return cl.in, cl.inEnd, nil
+}
+
+func (cl *h3Client) bodyTaken() {
+	cl.in = cl.in[:0]
+	if ex := cl.ex; ex != nil && ex.up != nil {
+		ex.up.c.SetReadDeadline(0)
+	}
+	select {
+	case cl.more <- struct{}{}:
+	default:
+	}
+}
+
+func (cl *h3Client) continue100() {}
+
+func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+	hdr := http.Header{}
+	for _, f := range r.Headers {
+		if dropField(f.Name, conn) && !(h1.EqualFold(f.Name, "content-length") && (!hasBody || bodyLen >= 0)) {
+			continue
+		}
+		k := http.CanonicalHeaderKey(string(f.Name))
+		hdr[k] = append(hdr[k], strings.Clone(string(f.Value)))
+	}
+	n := int64(-1)
+	if !hasBody {
+		n = 0
+	}
+	cl.h.srv.stats.h3Streams.Add(1)
+	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n})
+}
+
+func (cl *h3Client) room() bool { return !cl.gone && cl.queued.Load() < h3ProxyChunks }
+
+func (cl *h3Client) body(p []byte) {
+	buf := make([]byte, h3.FrameHeaderRoom+len(p))
+	copy(buf[h3.FrameHeaderRoom:], p)
+	cl.queued.Add(1)
+	cl.send(h3Event{kind: h3Data, data: buf})
+}
+
+func (cl *h3Client) end()            { cl.send(h3Event{kind: h3End}) }
+func (cl *h3Client) fail(status int) { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
+func (cl *h3Client) abort()          { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
+func (cl *h3Client) wake()           {}
+func (cl *h3Client) finished()       { cl.ex = nil }
