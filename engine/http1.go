@@ -204,10 +204,10 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
 		h.hostBuf = normHost(r.Host, h.hostBuf)
 		if rt := px.match(h.hostBuf, r.Path); rt != nil {
-			if unsafeProxyPath(r.Path) {
-				h.limiter.log(h.log, "proxy: refused path with dot segments or encoded separators", "path", string(r.Path), "peer", c.Peer())
+			if status := proxyRefuse(r.Path, px.h1); status != 0 {
+				h.limiter.log(h.log, "proxy: request refused", "status", status, "path", string(r.Path), "peer", c.Peer())
 				st.closeAfter = true
-				files.ErrorResponse(&st.files.Resp, 400)
+				files.ErrorResponse(&st.files.Resp, status)
 				st.s.Consume(n)
 				h.send(c, st, r, nil)
 				return true

@@ -278,8 +278,8 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		path, _ := splitTarget(r.Path)
 		hh.h1.hostBuf = normHost(r.Authority, hh.h1.hostBuf)
 		if rt := px.match(hh.h1.hostBuf, path); rt != nil {
-			if unsafeProxyPath(path) {
-				files.ErrorResponse(&hs.files.Resp, 400)
+			if status := proxyRefuse(path, px.h2); status != 0 {
+				files.ErrorResponse(&hs.files.Resp, status)
 				hc.respond(hs)
 				return
 			}

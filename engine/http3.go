@@ -107,8 +107,8 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
 		sc.host = normHost([]byte(r.Host), sc.host)
 		if rt := px.match(sc.host, path); rt != nil {
-			status, sent := 400, int64(0)
-			if unsafeProxyPath(path) {
+			status, sent := proxyRefuse(path, px.h3), int64(0)
+			if status != 0 {
 				sent = writeH3Error(w, status)
 			} else {
 				status, sent = hh.serveProxyH3(w, r, rt, path, query)

@@ -453,6 +453,8 @@ key = %q
 ktls = "auto"
 [reverse_proxy]
 enabled = true
+[reverse_proxy.protocols]
+h2 = false
 [reverse_proxy.tls]
 cert = %q
 key = %q
@@ -460,8 +462,10 @@ key = %q
 domain = "api.example"
 upstreams = [%q]
 `, root, site.certFile, site.keyFile, api.certFile, api.keyFile, b.hostPort()))
+	// h2 is off for the proxy: a domain only routes name offers HTTP/1.1.
 	client := &http.Client{Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: api.pool},
+		ForceAttemptHTTP2: true,
+		TLSClientConfig:   &tls.Config{RootCAs: api.pool},
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, ts.addr)
 		},
@@ -477,6 +481,25 @@ upstreams = [%q]
 	}
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "api.example" {
 		t.Errorf("route domain got the wrong certificate")
+	}
+	if resp.ProtoMajor != 1 {
+		t.Errorf("proxy protocols say h2 = false, yet the route domain spoke %s", resp.Proto)
+	}
+	// A client that insists on HTTP/2 (SNI of the site, Host of the
+	// route) is refused with 421.
+	c, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: site.pool, ServerName: "files.example", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	h2c := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: site.pool, ServerName: "files.example"}}}
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big", nil)
+	req.Host = "api.example"
+	if resp, err := h2c.Do(req); err != nil || resp.StatusCode != 421 || resp.ProtoMajor != 2 {
+		t.Errorf("h2 request for a route with h2 off: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	curl := requireTool(t, "curl")

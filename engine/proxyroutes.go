@@ -20,6 +20,8 @@ type proxyRoutes struct {
 	wildcards []wildcardRoutes    // "*.example.com", longest suffix first
 	any       []*route            // domain "*"
 	trusted   []netip.Prefix
+	h1, h2    bool // client protocols the proxy answers
+	h3        bool
 	stats     proxyCounters
 }
 
@@ -59,7 +61,8 @@ const upstreamBackoff = 10 * time.Second
 // are resolved once, here; one that does not resolve stops the start.
 func newProxyRoutes(cfg *config.Config) (*proxyRoutes, error) {
 	rp := &cfg.ReverseProxy
-	t := &proxyRoutes{exact: map[string][]*route{}, trusted: rp.Trusted}
+	t := &proxyRoutes{exact: map[string][]*route{}, trusted: rp.Trusted,
+		h1: config.On(rp.Protocols.H1), h2: config.On(rp.Protocols.H2), h3: config.On(rp.Protocols.H3)}
 	ups := map[string]*upstream{}
 	wild := map[string][]*route{}
 	for i := range rp.Routes {
@@ -118,6 +121,19 @@ func resolveUpstream(name string) (netip.AddrPort, error) {
 	}
 	ap, err := netip.ParseAddrPort(net.JoinHostPort(addrs[0].Unmap().String(), port))
 	return ap, err
+}
+
+// hasDomain reports whether some route is for host (normalized).
+func (t *proxyRoutes) hasDomain(host string) bool {
+	if len(t.exact[host]) > 0 || len(t.any) > 0 {
+		return true
+	}
+	for _, w := range t.wildcards {
+		if len(host) > len(w.suffix) && strings.HasSuffix(host, w.suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // match returns the route for host (lowercase, no port) and path, or nil:

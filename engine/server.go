@@ -364,17 +364,23 @@ func (s *Server) tickets(serverName string) bool {
 
 // alpn lists the protocols to offer in ALPN for a server name ("" for
 // all sites together): h2 before http/1.1, as each site allows.
-func (s *Server) alpn(serverName string) []string {
+func (s *Server) alpn(sni string) []string {
 	var h1, h2 bool
-	if serverName == "" || s.sites == nil {
+	if sni == "" || s.sites == nil {
 		for _, sc := range s.cfg.Sites {
 			h1, h2 = h1 || config.On(sc.Protocols.H1), h2 || config.On(sc.Protocols.H2)
 		}
 		if len(s.cfg.Sites) == 0 || s.cfg.Root != "" {
 			h1, h2 = true, true
 		}
+		if s.proxy != nil {
+			h1, h2 = h1 || s.proxy.h1, h2 || s.proxy.h2
+		}
+	} else if name := serverName(sni); s.proxy != nil && !s.sites.names(name) && s.proxy.hasDomain(name) {
+		// A domain only routes name: what the proxy answers.
+		h1, h2 = s.proxy.h1, s.proxy.h2
 	} else {
-		st, _ := s.sites.lookup([]byte(serverName), nil)
+		st, _ := s.sites.lookup([]byte(sni), nil)
 		h1, h2 = st.h1, st.h2
 	}
 	switch {

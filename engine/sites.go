@@ -155,6 +155,20 @@ func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
 	return t.def, buf
 }
 
+// names reports whether a site is configured for host (normalized:
+// lowercase, no port): by exact name or wildcard, not as the default.
+func (t *siteTable) names(host string) bool {
+	if t.exact[host] != nil {
+		return true
+	}
+	for _, w := range t.wildcards {
+		if len(host) > len(w.suffix) && strings.HasSuffix(host, w.suffix) {
+			return true
+		}
+	}
+	return false
+}
+
 func indexByte(b []byte, c byte) int {
 	for i := range b {
 		if b[i] == c {

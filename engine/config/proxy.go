@@ -172,6 +172,9 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	} else if *r.MaxIdle < 0 || *r.MaxIdle > 1<<16 {
 		errs.add(c.errAt(key+".max_idle", "%d is out of range; expected 0 (no pooling) to 65536", *r.MaxIdle))
 	}
+	if r.UpstreamTLS {
+		errs.add(c.errAt(key+".upstream_tls", "true (TLS to the upstream) is not available in this version; the proxy speaks plain HTTP/1.1 to upstreams on a trusted network"))
+	}
 	if r.CA != "" {
 		r.CA = c.resolvePath(key+".ca", r.CA)
 		if _, err := os.Stat(r.CA); err != nil {

@@ -52,8 +52,6 @@ upstreams = ["backend.internal:8443"]
 lb = "least_conn"
 max_body = "10MiB"
 max_idle = 0
-upstream_tls = true
-ca = "ca.pem"
 
 [runtime.settings]
 proxy_h2_tls_max_send_buffer_bytes = "131072"
@@ -70,7 +68,7 @@ proxy_h2_tls_connection_send_buffer_bytes = "33554432"
 	if r0.ConnectTimeout.D().Seconds() != 5 || *r0.MaxIdle != 256 || r0.MaxBody != 0 || r0.IdleTimeout.D().Seconds() != 50 {
 		t.Errorf("route 0: %+v", r0)
 	}
-	if *r1.MaxIdle != 0 || r1.MaxBody != 10<<20 || r1.LB != "least_conn" || r1.CA != filepath.Join(dir, "ca.pem") ||
+	if *r1.MaxIdle != 0 || r1.MaxBody != 10<<20 || r1.LB != "least_conn" ||
 		r1.ResponseTimeout.D().Seconds() != 60 || r1.ReadTimeout.D().Seconds() != 60 {
 		t.Errorf("route 1 (defaults): %+v", r1)
 	}
@@ -118,6 +116,8 @@ func TestProxyConfigErrors(t *testing.T) {
 			[]string{"engine.toml:7: reverse_proxy.routes[0].max_idle: -1 is out of range"}},
 		{"ca without tls", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nca = \"c.pem\"\n",
 			[]string{"engine.toml:7: reverse_proxy.routes[0].ca: set but upstream_tls is false"}},
+		{"upstream tls", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nupstream_tls = true\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].upstream_tls: true (TLS to the upstream) is not available"}},
 		{"route domain without certificate", "[[sites]]\ndomain = \"files.example\"\nroot = \".\"\n[sites.tls]\ncert = \"c.pem\"\nkey = \"c.pem\"\n" +
 			"[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"api.example\"\nupstreams = [\"h:80\"]\n",
 			[]string{"engine.toml:10: reverse_proxy.routes[0].domain: \"api.example\" has no certificate on this TLS listener"}},
