@@ -163,8 +163,21 @@ type exchange struct {
 	respHead bool // the client has the response head
 	respBody h1.BodyReader
 	respDone bool
+	splicing bool // the rest of the body moves by splice (spliceClient)
 	done     bool
 }
+
+// spliceClient is a client that can take the rest of a body straight
+// from the upstream's socket (HTTP/1.1 over plain TCP).
+type spliceClient interface {
+	// splice queues n body bytes from the upstream connection uc, or
+	// reports false when this client cannot.
+	splice(uc *reactor.Conn, n int64) bool
+}
+
+// spliceMin is the body remainder worth a splice: below it the bytes are
+// copied through the buffers as usual.
+const spliceMin = 256 << 10
 
 // start connects and runs the exchange. The request has no body when
 // reqDone is already set.
@@ -368,10 +381,30 @@ func (ex *exchange) readHead() bool {
 // as fast as the client takes them.
 func (ex *exchange) pumpResponse() {
 	uc := ex.up.c
+	if ex.splicing {
+		if !ex.cl.room() || !uc.Spliced() {
+			// The splice is under way: the client's flush moves it. This
+			// runs on the upstream's events (input, or its end): the
+			// client is told to try again.
+			ex.cl.wake()
+			return
+		}
+		ex.splicing = false
+		ex.respDone = true
+	}
 	for !ex.respDone {
 		if ex.respBody.Done() { // Content-Length: 0, or the last chunk read
 			ex.respDone = true
 			break
+		}
+		if left := ex.respBody.ContentLeft(); left >= spliceMin && len(uc.Input()) == 0 {
+			if sp, ok := ex.cl.(spliceClient); ok && ex.cl.room() && sp.splice(uc, left) {
+				ex.respBody.Advance(left)
+				ex.splicing = true
+				uc.SetReadDeadline(0) // the client's send_timeout bounds a stalled splice
+				ex.cl.wake()
+				return
+			}
 		}
 		if !ex.cl.room() {
 			uc.SetReadDeadline(0) // the client is the slow side: no upstream deadline

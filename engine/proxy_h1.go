@@ -159,6 +159,16 @@ func (cl *h1Client) body(p []byte) {
 	s.Write(p)
 }
 
+// splice moves the rest of a Content-Length body from the upstream's
+// socket to a plain TCP client's with splice(2): no copy in userspace.
+func (cl *h1Client) splice(uc *reactor.Conn, n int64) bool {
+	if cl.chunk || cl.st.s.Session() != nil {
+		return false // TLS in userspace, or re-framed
+	}
+	cl.c.Splice(uc, n)
+	return true
+}
+
 func (cl *h1Client) end() {
 	if cl.chunk {
 		cl.st.s.Write([]byte("0\r\n\r\n"))

@@ -223,6 +223,9 @@ func TestProxyStreaming(t *testing.T) {
 	if err != nil || n != size || string(got.Sum(nil)) != string(want.Sum(nil)) || resp.ContentLength != size {
 		t.Fatalf("big response: %d bytes (length %d), err %v, digest match %v", n, resp.ContentLength, err, string(got.Sum(nil)) == string(want.Sum(nil)))
 	}
+	if sp := ts.Stats().BytesSplice; sp < size/2 {
+		t.Errorf("a plain HTTP/1.1 client's large body moved %d bytes by splice; want most of %d", sp, size)
+	}
 
 	resp, err = http.Get(ts.url + "/chunked")
 	if err != nil {
@@ -274,6 +277,11 @@ func TestProxyErrors(t *testing.T) {
 		readHead(c)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\npartial")
 	})
+	cutBig := rawBackend(t, func(c net.Conn) { // cut in the middle of a splice
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n")
+		c.Write(make([]byte, 1<<20))
+	})
 	slow := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(5 * time.Second):
@@ -299,6 +307,10 @@ path_prefix = "/cut/"
 upstreams = [%q]
 [[reverse_proxy.routes]]
 domain = "*"
+path_prefix = "/cutbig/"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "*"
 path_prefix = "/slow/"
 upstreams = [%q]
 response_timeout = "300ms"
@@ -307,7 +319,7 @@ domain = "*"
 path_prefix = "/small/"
 upstreams = [%q]
 max_body = "10"
-`, root, down, garbage, cut, slow.hostPort(), slow.hostPort())
+`, root, down, garbage, cut, cutBig, slow.hostPort(), slow.hostPort())
 	var log syncBuffer
 	ts := startLog(t, cfg, &log)
 	get := func(path string) (int, error) {
@@ -331,6 +343,9 @@ max_body = "10"
 	}
 	if code, err := get("/cut/x"); err == nil {
 		t.Errorf("cut body: status %d and a clean end; want an error", code)
+	}
+	if code, err := get("/cutbig/x"); err == nil {
+		t.Errorf("body cut during a splice: status %d and a clean end; want an error", code)
 	}
 	t0 = time.Now()
 	if code, _ := get("/slow/x"); code != 504 || time.Since(t0) > 3*time.Second {

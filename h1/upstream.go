@@ -183,6 +183,25 @@ func (b *BodyReader) ResetResponse(r *Response) {
 	b.s.Reset(&Request{Chunked: r.Chunked, ContentLength: r.ContentLength})
 }
 
+// ContentLeft is how many bytes of a Content-Length body are still to
+// come, or -1 for a chunked body or one read until EOF.
+func (b *BodyReader) ContentLeft() int64 {
+	if b.untilEOF || b.s.chunked {
+		return -1
+	}
+	return b.s.remaining
+}
+
+// Advance counts n bytes of a Content-Length body as read, when they were
+// moved without passing through Read (spliced).
+func (b *BodyReader) Advance(n int64) {
+	if !b.untilEOF && !b.s.chunked {
+		n = min(n, b.s.remaining)
+		b.s.remaining -= n
+		b.s.total += n
+	}
+}
+
 // UntilEOF reports whether the body ends when the connection does.
 func (b *BodyReader) UntilEOF() bool { return b.untilEOF }
 

@@ -50,6 +50,9 @@ type Conn struct {
 	closedLater     bool // closed while busy: Handler.Closed runs when the work is done
 	inReady         bool
 	timedOut        bool // closed by its read deadline or the send timeout
+	splicing        bool // another connection splices from this socket: its input is not read
+	pipe            [2]int
+	pipeLen         int // bytes in pipe, read from the source and not yet written
 
 	// Outbound connections (Loop.Dial) only.
 	h          Handler // serves this connection instead of the loop's handler
@@ -78,6 +81,7 @@ type seg struct {
 	file bool
 	src  Source
 	ctrl func(fd int) error
+	from *Conn // splice n bytes from this connection's socket
 }
 
 // Source produces output that must be computed rather than copied (TLS
@@ -171,6 +175,24 @@ func (c *Conn) queue(s seg) {
 	}
 	c.progress++
 }
+
+// Splice queues n bytes read straight from src's socket with splice(2)
+// through a pipe, with no copy through userspace: a proxied body from an
+// upstream connection on the same loop. Until they have moved, src's
+// input is not read into its buffer (the caller has taken what src had
+// buffered already), and src's Serve runs on its socket's events so its
+// handler can Wake c. If src ends before n bytes, c is reset: a short
+// body is never passed off as whole.
+func (c *Conn) Splice(src *Conn, n int64) {
+	if n <= 0 {
+		return
+	}
+	src.splicing = true
+	c.queue(seg{from: src, n: n})
+}
+
+// Spliced reports whether src has no splice from it in progress.
+func (c *Conn) Spliced() bool { return !c.splicing }
 
 // WriteSource queues output produced by src.
 func (c *Conn) WriteSource(src Source) { c.queue(seg{src: src}) }
@@ -370,6 +392,11 @@ func (l *Loop) flush(c *Conn) bool {
 				return false
 			}
 			continue
+		case s.from != nil:
+			if !l.spliceSeg(c, s, &budget) {
+				return false
+			}
+			continue
 		case s.oob != nil:
 			n, err := sendOOB(c.fd, s.mem, s.oob)
 			if n > 0 {
@@ -455,6 +482,72 @@ func (l *Loop) flush(c *Conn) bool {
 	return true
 }
 
+// spliceSegSize is the most one splice(2) moves.
+const spliceSegSize = 1 << 20
+
+// spliceSeg moves a splice segment on: what the pipe holds to c's
+// socket, then more from the source into the pipe. It returns false when
+// c must wait (its socket is full, the source has nothing yet, or c was
+// closed).
+func (l *Loop) spliceSeg(c *Conn, s *seg, budget *int) bool {
+	if c.pipe[0] < 0 {
+		p, err := newPipe()
+		if err != nil {
+			l.log.Warn("cannot make a pipe for splice; connection reset", "peer", c.peer, "err", err)
+			l.closeConn(c, true)
+			return false
+		}
+		c.pipe = p
+	}
+	if c.pipeLen > 0 {
+		n, err := spliceFd(c.pipe[0], c.fd, c.pipeLen)
+		if n > 0 {
+			c.pipeLen -= n
+			*budget -= n
+			c.lastProgress = l.now
+			c.sent += int64(n)
+			l.stats.writes.Add(1)
+			l.stats.bytesSplice.Add(int64(n))
+			return true
+		}
+		if err != nil {
+			return l.writeFailed(c, err, "splice")
+		}
+		return true
+	}
+	if s.n == 0 {
+		s.from.splicing = false
+		s.from = nil
+		c.out = c.out[1:]
+		return true
+	}
+	src := s.from
+	if src.closed {
+		l.closeConn(c, true)
+		return false
+	}
+	n, err := spliceFd(src.fd, c.pipe[1], int(min(s.n, spliceSegSize)))
+	switch {
+	case n > 0:
+		c.pipeLen += n
+		s.n -= int64(n)
+		src.progress++
+		return true
+	case err == nil:
+		l.log.Debug("splice source ended early; connection reset", "peer", c.peer, "source", src.peer)
+		l.closeConn(c, true)
+		return false
+	case isAgain(err):
+		src.readable = false // its next EPOLLIN runs its handler, which wakes c
+		return false
+	case isIntr(err):
+		return true
+	}
+	l.log.Debug("splice from source failed; connection reset", "peer", c.peer, "err", err)
+	l.closeConn(c, true)
+	return false
+}
+
 // writeFailed handles a write error. It returns true to retry (EINTR).
 func (l *Loop) writeFailed(c *Conn, err error, op string) bool {
 	switch {
@@ -480,7 +573,9 @@ const maxIov = 64
 
 // plain reports whether s is bare memory, which may be gathered with its
 // neighbours into one writev.
-func (s *seg) plain() bool { return !s.file && s.src == nil && s.ctrl == nil && s.oob == nil }
+func (s *seg) plain() bool {
+	return !s.file && s.src == nil && s.ctrl == nil && s.oob == nil && s.from == nil
+}
 
 // releaseOutput drops queued output, releasing sources.
 func (c *Conn) releaseOutput() {
@@ -488,6 +583,14 @@ func (c *Conn) releaseOutput() {
 		if c.out[i].src != nil {
 			c.out[i].src.Release()
 		}
+		if f := c.out[i].from; f != nil {
+			f.splicing = false
+		}
+	}
+	if c.pipe[0] >= 0 {
+		closeFd(c.pipe[0])
+		closeFd(c.pipe[1])
+		c.pipe = [2]int{-1, -1}
 	}
 	clear(c.out)
 	c.out = c.out[:0]

@@ -338,7 +338,7 @@ func (l *Loop) newConn(fd int, peer Addr) *Conn {
 		slot = int32(len(l.slots))
 		l.slots = append(l.slots, nil)
 	}
-	c := &Conn{loop: l, fd: fd, slot: slot, peer: peer, lastProgress: l.now}
+	c := &Conn{loop: l, fd: fd, slot: slot, peer: peer, lastProgress: l.now, pipe: [2]int{-1, -1}}
 	l.slots[slot] = c
 	return c
 }
@@ -416,7 +416,7 @@ func (l *Loop) process(c *Conn) {
 			l.startLinger(c)
 			return
 		}
-		if c.readable && !c.eof {
+		if c.readable && !c.eof && !c.splicing {
 			l.readIn(c)
 			if c.closed {
 				return

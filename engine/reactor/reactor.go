@@ -93,16 +93,17 @@ func (c *Config) withDefaults() {
 
 // Stats are counters summed over loops.
 type Stats struct {
-	Accepted   int64 // connections accepted
-	Rejected   int64 // closed at once: over MaxConns with no waiting connection to close
-	Reclaimed  int64 // waiting connections closed to admit new ones at MaxConns
-	Open       int64 // connections open now
-	BytesMem   int64 // bytes written from memory
-	BytesFile  int64 // bytes written by sendfile
-	Timeouts   int64 // connections closed by a deadline
-	Aborted    int64 // connections reset (file shrank, handler abort)
-	WriteError int64 // connections closed on a write error (peer gone)
-	AcceptErr  int64 // accept failures (out of descriptors), each pausing accepts briefly
+	Accepted    int64 // connections accepted
+	Rejected    int64 // closed at once: over MaxConns with no waiting connection to close
+	Reclaimed   int64 // waiting connections closed to admit new ones at MaxConns
+	Open        int64 // connections open now
+	BytesMem    int64 // bytes written from memory
+	BytesFile   int64 // bytes written by sendfile
+	BytesSplice int64 // bytes written by splice from another socket (proxied bodies)
+	Timeouts    int64 // connections closed by a deadline
+	Aborted     int64 // connections reset (file shrank, handler abort)
+	WriteError  int64 // connections closed on a write error (peer gone)
+	AcceptErr   int64 // accept failures (out of descriptors), each pausing accepts briefly
 	// How output met the sockets: Writes is the write calls (sendmsg,
 	// sendfile) that moved bytes; SocketFull how often a socket refused
 	// more (EAGAIN), and FullWait the time, summed over connections, from
@@ -118,8 +119,8 @@ type Stats struct {
 // goroutine and read by Stats from any goroutine. They are independent
 // counts, not a consistent snapshot.
 type counters struct {
-	accepted, rejected, reclaimed, open, bytesMem, bytesFile, timeouts, aborted, writeErr, acceptErrors atomic.Int64
-	writes, full, fullWait                                                                              atomic.Int64
+	accepted, rejected, reclaimed, open, bytesMem, bytesFile, bytesSplice, timeouts, aborted, writeErr, acceptErrors atomic.Int64
+	writes, full, fullWait                                                                                           atomic.Int64
 }
 
 // ErrClosed is returned by Run after Shutdown.
@@ -287,6 +288,7 @@ func (g *Group) Stats() Stats {
 		s.Open += c.open.Load()
 		s.BytesMem += c.bytesMem.Load()
 		s.BytesFile += c.bytesFile.Load()
+		s.BytesSplice += c.bytesSplice.Load()
 		s.Timeouts += c.timeouts.Load()
 		s.Aborted += c.aborted.Load()
 		s.WriteError += c.writeErr.Load()

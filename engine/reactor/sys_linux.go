@@ -206,6 +206,26 @@ func setPacing(fd int, rate uint64) error {
 	return nil
 }
 
+// newPipe makes a non-blocking pipe for splice, as large as the system
+// lets it be (up to 1 MiB).
+func newPipe() ([2]int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		return p, os.NewSyscallError("pipe2", err)
+	}
+	unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, 1<<20)
+	return p, nil
+}
+
+// spliceFd moves up to n bytes from in to out; one of them is a pipe.
+func spliceFd(in, out, n int) (int, error) {
+	k, err := unix.Splice(in, nil, out, nil, n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+	if k < 0 {
+		k = 0
+	}
+	return int(k), err
+}
+
 // connect starts a non-blocking TCP connection to addr.
 func connect(addr Addr) (int, error) {
 	family := unix.AF_INET

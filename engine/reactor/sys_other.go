@@ -32,6 +32,8 @@ func setCongestion(int, string) error                         { return errNotLin
 func setPacing(int, uint64) error                             { return errNotLinux }
 func setLingerZero(int)                                       {}
 func connect(Addr) (int, error)                               { return -1, errNotLinux }
+func newPipe() ([2]int, error)                                { return [2]int{}, errNotLinux }
+func spliceFd(int, int, int) (int, error)                     { return 0, errNotLinux }
 func connectErr(int) error                                    { return errNotLinux }
 func shutdownWrite(int)                                       {}
 func closeFd(int)                                             {}
