@@ -37,7 +37,10 @@ func (p *proxyPool) get(u *upstream) *upConn {
 		uc := l[len(l)-1]
 		l = l[:len(l)-1]
 		p.idle[u] = l
-		if !uc.c.Closed() && !uc.c.EOF() && len(uc.c.Input()) == 0 {
+		// Bytes that came after the last response (its upstream's error, or
+		// a close on its way) would be read as the next response: such a
+		// connection is not reused, even if its event has not been seen.
+		if !uc.c.Stale() {
 			uc.c.SetReadDeadline(0)
 			return uc
 		}
@@ -206,6 +209,7 @@ func (ex *exchange) connect(fresh bool) bool {
 				uc.used++
 				ex.up = uc
 				u.active.Add(1)
+				uc.c.SetSendTimeout(ex.r.cfg.ReadTimeout.D())
 				ex.h.srv.proxy.stats.reused.Add(1)
 				return true
 			}
@@ -215,6 +219,9 @@ func (ex *exchange) connect(fresh bool) bool {
 			ex.upstreamFailed(u, err)
 			continue
 		}
+		// An upstream that takes no request bytes for read_timeout is
+		// given up (504), as one that sends none.
+		uc.c.SetSendTimeout(ex.r.cfg.ReadTimeout.D())
 		uc.used = 1
 		ex.up = uc
 		u.active.Add(1)
@@ -244,13 +251,18 @@ func (r *route) pickExcept(now int64, skip []*upstream) *upstream {
 	return nil
 }
 
-// upstreamFailed marks u down for a while after a failed connection.
+// upstreamFailed marks u down for a while after a failed connection:
+// 1 s after the first failure, doubling with each one after it up to
+// 30 s, so that a restarted upstream is back soon and a dead one is not
+// tried on every request.
 func (ex *exchange) upstreamFailed(u *upstream, err error) {
 	ex.h.srv.proxy.stats.failed.Add(1)
-	u.downUntil.Store(time.Now().Add(upstreamBackoff).UnixNano())
+	n := min(u.failures.Add(1), 6)
+	backoff := min(time.Second<<(n-1), upstreamBackoff)
+	u.downUntil.Store(time.Now().Add(backoff).UnixNano())
 	ex.tried = append(ex.tried, u)
 	ex.h.limiter.log(ex.h.log, "upstream connection failed; trying another, and skipping this one for a while",
-		"route", ex.r.key, "upstream", u.name, "err", err, "backoff", upstreamBackoff)
+		"route", ex.r.key, "upstream", u.name, "err", err, "backoff", backoff)
 }
 
 // pump moves the exchange on as far as it can go: the request up, the
@@ -359,6 +371,7 @@ func (ex *exchange) readHead() bool {
 			continue // 100 Continue and other interim responses: ours was sent already
 		}
 		uc.Consume(n)
+		ex.up.up.failures.Store(0) // it answers
 		r := &ex.resp
 		hasBody := r.BodyFollows(ex.isHead)
 		bodyLen := int64(0)

@@ -58,7 +58,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	}
 	ex.head = h.upstreamHead(&upstreamRequest{method: r.Method, path: r.Path, query: r.Query, host: r.Host,
 		fields: r.Headers, connection: r.Get("connection"), via: via, peer: c.Peer().Addr(),
-		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked})
+		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked, upstream: rt.defaultHost()})
 	ex.start()
 }
 
@@ -84,9 +84,10 @@ func (cl *h1Client) pullBody() ([]byte, bool, error) {
 func (cl *h1Client) bodyTaken() {
 	cl.st.s.Consume(cl.taken)
 	cl.taken = 0
-	if cl.reqBody.Done() {
-		cl.c.SetReadDeadline(0)
-	}
+	// The client delivered: no deadline for it until pullBody finds it
+	// has nothing again (when the upstream is the slow side, its
+	// send timeout, read_timeout, decides).
+	cl.c.SetReadDeadline(0)
 	cl.c.Wake() // it may have stopped reading with a full buffer
 }
 
@@ -100,7 +101,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		b = append(b, "\r\n"...)
 	}
 	for _, f := range r.Headers {
-		if dropField(f.Name, conn) && !(!hasBody && h1.EqualFold(f.Name, "content-length")) {
+		if !copyRespField(f.Name, conn, r.Status, hasBody) {
 			continue
 		}
 		b = append(b, f.Name...)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/http2/hpack"
@@ -52,7 +53,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 	}
 	ex.head = hh.h1.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Authority,
 		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
-		contentLength: r.ContentLength, chunked: ex.reqChunked})
+		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.defaultHost()})
 	hc.conn.MarkBusy(st)
 	ex.start()
 }
@@ -103,10 +104,13 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	hc, hs := cl.hc, cl.hs
 	f := cl.fields[:0]
 	for _, h := range r.Headers {
-		if dropField(h.Name, conn) && !(h1.EqualFold(h.Name, "content-length") && (!hasBody || bodyLen >= 0)) {
+		if !copyRespField(h.Name, conn, r.Status, hasBody) {
 			continue
 		}
 		f = append(f, hpack.HeaderField{Name: strings.ToLower(string(h.Name)), Value: string(h.Value)})
+	}
+	if hasBody && bodyLen >= 0 {
+		f = append(f, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(bodyLen, 10)})
 	}
 	cl.fields = f
 	hc.h.srv.stats.h2Streams.Add(1)

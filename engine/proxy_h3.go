@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -88,7 +89,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 		cl_ = -1
 	}
 	head := h.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
-		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: cl_, chunked: hasBody && r.ContentLength < 0})
+		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: cl_, chunked: hasBody && r.ContentLength < 0, upstream: rt.defaultHost()})
 	ex := &exchange{h: h, cl: cl, peer: peer, path: string(path), r: rt, isHead: r.Method == "HEAD",
 		idempotent: idempotentMethods[r.Method] && !hasBody, head: head, reqDone: !hasBody, reqChunked: hasBody && r.ContentLength < 0}
 	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
@@ -269,11 +270,14 @@ func (cl *h3Client) continue100() {}
 func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
 	hdr := http.Header{}
 	for _, f := range r.Headers {
-		if dropField(f.Name, conn) && !(h1.EqualFold(f.Name, "content-length") && (!hasBody || bodyLen >= 0)) {
+		if !copyRespField(f.Name, conn, r.Status, hasBody) {
 			continue
 		}
 		k := http.CanonicalHeaderKey(string(f.Name))
 		hdr[k] = append(hdr[k], strings.Clone(string(f.Value)))
+	}
+	if hasBody && bodyLen >= 0 {
+		hdr["Content-Length"] = []string{strconv.FormatInt(bodyLen, 10)}
 	}
 	n := int64(-1)
 	if !hasBody {

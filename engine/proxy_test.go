@@ -681,7 +681,11 @@ func TestProxyHTTP3(t *testing.T) {
 	})
 	dir := t.TempDir()
 	pki := newPKI(t, dir, "localhost")
+	// shutdown_grace: quic-go's client sometimes leaves a connection open
+	// after a reset stream; the server then waits the grace period for
+	// it at the end of the test, as it should.
 	ts := start(t, fmt.Sprintf(`
+shutdown_grace = "2s"
 [[sites]]
 domain = "localhost"
 root = %q
@@ -757,3 +761,141 @@ upstreams = [%q]
 		t.Errorf("the connection after a reset stream: %q %v", body, err)
 	}
 }
+
+// TestProxyHostile: what an outside attack on the proxy found, each a
+// regression test: a bad upstream head answered once (the next response
+// on the connection is its own), the Host the upstream sees is the one
+// routed by, "..;" and overlong UTF-8 dots refused, forwarding fields a
+// client made up dropped, an upstream that stops reading a body gets 504
+// at read_timeout, HTTP/1.0 without Host still sends one upstream, a 204
+// loses its Content-Length, and a refused upstream is tried again soon.
+func TestProxyHostile(t *testing.T) {
+	var seen sync.Map // path -> header
+	echo := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("X-Host", r.Host)
+		seen.Store(r.URL.Path, h)
+		switch r.URL.Path {
+		case "/api/noread":
+			time.Sleep(3 * time.Second) // never reads the body
+		case "/api/204":
+			w.Header().Set("Content-Length", "50")
+			w.WriteHeader(204)
+			return
+		}
+		io.WriteString(w, "echo "+r.URL.Path)
+	}))
+	garbage := rawBackend(t, func(c net.Conn) {
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n")
+	})
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	flaky := ln.Addr().String()
+	ln.Close()
+	root := t.TempDir()
+	ts := start(t, fmt.Sprintf(`root = %q
+[reverse_proxy]
+enabled = true
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/api/"
+upstreams = [%q]
+read_timeout = "500ms"
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/garbage/"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "routed.example"
+path_prefix = "/flaky/"
+upstreams = [%q]
+`, root, echo.hostPort(), garbage, flaky))
+	header := func(path string) http.Header {
+		v, ok := seen.Load(path)
+		if !ok {
+			t.Fatalf("the upstream never saw %s", path)
+		}
+		return v.(http.Header)
+	}
+
+	c := dial(t, ts.addr)
+	c.send("GET /garbage/x HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r, _ := c.response("GET"); r.StatusCode != 502 {
+		t.Errorf("bad upstream head: %d", r.StatusCode)
+	}
+	c.send("GET /api/b HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r, body := c.response("GET"); r.StatusCode != 200 || string(body) != "echo /api/b" {
+		t.Errorf("the response after a 502 on the same connection: %d %q (a second answer to the first request?)", r.StatusCode, body)
+	}
+
+	c = dial(t, ts.addr)
+	c.send("GET http://target.example/api/abs HTTP/1.1\r\nHost: other.example\r\nX-Real-IP: 6.6.6.6\r\nX-Forwarded-Port: 1\r\nX_Forwarded_For: 6.6.6.6\r\n\r\n")
+	if r, _ := c.response("GET"); r.StatusCode != 200 {
+		t.Fatalf("absolute-form request: %d", r.StatusCode)
+	}
+	h := header("/api/abs")
+	if h.Get("X-Host") != "target.example" {
+		t.Errorf("absolute-form target routed by target.example reached the upstream with Host %q", h.Get("X-Host"))
+	}
+	for _, k := range []string{"X-Real-Ip", "X-Forwarded-Port", "X_forwarded_for"} {
+		if v := h.Values(k); len(v) > 0 {
+			t.Errorf("client-made %s reached the upstream: %q", k, v)
+		}
+	}
+
+	for _, p := range []string{"/api/..;/admin", "/api/.;/x", "/api/%c0%ae%c0%ae/admin"} {
+		c = dial(t, ts.addr)
+		c.send("GET " + p + " HTTP/1.1\r\nHost: a\r\n\r\n")
+		if r, _ := c.response("GET"); r.StatusCode != 400 {
+			t.Errorf("%s: %d, want 400", p, r.StatusCode)
+		}
+	}
+
+	c = dial(t, ts.addr)
+	c.send("GET /api/old HTTP/1.0\r\n\r\n")
+	if r, _ := c.response("GET"); r.StatusCode != 200 || header("/api/old").Get("X-Host") == "" {
+		t.Errorf("HTTP/1.0 without Host: %d, upstream Host %q", r.StatusCode, header("/api/old").Get("X-Host"))
+	}
+
+	c = dial(t, ts.addr)
+	c.send("GET /api/204 HTTP/1.1\r\nHost: a\r\n\r\n")
+	if r, _ := c.response("GET"); r.StatusCode != 204 || r.Header.Get("Content-Length") != "" {
+		t.Errorf("204: status %d, Content-Length %q", r.StatusCode, r.Header.Get("Content-Length"))
+	}
+
+	t0 := time.Now()
+	req, _ := http.NewRequest("POST", ts.url+"/api/noread", io.LimitReader(zeros{}, 256<<20))
+	req.ContentLength = 256 << 20
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err == nil && resp.StatusCode != 504 || time.Since(t0) > 2500*time.Millisecond {
+		t.Errorf("an upstream that reads no body: %v %v after %v; want 504 (or the connection closed) after read_timeout", resp, err, time.Since(t0))
+	}
+
+	// One refused connect backs the upstream off for a second, not ten.
+	get := func() int {
+		c := dial(t, ts.addr)
+		c.send("GET /flaky/x HTTP/1.1\r\nHost: routed.example\r\n\r\n")
+		r, _ := c.response("GET")
+		return r.StatusCode
+	}
+	if code := get(); code != 502 {
+		t.Fatalf("nothing listens: %d", code)
+	}
+	ln, err = net.Listen("tcp", flaky)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", flaky, err)
+	}
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "back") }))
+	t.Cleanup(func() { ln.Close() })
+	time.Sleep(1500 * time.Millisecond)
+	if code := get(); code != 200 {
+		t.Errorf("an upstream back after a refused connect: %d 1.5 s later", code)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

@@ -80,6 +80,7 @@ type upstreamRequest struct {
 	connection                []byte // the client's Connection value (HTTP/1.x)
 	via                       string // the client's protocol version: "1.1", "2", "3"
 	peer                      netip.Addr
+	upstream                  string // host:port of the upstream: the Host of a request without one
 	tls                       bool
 	contentLength             int64 // -1: none given
 	chunked                   bool  // the body goes chunked
@@ -112,14 +113,27 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 	}
 	b = append(b, " HTTP/1.1\r\n"...)
 	var xff, xfp, xfh, fwd, cookie []byte
-	sawHost := false
+	// Host is the authority the request was routed by (an absolute-form
+	// target's wins over the Host field, RFC 9112 §3.2.2), so the upstream
+	// never sees a host the route did not match; a request with none
+	// (HTTP/1.0) names the upstream.
+	host := u.host
+	if len(host) == 0 {
+		host = []byte(u.upstream)
+	}
+	b = append(append(append(b, "Host: "...), host...), "\r\n"...)
 	for _, f := range u.fields {
 		if dropField(f.Name, u.connection) {
 			continue
 		}
 		switch {
 		case h1.EqualFold(f.Name, "host"):
-			sawHost = true
+			continue
+		case !trusted && untrustedForward(f.Name):
+			// Forwarding fields a client made up, and names with "_"
+			// that CGI-style backends read as their "-" twins
+			// (X_Forwarded_For): dropped, as nginx drops underscored names.
+			continue
 		case h1.EqualFold(f.Name, "x-forwarded-for"):
 			xff = appendList(xff, f.Value, trusted)
 			continue
@@ -146,9 +160,6 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 		b = append(b, f.Value...)
 		b = append(b, "\r\n"...)
 	}
-	if !sawHost && u.host != nil {
-		b = append(append(append(b, "Host: "...), u.host...), "\r\n"...)
-	}
 	if cookie != nil {
 		b = append(append(append(b, "Cookie: "...), cookie...), "\r\n"...)
 	}
@@ -163,6 +174,9 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 	b = append(append(append(b, "X-Forwarded-Proto: "...), xfp...), "\r\n"...)
 	if xfh == nil {
 		xfh = u.host
+	}
+	if len(xfh) == 0 {
+		xfh = nil
 	}
 	if xfh != nil {
 		b = append(append(append(b, "X-Forwarded-Host: "...), xfh...), "\r\n"...)
@@ -192,6 +206,21 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// untrustedForward reports whether a field from a client that is not a
+// trusted proxy is dropped: X-Forwarded-* (the ones the proxy writes are
+// written anew), X-Real-IP, and any name with an underscore.
+func untrustedForward(name []byte) bool {
+	if len(name) >= 12 && h1.EqualFold(name[:12], "x-forwarded-") || h1.EqualFold(name, "x-real-ip") {
+		return true
+	}
+	for _, c := range name {
+		if c == '_' {
+			return true
+		}
+	}
+	return false
 }
 
 // appendList adds v to a comma-separated list, if keep is set (the
@@ -259,6 +288,9 @@ func proxyRefuse(path []byte, protoOn bool) int {
 // or an encoded slash, dot or backslash (a path that "/api/../admin"
 // would reach the upstream's /admin through the route for /api/).
 func unsafeProxyPath(p []byte) bool {
+	// segEnd: what may follow a dot segment for some server to read it as
+	// one: the end, "/", or ";" (Tomcat and Jetty read "..;x" as "..").
+	segEnd := func(i int) bool { return i == len(p) || p[i] == '/' || p[i] == ';' }
 	for i := 0; i < len(p); i++ {
 		switch p[i] {
 		case '\\':
@@ -266,15 +298,28 @@ func unsafeProxyPath(p []byte) bool {
 		case '%':
 			if i+2 < len(p) {
 				a, b := p[i+1], p[i+2]|0x20
-				if a == '2' && (b == 'e' || b == 'f') || a == '5' && b == 'c' {
+				// %2e %2f %5c, and %c0 %c1 (overlong UTF-8 for "." and "/",
+				// never valid).
+				if a == '2' && (b == 'e' || b == 'f') || a == '5' && b == 'c' || a|0x20 == 'c' && (b == '0' || b == '1') {
 					return true
 				}
 			}
 		case '.':
-			if p[i-1] == '/' && (i+1 == len(p) || p[i+1] == '/' || p[i+1] == '.' && (i+2 == len(p) || p[i+2] == '/')) {
+			if p[i-1] == '/' && (segEnd(i+1) || p[i+1] == '.' && segEnd(i+2)) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// copyRespField reports whether a response field goes to the client:
+// not hop-by-hop nor named by the upstream's Connection (conn), and not
+// Content-Length, which the proxy writes itself, except on a response
+// without a body where it describes the representation (HEAD, 304).
+func copyRespField(name, conn []byte, status int, hasBody bool) bool {
+	if h1.EqualFold(name, "content-length") {
+		return !hasBody && status != 204 && status >= 200
+	}
+	return !dropField(name, conn)
 }

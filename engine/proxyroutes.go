@@ -45,6 +45,7 @@ type upstream struct {
 	name      string // as configured
 	addr      netip.AddrPort
 	downUntil atomic.Int64 // unix nanoseconds: skipped until then after a failure
+	failures  atomic.Int64 // failed connections since it last answered
 	active    atomic.Int64 // exchanges in progress (least_conn)
 }
 
@@ -53,9 +54,9 @@ type proxyCounters struct {
 	opened, reused, failed, retried, timeouts, badResponses atomic.Int64
 }
 
-// upstreamBackoff is how long an upstream that refused or timed out is
-// skipped (nginx's fail_timeout default).
-const upstreamBackoff = 10 * time.Second
+// upstreamBackoff is the longest an upstream that keeps refusing or
+// timing out is skipped.
+const upstreamBackoff = 30 * time.Second
 
 // newProxyRoutes builds the route table. Host names among the upstreams
 // are resolved once, here; one that does not resolve stops the start.
@@ -158,6 +159,15 @@ func longestPrefix(rs []*route, path []byte) *route {
 		}
 	}
 	return nil
+}
+
+// defaultHost is the Host sent for a request that named none (HTTP/1.0):
+// the route's domain when it is one name, else its first upstream.
+func (r *route) defaultHost() string {
+	if d := r.cfg.Domain; d != "*" && !strings.HasPrefix(d, "*.") {
+		return d
+	}
+	return r.ups[0].name
 }
 
 // pick chooses an upstream by the route's policy among those not backing

@@ -49,8 +49,9 @@ type Conn struct {
 	busy            bool // work started with Go has not finished
 	closedLater     bool // closed while busy: Handler.Closed runs when the work is done
 	inReady         bool
-	timedOut        bool // closed by its read deadline or the send timeout
-	splicing        bool // another connection splices from this socket: its input is not read
+	timedOut        bool  // closed by its read deadline or the send timeout
+	splicing        bool  // another connection splices from this socket: its input is not read
+	sendTimeout     int64 // overrides Config.SendTimeout when set
 	pipe            [2]int
 	pipeLen         int // bytes in pipe, read from the source and not yet written
 
@@ -267,6 +268,15 @@ func (c *Conn) SetReadDeadline(d time.Duration) {
 	}
 	c.deadline = c.loop.now + int64(d)
 }
+
+// SetSendTimeout closes the connection when its peer takes no queued
+// output for d, instead of Config.SendTimeout. Zero restores that.
+func (c *Conn) SetSendTimeout(d time.Duration) { c.sendTimeout = int64(d) }
+
+// Stale reports whether an idle connection has something waiting on its
+// socket that nobody asked for (bytes, or the peer's close): a pooled
+// connection to check just before it is reused.
+func (c *Conn) Stale() bool { return c.closed || c.eof || c.rpos != c.wpos || peekStale(c.fd) }
 
 // HasReadDeadline reports whether a read deadline is set.
 func (c *Conn) HasReadDeadline() bool { return c.deadline != 0 }

@@ -609,8 +609,12 @@ func (l *Loop) sweep() {
 		if c == nil || c.closed {
 			continue
 		}
+		limit := send
+		if c.sendTimeout > 0 {
+			limit = c.sendTimeout
+		}
 		switch {
-		case len(c.out) > 0 && l.now-c.lastProgress > send:
+		case len(c.out) > 0 && l.now-c.lastProgress > limit:
 			l.stats.timeouts.Add(1)
 			l.log.Debug("send timeout", "peer", c.peer)
 			c.timedOut = true

@@ -206,6 +206,14 @@ func setPacing(fd int, rate uint64) error {
 	return nil
 }
 
+// peekStale reports whether the socket has bytes or the peer's close
+// waiting, without taking them.
+func peekStale(fd int) bool {
+	var b [1]byte
+	n, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return n > 0 || n == 0 && err == nil
+}
+
 // newPipe makes a non-blocking pipe for splice, as large as the system
 // lets it be (up to 1 MiB).
 func newPipe() ([2]int, error) {
