@@ -96,6 +96,7 @@ func (cl *h2Client) bodyTaken() {
 		up.c.SetReadDeadline(0)
 	}
 	cl.hc.conn.Consumed(cl.hs.st, n)
+	cl.wake() // the WINDOW_UPDATE goes out now, not with the next event
 }
 
 func (cl *h2Client) continue100() {}

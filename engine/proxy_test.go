@@ -579,7 +579,9 @@ domain = "localhost"
 path_prefix = "/cut/"
 upstreams = [%q]
 `, root, pki.certFile, pki.keyFile, b.hostPort(), cut))
-	client := &http.Client{Transport: &http.Transport{
+	// The timeout catches a stalled window (a lost wake-up costs a second
+	// per stream window, and an upload here takes 0.1 s).
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pki.pool, ServerName: "localhost"},
 		ForceAttemptHTTP2: true,
 	}}
