@@ -64,21 +64,32 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 
 func (cl *h1Client) pullBody() ([]byte, bool, error) {
 	s := cl.st.s
-	in := s.Input()
-	if len(in) == 0 {
-		if s.EOF() || cl.c.Closed() {
-			return nil, false, errClientGone
+	for {
+		in := s.Input()
+		if len(in) == 0 {
+			if s.EOF() || cl.c.Closed() {
+				return nil, false, errClientGone
+			}
+			// The body must keep coming: body_timeout between arrivals.
+			cl.c.SetReadDeadline(cl.h.srv.cfg.Limits.BodyTimeout.D())
+			return nil, false, nil
 		}
-		// The body must keep coming: body_timeout between arrivals.
-		cl.c.SetReadDeadline(cl.h.srv.cfg.Limits.BodyTimeout.D())
-		return nil, false, nil
+		n, data, err := cl.reqBody.Read(in)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(data) == 0 && n > 0 {
+			// Framing only (chunk sizes, the last chunk, trailers): the
+			// reader has moved past it, so it is consumed here.
+			s.Consume(n)
+			if cl.reqBody.Done() {
+				return nil, true, nil
+			}
+			continue
+		}
+		cl.taken = n
+		return data, cl.reqBody.Done(), nil
 	}
-	n, data, err := cl.reqBody.Read(in)
-	if err != nil {
-		return nil, false, err
-	}
-	cl.taken = n
-	return data, cl.reqBody.Done(), nil
 }
 
 func (cl *h1Client) bodyTaken() {

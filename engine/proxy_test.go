@@ -237,6 +237,17 @@ func TestProxyStreaming(t *testing.T) {
 		t.Fatalf("chunked response: %q... te %v", body[:min(len(body), 20)], resp.TransferEncoding)
 	}
 
+	// A chunked body whose framing arrives apart from its data.
+	c := dial(t, ts.addr)
+	for _, part := range []string{"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", "5\r\n", "hello\r\n", "6\r\n world", "\r\n", "0\r\n", "\r\n"} {
+		c.send(part)
+		time.Sleep(20 * time.Millisecond)
+	}
+	hw := sha256.Sum256([]byte("hello world"))
+	if r, body := c.response("POST"); r.StatusCode != 200 || string(body) != fmt.Sprintf("11 %s [chunked]", hex.EncodeToString(hw[:])) {
+		t.Errorf("chunked upload in pieces: %d %q", r.StatusCode, body)
+	}
+
 	upload := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
 	sum := sha256.Sum256([]byte(upload))
 	for _, chunked := range []bool{false, true} {

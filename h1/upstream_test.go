@@ -165,3 +165,30 @@ func FuzzParseResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestBodyReaderFraming: Read reports the input it used even when it
+// holds no data (a chunk-size line, the last chunk), so a caller that
+// consumes exactly what Read used never re-reads framing.
+func TestBodyReaderFraming(t *testing.T) {
+	in := []byte("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+	for step := 1; step <= len(in); step++ {
+		var b BodyReader
+		b.ResetRequest(&Request{Chunked: true, ContentLength: -1})
+		var data []byte
+		pos, avail := 0, 0
+		for !b.Done() && pos < len(in) {
+			if avail < len(in) {
+				avail = min(avail+step, len(in)) // bytes arrive step at a time
+			}
+			n, d, err := b.Read(in[pos:avail])
+			if err != nil {
+				t.Fatalf("step %d at %d: %v", step, pos, err)
+			}
+			data = append(data, d...)
+			pos += n
+		}
+		if string(data) != "abcde" || !b.Done() || pos != len(in) {
+			t.Fatalf("step %d: %q done %v used %d of %d", step, data, b.Done(), pos, len(in))
+		}
+	}
+}
