@@ -164,21 +164,22 @@ func (cl *h1Client) body(p []byte) {
 	if cl.chunk {
 		s.Write(strconv.AppendInt(cl.lenBuf[:0], int64(len(p)), 16))
 		s.Write([]byte("\r\n"))
-		s.Write(p)
+		s.WriteBodyBytes(&cl.st.resp, p)
 		s.Write([]byte("\r\n"))
 		return
 	}
-	s.Write(p)
+	s.WriteBodyBytes(&cl.st.resp, p)
 }
 
 // splice moves the rest of a Content-Length body from the upstream's
 // socket to a plain TCP client's with splice(2): no copy in userspace.
 func (cl *h1Client) splice(uc *reactor.Conn, n int64) bool {
-	if cl.chunk || cl.st.s.Session() != nil {
-		return false // TLS in userspace, or re-framed
+	if cl.chunk {
+		return false // re-framed
 	}
-	cl.c.Splice(uc, n)
-	return true
+	// Plain TCP, or TLS once the kernel seals (the body's first
+	// promote_after bytes went through userspace, which promotes).
+	return cl.st.s.SpliceFrom(uc, n)
 }
 
 func (cl *h1Client) end() {

@@ -191,8 +191,8 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 // certCovers reports whether a certificate is configured for a route
 // domain: the proxy's own, a site with the same domain, or --self-signed.
 func (c *Config) certCovers(domain string) bool {
-	if c.selfSigned || c.ReverseProxy.TLS.Cert != "" {
-		return true
+	if c.selfSigned || c.ReverseProxy.TLS.Cert != "" || domain == "*" {
+		return true // "*": the default certificate answers any name
 	}
 	d := strings.ToLower(strings.TrimSuffix(domain, "."))
 	for i := range c.Sites {

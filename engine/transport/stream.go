@@ -298,6 +298,32 @@ func (s *Stream) Write(p []byte) {
 	}
 }
 
+// WriteBodyBytes queues a copy of p as body bytes of response r: like
+// Write, and counted toward promote_after like WriteBody (a proxied body,
+// whose bytes arrive in pieces from an upstream).
+func (s *Stream) WriteBodyBytes(r *Response, p []byte) {
+	promoted := s.tls == nil || s.tls.promoted
+	s.Write(p)
+	if !promoted && !s.closing {
+		// Counted when queued: the promotion itself waits for every
+		// record sealed before it to reach the socket.
+		s.userBody(r, int64(len(p)))
+	}
+}
+
+// SpliceFrom queues n body bytes read straight from src's socket (a
+// proxied body's upstream, on the same loop) by splice(2), when output
+// goes straight to the kernel: plain TCP, or kernel TLS with nothing
+// queued before it. It reports false, queueing nothing, otherwise.
+func (s *Stream) SpliceFrom(src *reactor.Conn, n int64) bool {
+	if s.closing || !s.direct() {
+		return false
+	}
+	s.c.Splice(src, n)
+	s.kernelSent(n)
+	return true
+}
+
 // WriteBody queues body b of response r. File and Mem bodies are held by
 // reference until the stream is no longer Busy.
 func (s *Stream) WriteBody(r *Response, b Body) {
