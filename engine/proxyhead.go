@@ -246,30 +246,6 @@ func httpToken(v []byte) bool {
 	return len(v) > 0
 }
 
-// normHost writes host without its port, lowercased and without a
-// trailing dot, into buf.
-func normHost(host, buf []byte) []byte {
-	h := host
-	if len(h) > 0 && h[0] == '[' {
-		if i := indexByte(h, ']'); i >= 0 {
-			h = h[:i+1]
-		}
-	} else if i := indexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	buf = buf[:0]
-	for _, ch := range h {
-		if ch >= 'A' && ch <= 'Z' {
-			ch += 'a' - 'A'
-		}
-		buf = append(buf, ch)
-	}
-	if n := len(buf); n > 0 && buf[n-1] == '.' {
-		buf = buf[:n-1]
-	}
-	return buf
-}
-
 // proxyRefuse is the status a request for a route is refused with, or 0:
 // 421 when the proxy does not answer the client's protocol
 // ([reverse_proxy.protocols]), 400 for a path the route cannot vouch for.

@@ -123,24 +123,7 @@ func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
 	if len(t.all) == 1 {
 		return t.def, buf
 	}
-	h := host
-	if len(h) > 0 && h[0] == '[' {
-		if i := indexByte(h, ']'); i >= 0 {
-			h = h[:i+1]
-		}
-	} else if i := indexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	buf = buf[:0]
-	for _, c := range h {
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		buf = append(buf, c)
-	}
-	if n := len(buf); n > 0 && buf[n-1] == '.' {
-		buf = buf[:n-1]
-	}
+	buf = normHost(host, buf)
 	if s := t.exact[string(buf)]; s != nil {
 		return s, buf
 	}
@@ -167,6 +150,30 @@ func (t *siteTable) names(host string) bool {
 		}
 	}
 	return false
+}
+
+// normHost writes host without its port, lowercased and without a
+// trailing dot, into buf.
+func normHost(host, buf []byte) []byte {
+	h := host
+	if len(h) > 0 && h[0] == '[' {
+		if i := indexByte(h, ']'); i >= 0 {
+			h = h[:i+1]
+		}
+	} else if i := indexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	buf = buf[:0]
+	for _, ch := range h {
+		if ch >= 'A' && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		buf = append(buf, ch)
+	}
+	if n := len(buf); n > 0 && buf[n-1] == '.' {
+		buf = buf[:n-1]
+	}
+	return buf
 }
 
 func indexByte(b []byte, c byte) int {
