@@ -912,3 +912,20 @@ upstreams = [%q]
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestProxyRoutesOnly: a configuration with routes and no site serves
+// the routes and answers 404 for everything else.
+func TestProxyRoutesOnly(t *testing.T) {
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "routed") }))
+	ts := start(t, fmt.Sprintf("[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\npath_prefix = \"/api/\"\nupstreams = [%q]\n", b.hostPort()))
+	for path, want := range map[string]int{"/api/x": 200, "/other": 404, "/": 404} {
+		resp, err := http.Get(ts.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}

@@ -35,6 +35,7 @@ type siteTable struct {
 	all       []*site
 	h2c       bool // some site accepts HTTP/2 with prior knowledge
 	roots     []*files.Root
+	emptyDir  string // the default site's directory when only proxy routes serve; removed at close
 }
 
 type wildcard struct {
@@ -58,8 +59,18 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 		t.roots = append(t.roots, r)
 		return r, nil
 	}
-	if cfg.Root != "" {
-		r, err := root(cfg.Root, false)
+	dir := cfg.Root
+	if dir == "" && len(cfg.Sites) == 0 {
+		// Routes only: what no route matches is answered 404 from a
+		// default site with nothing in it.
+		empty, err := os.MkdirTemp("", "engine-routes-only-")
+		if err != nil {
+			return nil, fmt.Errorf("engine: make the empty default site: %w", err)
+		}
+		t.emptyDir, dir = empty, empty
+	}
+	if dir != "" {
+		r, err := root(dir, false)
 		if err != nil {
 			return nil, err
 		}
@@ -200,5 +211,8 @@ func (t *siteTable) describe() string {
 func (t *siteTable) close() {
 	for _, r := range t.roots {
 		r.Close()
+	}
+	if t.emptyDir != "" {
+		os.Remove(t.emptyDir)
 	}
 }

@@ -17,7 +17,6 @@ func TestProxyConfig(t *testing.T) {
 	}
 	cfg, err := loadText(t, dir, `
 listen = "0.0.0.0:443"
-root = "media"
 [reverse_proxy]
 enabled = true
 tls_termination = true
@@ -58,7 +57,7 @@ proxy_h2_tls_max_send_buffer_bytes = "131072"
 proxy_h2_tls_connection_send_buffer_bytes = "33554432"
 `)
 	if err != nil {
-		t.Fatalf("valid proxy config rejected:\n%v", err)
+		t.Fatalf("valid proxy config rejected (no root or site needed when routes serve):\n%v", err)
 	}
 	rp := cfg.ReverseProxy
 	if !cfg.ProxyOn() || !cfg.HasTLS() || len(rp.Routes) != 2 || len(rp.Trusted) != 2 || rp.Trusted[0].Bits() != 32 {

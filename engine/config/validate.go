@@ -75,7 +75,7 @@ func (c *Config) validateTop(errs *Errors) {
 			errs.add(c.errAt("root", "%v; expected the directory to serve", err))
 		}
 	}
-	if c.Root == "" && len(c.Sites) == 0 {
+	if c.Root == "" && len(c.Sites) == 0 && !c.ProxyOn() {
 		errs.add(&Error{File: c.src.file, Key: "root",
 			Msg: "nothing to serve; set root (or --root DIR) or add a [[sites]] table with a domain and a root"})
 	}
