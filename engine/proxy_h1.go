@@ -27,10 +27,14 @@ type h1Client struct {
 func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	r := &h.req
 	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor}
-	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
-	for _, name := range []string{"referer", "user-agent"} {
-		if v := r.Get(name); v != nil {
-			cl.log.Headers = append(cl.log.Headers, h1.Header{Name: []byte(name), Value: clone(v)})
+	if h.srv.alog != nil {
+		// The access log line is written when the response head is,
+		// after the request's bytes are gone: copied now.
+		cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
+		for _, name := range []string{"referer", "user-agent"} {
+			if v := r.Get(name); v != nil {
+				cl.log.Headers = append(cl.log.Headers, h1.Header{Name: []byte(name), Value: clone(v)})
+			}
 		}
 	}
 	ex := &exchange{h: h, cl: cl, peer: c.Peer(), path: string(r.Path), r: rt, isHead: string(r.Method) == "HEAD",
@@ -198,7 +202,11 @@ func (cl *h1Client) fail(status int) {
 		return
 	}
 	files.ErrorResponse(&st.files.Resp, status)
-	cl.h.send(cl.c, st, &cl.log, nil)
+	var r *h1.Request
+	if cl.log.Method != nil {
+		r = &cl.log
+	}
+	cl.h.send(cl.c, st, r, nil)
 }
 
 func (cl *h1Client) abort() {

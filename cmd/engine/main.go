@@ -167,6 +167,16 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
+	// ENGINE_ALLOCPROFILE=FILE writes where the run allocated, at exit
+	// (go tool pprof -sample_index=alloc_space).
+	if p := os.Getenv("ENGINE_ALLOCPROFILE"); p != "" {
+		defer func() {
+			if f, err := os.Create(p); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	sigs := make(chan os.Signal, 1)

@@ -210,8 +210,12 @@ func setPacing(fd int, rate uint64) error {
 // waiting, without taking them.
 func peekStale(fd int) bool {
 	var b [1]byte
-	n, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	return n > 0 || n == 0 && err == nil
+	// recvfrom without an address: unix.Recvfrom allocates one per call.
+	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	// A byte waits (n 1), the peer closed (n 0), or an error (a reset):
+	// all but "nothing yet" make the connection unfit to reuse.
+	return errno != unix.EAGAIN
 }
 
 // newPipe makes a non-blocking pipe for splice, as large as the system
