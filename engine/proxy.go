@@ -121,9 +121,14 @@ type proxyClient interface {
 	writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool)
 	// room reports whether the client can take more body bytes now.
 	room() bool
-	// body takes a copy of p; end says the body is complete.
+	// body takes a copy of p; end says the body is complete, with the
+	// upstream's trailer lines (validated, each ending in CRLF; nil when
+	// none) for a client that can carry them.
 	body(p []byte)
-	end()
+	end(trailers []byte)
+	// reqTrailers are the request body's trailer lines, once pullBody
+	// said it was done.
+	reqTrailers() []byte
 	// fail answers with an error status before any head went out.
 	fail(status int)
 	// abort resets the response: the client must not take it for whole.
@@ -333,7 +338,9 @@ func (ex *exchange) pumpRequest() {
 		if done {
 			ex.reqDone = true
 			if ex.reqChunked {
-				uc.Write([]byte("0\r\n\r\n"))
+				uc.Write([]byte("0\r\n"))
+				uc.Write(appendTrailers(ex.h.proxy.buf[:0], ex.cl.reqTrailers()))
+				uc.Write([]byte("\r\n"))
 			}
 		}
 		uc.Wake()
@@ -456,7 +463,7 @@ func (ex *exchange) pumpResponse() {
 		}
 		ex.cl.wake()
 	}
-	ex.cl.end()
+	ex.cl.end(ex.respBody.Trailers())
 	ex.finish()
 }
 

@@ -186,11 +186,18 @@ func (cl *h1Client) splice(uc *reactor.Conn, n int64) bool {
 	return cl.st.s.SpliceFrom(uc, n)
 }
 
-func (cl *h1Client) end() {
+func (cl *h1Client) end(trailers []byte) {
 	if cl.chunk {
-		cl.st.s.Write([]byte("0\r\n\r\n"))
+		s := cl.st.s
+		s.Write([]byte("0\r\n"))
+		if len(trailers) > 0 {
+			s.Write(appendTrailers(cl.h.proxy.buf[:0], trailers))
+		}
+		s.Write([]byte("\r\n"))
 	}
 }
+
+func (cl *h1Client) reqTrailers() []byte { return cl.reqBody.Trailers() }
 
 func (cl *h1Client) fail(status int) {
 	st := cl.st

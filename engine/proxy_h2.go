@@ -137,7 +137,11 @@ func (cl *h2Client) body(p []byte) {
 	cl.hc.conn.BodyReady(cl.hs.st, cl.ready)
 }
 
-func (cl *h2Client) end() { cl.hc.conn.EndBody(cl.hs.st) }
+// end ends the stream's body. Trailers are not passed to HTTP/2 clients
+// yet (they would be a HEADERS frame after the last DATA).
+func (cl *h2Client) end([]byte) { cl.hc.conn.EndBody(cl.hs.st) }
+
+func (cl *h2Client) reqTrailers() []byte { return nil }
 
 // take copies n bytes of the body from off into a DATA frame (called by
 // the stream's Sink) and drops them: they have been copied.

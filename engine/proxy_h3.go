@@ -296,8 +296,9 @@ func (cl *h3Client) body(p []byte) {
 	cl.send(h3Event{kind: h3Data, data: buf})
 }
 
-func (cl *h3Client) end()            { cl.send(h3Event{kind: h3End}) }
-func (cl *h3Client) fail(status int) { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
-func (cl *h3Client) abort()          { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
-func (cl *h3Client) wake()           {}
-func (cl *h3Client) finished()       { cl.ex = nil }
+func (cl *h3Client) end([]byte)          { cl.send(h3Event{kind: h3End}) } // trailers not passed to HTTP/3 clients yet
+func (cl *h3Client) reqTrailers() []byte { return nil }
+func (cl *h3Client) fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
+func (cl *h3Client) abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
+func (cl *h3Client) wake()               {}
+func (cl *h3Client) finished()           { cl.ex = nil }

@@ -201,9 +201,29 @@ func TestProxyStreaming(t *testing.T) {
 			h := sha256.New()
 			n, _ := io.Copy(h, r.Body)
 			fmt.Fprintf(w, "%d %s %v", n, hex.EncodeToString(h.Sum(nil)), r.TransferEncoding)
+		case "/trailers":
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Trailer", "X-Checksum")
+			io.WriteString(w, "body with trailers; request trailer: "+r.Trailer.Get("X-Req-Sum"))
+			w.(http.Flusher).Flush()
+			w.Header().Set("X-Checksum", "abc123")
 		}
 	}))
 	ts := start(t, proxyConfig(t, "/", "", b.hostPort()))
+
+	// Trailers pass both ways (HTTP/1.1 chunked on both sides).
+	treq, _ := http.NewRequest("POST", ts.url+"/trailers", io.MultiReader(strings.NewReader("payload")))
+	treq.Trailer = http.Header{"X-Req-Sum": nil}
+	treq.Trailer.Set("X-Req-Sum", "r42")
+	if tresp, err := http.DefaultClient.Do(treq); err != nil {
+		t.Fatal(err)
+	} else {
+		tb, _ := io.ReadAll(tresp.Body)
+		tresp.Body.Close()
+		if string(tb) != "body with trailers; request trailer: r42" || tresp.Trailer.Get("X-Checksum") != "abc123" {
+			t.Errorf("trailers: body %q, response trailer %q", tb, tresp.Trailer.Get("X-Checksum"))
+		}
+	}
 
 	resp, err := http.Get(ts.url + "/big")
 	if err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"net/netip"
 	"strconv"
 
@@ -19,9 +20,10 @@ func clone(b []byte) []byte {
 }
 
 // hopByHop are the fields a proxy never forwards (RFC 9110 §7.6.1), with
-// the framing fields it writes itself.
+// the framing fields it writes itself. (Trailer, which announces
+// trailers, is end-to-end: it goes on.)
 var hopByHop = map[string]bool{
-	"connection": true, "keep-alive": true, "te": true, "trailer": true, "transfer-encoding": true,
+	"connection": true, "keep-alive": true, "te": true, "transfer-encoding": true,
 	"upgrade": true, "proxy-connection": true, "proxy-authenticate": true, "proxy-authorization": true,
 	"content-length": true, "expect": true,
 }
@@ -221,6 +223,30 @@ func untrustedForward(name []byte) bool {
 		}
 	}
 	return false
+}
+
+// appendTrailers appends the trailer lines of raw (field lines, each
+// ending in CRLF, as h1.BodyReader keeps them) that may be passed on:
+// not framing, routing or hop-by-hop fields.
+func appendTrailers(dst, raw []byte) []byte {
+	for len(raw) > 0 {
+		end := bytes.Index(raw, []byte("\r\n"))
+		if end < 0 {
+			break
+		}
+		line := raw[:end+2]
+		raw = raw[end+2:]
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			continue
+		}
+		name := line[:colon]
+		if dropField(name, nil) || h1.EqualFold(name, "host") {
+			continue
+		}
+		dst = append(dst, line...)
+	}
+	return dst
 }
 
 // appendList adds v to a comma-separated list, if keep is set (the

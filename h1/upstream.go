@@ -168,18 +168,27 @@ func (p *Parser) ParseResponse(buf []byte, r *Response) (int, error) {
 type BodyReader struct {
 	s        BodySkipper
 	untilEOF bool
+	trailers []byte // a chunked body's trailer lines, each ending in CRLF
 }
+
+// maxTrailerBytes bounds the trailer section kept to be passed on.
+const maxTrailerBytes = 16 << 10
+
+// Trailers returns the trailer section of a chunked body that is Done:
+// its field lines as received (validated), each ending in CRLF; nil when
+// there were none.
+func (b *BodyReader) Trailers() []byte { return b.trailers }
 
 // ResetRequest prepares b for the body of request r.
 func (b *BodyReader) ResetRequest(r *Request) {
-	*b = BodyReader{}
+	*b = BodyReader{trailers: b.trailers[:0]}
 	b.s.Reset(r)
 }
 
 // ResetResponse prepares b for the body of response r, which has one
 // (BodyFollows).
 func (b *BodyReader) ResetResponse(r *Response) {
-	*b = BodyReader{untilEOF: r.UntilClose()}
+	*b = BodyReader{untilEOF: r.UntilClose(), trailers: b.trailers[:0]}
 	b.s.Reset(&Request{Chunked: r.Chunked, ContentLength: r.ContentLength})
 }
 
@@ -229,11 +238,19 @@ func (b *BodyReader) Read(buf []byte) (int, []byte, error) {
 			k, err := b.s.Skip(buf[used : used+n])
 			return used + k, buf[used : used+k], err
 		}
-		// Framing: one byte at a time, up to the next data.
+		// Framing: one byte at a time, up to the next data. Trailer
+		// lines are kept, to be passed on.
+		st, c := b.s.state, buf[used]
 		k, err := b.s.Skip(buf[used : used+1])
 		used += k
 		if err != nil || k == 0 {
 			return used, nil, err
+		}
+		if st == chunkTrailer && c != '\r' || st == chunkTrailerLine || st == chunkTrailerLF {
+			if len(b.trailers) >= maxTrailerBytes {
+				return used, nil, fail(400, "trailer section too large")
+			}
+			b.trailers = append(b.trailers, c)
 		}
 	}
 	return used, nil, nil

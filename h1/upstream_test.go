@@ -192,3 +192,21 @@ func TestBodyReaderFraming(t *testing.T) {
 		}
 	}
 }
+
+func TestBodyReaderTrailers(t *testing.T) {
+	in := []byte("3\r\nabc\r\n0\r\nChecksum: x1\r\nX-Done:  yes\r\n\r\nNEXT")
+	for cut := 0; cut <= len(in); cut++ {
+		var b BodyReader
+		b.ResetResponse(&Response{Chunked: true, ContentLength: -1})
+		data, used, done, err := readAll(&b, in[:cut], in[cut:])
+		if err != nil || !done || string(data) != "abc" || string(in[used:]) != "NEXT" ||
+			string(b.Trailers()) != "Checksum: x1\r\nX-Done:  yes\r\n" {
+			t.Fatalf("cut %d: %q %q done %v err %v", cut, data, b.Trailers(), done, err)
+		}
+	}
+	var b BodyReader
+	b.ResetResponse(&Response{Chunked: true, ContentLength: -1})
+	if _, _, done, _ := readAll(&b, []byte("0\r\n\r\n")); !done || b.Trailers() != nil && len(b.Trailers()) != 0 {
+		t.Errorf("no trailers: %q", b.Trailers())
+	}
+}
