@@ -392,8 +392,7 @@ func (ex *exchange) readHead() bool {
 		ex.cl.writeHead(r, r.Get("connection"), bodyLen, hasBody)
 		ex.respHead = true
 		uc.SetReadDeadline(0)
-		ex.cl.wake()
-		return true
+		return true // pumpResponse wakes the client, with the body's first bytes queued too
 	}
 }
 

@@ -18,6 +18,7 @@ type h1Client struct {
 	reqBody h1.BodyReader
 	taken   int  // input bytes pullBody read, consumed by bodyTaken
 	chunk   bool // the response goes chunked
+	ahead   int  // body bytes queued since the stream was last idle
 	lenBuf  [20]byte
 }
 
@@ -158,13 +159,24 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 }
 
+// room lets a body follow its head into the same write, and then up to
+// h1AheadBytes more than the socket has taken: a small response leaves
+// in one system call, and a slow client holds at most that much.
 func (cl *h1Client) room() bool {
-	cl.st.s.Pump()
-	return !cl.st.s.Busy()
+	if !cl.st.s.Busy() {
+		cl.ahead = 0
+		return true
+	}
+	return cl.ahead < h1AheadBytes
 }
+
+// h1AheadBytes is how much proxied body an HTTP/1.1 client may have
+// queued beyond what its socket has taken.
+const h1AheadBytes = 64 << 10
 
 func (cl *h1Client) body(p []byte) {
 	s := cl.st.s
+	cl.ahead += len(p)
 	if cl.chunk {
 		s.Write(strconv.AppendInt(cl.lenBuf[:0], int64(len(p)), 16))
 		s.Write([]byte("\r\n"))

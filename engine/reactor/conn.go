@@ -41,6 +41,7 @@ type Conn struct {
 	pacing          uint64
 	heard           bool // the client has sent something
 	readable        bool // the socket may have input (edge-triggered epoll)
+	hangup          bool // epoll reported the peer's close (or an error): read until EOF
 	writable        bool // the socket may take output
 	eof             bool
 	closed          bool

@@ -19,6 +19,7 @@ type event struct {
 	tag      int32 // connection slot, tagListener or tagWake
 	readable bool
 	writable bool
+	hangup   bool // the peer closed (its end, or both), or the socket failed
 }
 
 // loopSys is the loop's syscall scratch space.
@@ -99,6 +100,7 @@ func epollWait(l *Loop, evs []event, until int64) (int, error) {
 				tag:      raw[i].Fd,
 				readable: m&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0,
 				writable: m&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0,
+				hangup:   m&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0,
 			}
 		}
 		return n, nil

@@ -9,8 +9,8 @@ import (
 )
 
 type event struct {
-	tag                int32
-	readable, writable bool
+	tag                        int32
+	readable, writable, hangup bool
 }
 
 type loopSys struct{ bufs [][]byte }
