@@ -297,6 +297,9 @@ func (ex *exchange) pump() {
 	if !ex.respHead && !ex.readHead() {
 		return
 	}
+	if ex.done || ex.up == nil {
+		return // writing the head ended it (a client that went away)
+	}
 	ex.pumpResponse()
 }
 

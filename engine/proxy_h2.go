@@ -199,11 +199,17 @@ func (cl *h2Client) detach() {
 // streamDone releases a proxied stream: the client reset it, or its
 // response was produced to the end.
 func (cl *h2Client) streamDone() {
+	cl.hc.proxyBuffered -= len(cl.out)
+	cl.out, cl.in = nil, nil
+	if !cl.hs.st.Reset {
+		// Produced to the end: a response without a body ends its stream
+		// as its head goes out, while the exchange still runs; it
+		// finishes (and pools the upstream connection) on its own.
+		return
+	}
 	cl.gone = true
 	if ex := cl.ex; ex != nil {
 		cl.detach()
 		ex.clientGone()
 	}
-	cl.hc.proxyBuffered -= len(cl.out)
-	cl.out, cl.in = nil, nil
 }

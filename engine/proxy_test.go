@@ -949,3 +949,51 @@ func TestProxyRoutesOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyBodiless: responses without a body (HEAD, 204, 304) through
+// every client protocol; an HTTP/2 one once crashed the server (found by
+// an outside attack).
+func TestProxyBodiless(t *testing.T) {
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/204":
+			w.WriteHeader(204)
+		case "/api/304":
+			w.WriteHeader(304)
+		default:
+			w.Header().Set("Content-Length", "5")
+			io.WriteString(w, "hello")
+		}
+	}))
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf("shutdown_grace = \"2s\"\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"auto\"\n"+
+		"[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"localhost\"\npath_prefix = \"/api/\"\nupstreams = [%q]\n",
+		t.TempDir(), pki.certFile, pki.keyFile, b.hostPort()))
+	url := "https://localhost:" + portOf(ts.addr)
+	h3c, _ := h3Client(t, pki)
+	clients := map[string]*http.Client{
+		"h1": {Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}}},
+		"h2": {Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool}, ForceAttemptHTTP2: true}},
+		"h3": h3c,
+	}
+	for name, c := range clients {
+		for _, tc := range []struct {
+			method, path string
+			status       int
+		}{{"HEAD", "/api/x", 200}, {"GET", "/api/204", 204}, {"GET", "/api/304", 304}, {"GET", "/api/x", 200}} {
+			req, _ := http.NewRequest(tc.method, url+tc.path, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s %s: %v", name, tc.method, tc.path, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s %s %s: %d, want %d", name, tc.method, tc.path, resp.StatusCode, tc.status)
+			}
+		}
+	}
+	if st := ts.Stats(); st.ProxyOpened > 3 {
+		t.Errorf("bodiless responses left their upstream connections unpooled: %d opened for 12 sequential requests", st.ProxyOpened)
+	}
+}
