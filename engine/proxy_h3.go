@@ -77,7 +77,33 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	h := srv.loopHandler()
 	cl := &h3Client{h: h, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
-	hasBody := r.Body != nil && r.Body != http.NoBody && (r.ContentLength != 0)
+	hasBody := r.ContentLength > 0
+	var first []byte // the request body's first bytes, when its length is not given
+	var firstErr error
+	if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
+		// quic-go gives a request that ended with its HEADERS a body of
+		// unknown length too: the first read tells whether there is one,
+		// so that a GET goes upstream without body framing (and may be
+		// retried on a fresh connection).
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Now().Add(srv.cfg.Limits.BodyTimeout.D()))
+		buf := make([]byte, 64<<10)
+		n, err := r.Body.Read(buf)
+		for n == 0 && err == nil {
+			n, err = r.Body.Read(buf)
+		}
+		rc.SetReadDeadline(time.Time{})
+		switch {
+		case n == 0 && err == io.EOF:
+		case n == 0:
+			if h3.ClientGone(err) {
+				return 499, 0
+			}
+			return 408, writeH3Error(w, 408) // body_timeout before its first byte
+		default:
+			hasBody, first, firstErr = true, buf[:n], err
+		}
+	}
 	fields := make([]h1.Header, 0, len(r.Header))
 	for name, vs := range r.Header {
 		for _, v := range vs {
@@ -99,7 +125,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	}
 	ctx := r.Context()
 	if hasBody {
-		go cl.feed(r.Body, ctx.Done())
+		go cl.feed(first, firstErr, r.Body, ctx.Done())
 	}
 
 	var body *h3.Body
@@ -178,10 +204,17 @@ func writeH3Error(w http.ResponseWriter, status int) int64 {
 
 // feed reads the request body on its own goroutine and passes it to the
 // loop a chunk at a time.
-func (cl *h3Client) feed(body io.Reader, done <-chan struct{}) {
+func (cl *h3Client) feed(first []byte, firstErr error, body io.Reader, done <-chan struct{}) {
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := body.Read(buf)
+		var n int
+		var err error
+		if first != nil {
+			n, err = copy(buf, first), firstErr
+			first = nil
+		} else {
+			n, err = body.Read(buf)
+		}
 		chunk := append([]byte(nil), buf[:n]...)
 		end := err == io.EOF
 		failed := err != nil && !end

@@ -705,6 +705,10 @@ func TestProxyHTTP3(t *testing.T) {
 			n, _ := io.Copy(h, r.Body)
 			fmt.Fprintf(w, "%d %s %s", n, hex.EncodeToString(h.Sum(nil)), r.Header.Get("Via"))
 		case "/api/small":
+			if len(r.TransferEncoding) > 0 || r.ContentLength > 0 {
+				fmt.Fprintf(w, "a GET came with a body: %v %d", r.TransferEncoding, r.ContentLength)
+				return
+			}
 			fmt.Fprintf(w, "small %s", r.URL.RawQuery)
 		}
 	}))
