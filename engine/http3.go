@@ -15,6 +15,7 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
+	"github.com/mediaship/engine/internal/httpsyntax"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -108,6 +109,13 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sc.host = normHost([]byte(r.Host), sc.host)
 		if rt := px.match(sc.host, path); rt != nil {
 			status, sent := proxyRefuse(path, px.h3), int64(0)
+			if status == 0 && (!httpsyntax.ValidHost([]byte(r.Host)) || !httpsyntax.ValidPath([]byte(r.RequestURI)) ||
+				r.URL.Scheme != "" && r.URL.Scheme != "https") {
+				// What HTTP/2's request checks refuse (RFC 9114 §4.3.1):
+				// an authority, path or scheme an HTTP/1.1 upstream must
+				// not be handed.
+				status = 400
+			}
 			if status != 0 {
 				sent = writeH3Error(w, status)
 			} else {

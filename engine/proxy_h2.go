@@ -45,6 +45,14 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 		ex.fail(413, "request body over max_body", nil)
 		return
 	}
+	for _, f := range r.Fields {
+		if !validFieldValue(f.Value) {
+			// HTTP/2 forbids only NUL, CR and LF in values; an HTTP/1.1
+			// upstream must not get other controls either.
+			ex.fail(400, "control character in a request field", nil)
+			return
+		}
+	}
 	ex.reqDone = st.RemoteDone()
 	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
 	fields := make([]h1.Header, 0, len(r.Fields))

@@ -8,6 +8,8 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"io"
 	"net"
 	"net/http"
@@ -791,6 +793,20 @@ upstreams = [%q]
 	if bad.Load() != 0 {
 		t.Errorf("%d of 30 concurrent h3 streams failed", bad.Load())
 	}
+	// An authority HTTP/2 would refuse is refused here too (400), not
+	// handed to the upstream (found by an outside attack).
+	for _, host := range []string{"localhost:99999", "localhost:abc"} {
+		req, _ := http.NewRequest("GET", url+"/api/small?bad-host", nil)
+		req.Host = host
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("authority %q: %v", host, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Errorf("authority %q: %d, want 400", host, resp.StatusCode)
+		}
+	}
 	if _, _, err := get("/cut/x"); err == nil {
 		t.Errorf("a cut upstream body reached the h3 client as a whole response")
 	}
@@ -969,10 +985,15 @@ func TestProxyBodiless(t *testing.T) {
 			io.WriteString(w, "hello")
 		}
 	}))
+	raw := rawBackend(t, func(c net.Conn) { // takes whatever it is sent
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nraw ok")
+	})
 	pki := newPKI(t, t.TempDir(), "localhost")
 	ts := start(t, fmt.Sprintf("shutdown_grace = \"2s\"\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"auto\"\n"+
-		"[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"localhost\"\npath_prefix = \"/api/\"\nupstreams = [%q]\n",
-		t.TempDir(), pki.certFile, pki.keyFile, b.hostPort()))
+		"[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"localhost\"\npath_prefix = \"/api/\"\nupstreams = [%q]\n"+
+		"[[reverse_proxy.routes]]\ndomain = \"localhost\"\npath_prefix = \"/raw/\"\nupstreams = [%q]\n",
+		t.TempDir(), pki.certFile, pki.keyFile, b.hostPort(), raw))
 	url := "https://localhost:" + portOf(ts.addr)
 	h3c, _ := h3Client(t, pki)
 	clients := map[string]*http.Client{
@@ -999,5 +1020,15 @@ func TestProxyBodiless(t *testing.T) {
 	}
 	if st := ts.Stats(); st.ProxyOpened > 3 {
 		t.Errorf("bodiless responses left their upstream connections unpooled: %d opened for 12 sequential requests", st.ProxyOpened)
+	}
+
+	// A control character HTTP/2 allows in a value is refused, not passed
+	// to an HTTP/1.1 upstream (found by an outside attack).
+	r := dialH2(t, ts.addr, pki)
+	r.get(1, "/raw/x", "x-ctl", "a\x0bb\x01c")
+	f := r.until(10*time.Second, func(f http2.Frame) bool { _, ok := f.(*http2.HeadersFrame); return ok })
+	fields, err := hpack.NewDecoder(4096, nil).DecodeFull(f.(*http2.HeadersFrame).HeaderBlockFragment())
+	if err != nil || len(fields) == 0 || fields[0].Value != "400" {
+		t.Errorf("h2 request with a control character in a value: %v %v", fields, err)
 	}
 }

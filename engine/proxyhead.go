@@ -225,6 +225,17 @@ func untrustedForward(name []byte) bool {
 	return false
 }
 
+// validFieldValue reports whether v can be an HTTP/1.1 field value:
+// no control character but HTAB (RFC 9110 §5.5).
+func validFieldValue(v []byte) bool {
+	for _, c := range v {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // appendTrailers appends the trailer lines of raw (field lines, each
 // ending in CRLF, as h1.BodyReader keeps them) that may be passed on:
 // not framing, routing or hop-by-hop fields.
