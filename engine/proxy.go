@@ -403,12 +403,18 @@ func (ex *exchange) readHead() bool {
 // as fast as the client takes them.
 func (ex *exchange) pumpResponse() {
 	uc := ex.up.c
+	// The client sends what this turn queued (the head, body bytes, the
+	// splice it should try again) once, at the end: many small upstream
+	// chunks leave as one write, one frame.
+	defer func() {
+		if !ex.done {
+			ex.cl.wake()
+		}
+	}()
 	if ex.splicing {
 		if !ex.cl.room() || !uc.Spliced() {
 			// The splice is under way: the client's flush moves it. This
-			// runs on the upstream's events (input, or its end): the
-			// client is told to try again.
-			ex.cl.wake()
+			// runs on the upstream's events (input, or its end).
 			return
 		}
 		ex.splicing = false
@@ -424,7 +430,6 @@ func (ex *exchange) pumpResponse() {
 				ex.respBody.Advance(left)
 				ex.splicing = true
 				uc.SetReadDeadline(0) // the client's send_timeout bounds a stalled splice
-				ex.cl.wake()
 				return
 			}
 		}
@@ -463,7 +468,6 @@ func (ex *exchange) pumpResponse() {
 		if ex.respBody.Done() {
 			ex.respDone = true
 		}
-		ex.cl.wake()
 	}
 	ex.cl.end(ex.respBody.Trailers())
 	ex.finish()

@@ -59,6 +59,21 @@ type h3Client struct {
 	in    []byte
 	inEnd bool
 	gone  bool
+	pend  []byte // response bytes not yet sent as an event (h3.FrameHeaderRoom first)
+}
+
+// h3PendMax is how much response body an h3Client gathers into one DATA
+// frame before it sends it on.
+const h3PendMax = 64 << 10
+
+// flush sends the gathered response bytes as one data event.
+func (cl *h3Client) flush() {
+	if len(cl.pend) <= h3.FrameHeaderRoom {
+		return
+	}
+	cl.queued.Add(1)
+	cl.send(h3Event{kind: h3Data, data: cl.pend})
+	cl.pend = nil
 }
 
 // loopHandler returns the HTTP/1.1 handler (and so the upstream pool) of
@@ -320,18 +335,23 @@ func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n})
 }
 
-func (cl *h3Client) room() bool { return !cl.gone && cl.queued.Load() < h3ProxyChunks }
-
-func (cl *h3Client) body(p []byte) {
-	buf := make([]byte, h3.FrameHeaderRoom+len(p))
-	copy(buf[h3.FrameHeaderRoom:], p)
-	cl.queued.Add(1)
-	cl.send(h3Event{kind: h3Data, data: buf})
+func (cl *h3Client) room() bool {
+	return !cl.gone && cl.queued.Load() < h3ProxyChunks && len(cl.pend) < h3PendMax+h3.FrameHeaderRoom
 }
 
-func (cl *h3Client) end([]byte)          { cl.send(h3Event{kind: h3End}) } // trailers not passed to HTTP/3 clients yet
+func (cl *h3Client) body(p []byte) {
+	if cl.pend == nil {
+		cl.pend = make([]byte, h3.FrameHeaderRoom, h3.FrameHeaderRoom+max(len(p), 16<<10))
+	}
+	cl.pend = append(cl.pend, p...)
+	if len(cl.pend)-h3.FrameHeaderRoom >= h3PendMax {
+		cl.flush()
+	}
+}
+
+func (cl *h3Client) end([]byte)          { cl.flush(); cl.send(h3Event{kind: h3End}) } // trailers not passed to HTTP/3 clients yet
 func (cl *h3Client) reqTrailers() []byte { return nil }
 func (cl *h3Client) fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
 func (cl *h3Client) abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
-func (cl *h3Client) wake()               {}
+func (cl *h3Client) wake()               { cl.flush() }
 func (cl *h3Client) finished()           { cl.ex = nil }
