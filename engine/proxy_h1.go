@@ -10,16 +10,16 @@ import (
 
 // h1Client is the HTTP/1.1 side of an exchange.
 type h1Client struct {
-	h       *h1Handler
-	c       *reactor.Conn
-	st      *h1Conn
-	minor   int
-	log     h1.Request // what the access log needs of the request, copied
-	reqBody h1.BodyReader
-	taken   int  // input bytes pullBody read, consumed by bodyTaken
-	chunk   bool // the response goes chunked
-	ahead   int  // body bytes queued since the stream was last idle
-	lenBuf  [20]byte
+	h           *h1Handler
+	c           *reactor.Conn
+	st          *h1Conn
+	minor       int
+	log         h1.Request // what the access log needs of the request, copied
+	reqBody     h1.BodyReader
+	taken       int  // input bytes pullBody read, consumed by bodyTaken
+	chunk       bool // the response goes chunked
+	bodyStarted bool // body bytes have been queued
+	lenBuf      [20]byte
 }
 
 // startProxy begins the exchange for the request h.req (head n bytes)
@@ -159,24 +159,22 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 }
 
-// room lets a body follow its head into the same write, and then up to
-// h1AheadBytes more than the socket has taken: a small response leaves
-// in one system call, and a slow client holds at most that much.
+// room lets the body's first piece follow its head into the same write
+// (a small response leaves in one system call), and after that asks for
+// the socket to have taken what was queued: bulk bodies move a turn's
+// worth at a time (letting more queue up behind a busy socket cost CPU:
+// a proxied 100 MB body over TLS took 2.5 s/GiB instead of 2.0).
 func (cl *h1Client) room() bool {
-	if !cl.st.s.Busy() {
-		cl.ahead = 0
+	if !cl.bodyStarted {
 		return true
 	}
-	return cl.ahead < h1AheadBytes
+	cl.st.s.Pump()
+	return !cl.st.s.Busy()
 }
-
-// h1AheadBytes is how much proxied body an HTTP/1.1 client may have
-// queued beyond what its socket has taken.
-const h1AheadBytes = 64 << 10
 
 func (cl *h1Client) body(p []byte) {
 	s := cl.st.s
-	cl.ahead += len(p)
+	cl.bodyStarted = true
 	if cl.chunk {
 		s.Write(strconv.AppendInt(cl.lenBuf[:0], int64(len(p)), 16))
 		s.Write([]byte("\r\n"))

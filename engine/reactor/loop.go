@@ -438,6 +438,10 @@ func (l *Loop) process(c *Conn) {
 	l.markReady(c)
 }
 
+// shortRead is the size under which a read that left room in the buffer
+// is taken to have drained the socket (see readIn).
+const shortRead = 16 << 10
+
 // readIn reads until the socket is drained or the buffer is full.
 func (l *Loop) readIn(c *Conn) {
 	if c.buf == nil {
@@ -458,12 +462,15 @@ func (l *Loop) readIn(c *Conn) {
 			c.wpos += n
 			c.heard = true
 			c.progress++
-			if n < want && !c.hangup {
-				// A short read drained the socket: with edge-triggered
-				// epoll the next bytes bring a new event, so the read that
-				// would only say EAGAIN is skipped (one system call less
-				// per request). Not after a hangup event: its EOF must
-				// still be read.
+			if n < want && n < shortRead && !c.hangup {
+				// A small read that left room drained the socket: with
+				// edge-triggered epoll the next bytes bring a new event,
+				// so the read that would only say EAGAIN is skipped (one
+				// system call less per request). Not after a hangup event
+				// (its EOF must still be read), and not for bulk input,
+				// where reading on finds what arrived meanwhile (measured:
+				// a proxied 100 MB body over TLS took 2.7 s/GiB of CPU
+				// with the skip, 2.0 without).
 				c.readable = false
 				return
 			}
