@@ -9,10 +9,11 @@ import (
 	"github.com/mediaship/engine/h1"
 )
 
-// The reverse proxy for HTTP/1.1 clients. A request that matches a route
+// The reverse proxy. A request that matches a route, in any protocol,
 // becomes an exchange: a fresh HTTP/1.1 request written to a pooled
-// upstream connection on the client's own loop, its body streamed up as
-// it arrives, and the response streamed back as the client takes it.
+// upstream connection on a reactor loop (the client's own, for HTTP/1.1
+// and HTTP/2), its body streamed up as it arrives, and the response
+// streamed back as the client takes it.
 // Each side moves only when the other has room (the client's queued
 // output written, the upstream's queued output written), so memory per
 // exchange is one input buffer on each side and one copy in flight.
@@ -22,7 +23,6 @@ type proxyPool struct {
 	h      *h1Handler
 	idle   map[*upstream][]*upConn
 	parser *h1.Parser // upstream response heads
-	buf    []byte     // scratch for heads
 }
 
 func newProxyPool(h *h1Handler) *proxyPool {
@@ -146,13 +146,12 @@ var errClientGone = errors.New("client closed during the request body")
 // exchange is one proxied request and its response. It lives on the
 // client's loop; so does its upstream connection.
 type exchange struct {
-	h     *h1Handler // the loop's handlers: pool, log, stats
-	cl    proxyClient
-	peer  reactor.Addr
-	path  string // for logs
-	r     *route
-	up    *upConn
-	tried []*upstream // upstreams that failed to connect for this request
+	h    *h1Handler // the loop's handlers: pool, log, stats
+	cl   proxyClient
+	peer reactor.Addr
+	path string // for logs
+	r    *route
+	up   *upConn
 
 	head       []byte // the request head for the upstream (kept for a retry)
 	isHead     bool   // HEAD: no response body
@@ -203,57 +202,34 @@ func (ex *exchange) connect(fresh bool) bool {
 	pool := ex.h.proxy
 	now := time.Now().UnixNano()
 	for {
-		u := ex.r.pickExcept(now, ex.tried)
+		u := ex.r.pick(now) // one that failed for this request backs off: not picked again
 		if u == nil {
 			ex.fail(502, "no upstream available (every one failed recently)", nil)
 			return false
 		}
+		var uc *upConn
 		if !fresh {
-			if uc := pool.get(u); uc != nil {
-				uc.ex = ex
-				uc.used++
-				ex.up = uc
-				u.active.Add(1)
-				uc.c.SetSendTimeout(ex.r.cfg.ReadTimeout.D())
-				ex.h.srv.proxy.stats.reused.Add(1)
-				return true
+			uc = pool.get(u)
+		}
+		if uc != nil {
+			ex.h.srv.proxy.stats.reused.Add(1)
+		} else {
+			uc = &upConn{up: u, pool: pool, ex: ex}
+			if _, err := ex.h.loop.Dial(u.addr, ex.r.cfg.ConnectTimeout.D(), uc); err != nil {
+				ex.upstreamFailed(u, err)
+				continue
 			}
+			ex.h.srv.proxy.stats.opened.Add(1)
 		}
-		uc := &upConn{up: u, pool: pool, ex: ex}
-		if _, err := ex.h.loop.Dial(u.addr, ex.r.cfg.ConnectTimeout.D(), uc); err != nil {
-			ex.upstreamFailed(u, err)
-			continue
-		}
+		uc.ex = ex
+		uc.used++
+		ex.up = uc
+		u.active.Add(1)
 		// An upstream that takes no request bytes for read_timeout is
 		// given up (504), as one that sends none.
 		uc.c.SetSendTimeout(ex.r.cfg.ReadTimeout.D())
-		uc.used = 1
-		ex.up = uc
-		u.active.Add(1)
-		ex.h.srv.proxy.stats.opened.Add(1)
 		return true
 	}
-}
-
-// pickExcept is pick, leaving out upstreams in skip.
-func (r *route) pickExcept(now int64, skip []*upstream) *upstream {
-	for range len(r.ups) {
-		u := r.pick(now)
-		if u == nil {
-			return nil
-		}
-		tried := false
-		for _, s := range skip {
-			tried = tried || s == u
-		}
-		if !tried {
-			return u
-		}
-		if len(skip) >= len(r.ups) {
-			return nil
-		}
-	}
-	return nil
 }
 
 // upstreamFailed marks u down for a while after a failed connection:
@@ -265,7 +241,6 @@ func (ex *exchange) upstreamFailed(u *upstream, err error) {
 	n := min(u.failures.Add(1), 6)
 	backoff := min(time.Second<<(n-1), upstreamBackoff)
 	u.downUntil.Store(time.Now().Add(backoff).UnixNano())
-	ex.tried = append(ex.tried, u)
 	ex.h.limiter.log(ex.h.log, "upstream connection failed; trying another, and skipping this one for a while",
 		"route", ex.r.key, "upstream", u.name, "err", err, "backoff", backoff)
 }
@@ -328,7 +303,8 @@ func (ex *exchange) pumpRequest() {
 		}
 		if len(data) > 0 {
 			if ex.reqChunked {
-				uc.Write(strconv.AppendInt(ex.h.proxy.buf[:0], int64(len(data)), 16))
+				var size [16]byte
+				uc.Write(strconv.AppendInt(size[:0], int64(len(data)), 16))
 				uc.Write([]byte("\r\n"))
 				uc.Write(data)
 				uc.Write([]byte("\r\n"))
@@ -342,7 +318,7 @@ func (ex *exchange) pumpRequest() {
 			ex.reqDone = true
 			if ex.reqChunked {
 				uc.Write([]byte("0\r\n"))
-				uc.Write(appendTrailers(ex.h.proxy.buf[:0], ex.cl.reqTrailers()))
+				uc.Write(appendTrailers(nil, ex.cl.reqTrailers()))
 				uc.Write([]byte("\r\n"))
 			}
 		}

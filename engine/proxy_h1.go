@@ -201,7 +201,7 @@ func (cl *h1Client) end(trailers []byte) {
 		s := cl.st.s
 		s.Write([]byte("0\r\n"))
 		if len(trailers) > 0 {
-			s.Write(appendTrailers(cl.h.proxy.buf[:0], trailers))
+			s.Write(appendTrailers(nil, trailers))
 		}
 		s.Write([]byte("\r\n"))
 	}

@@ -45,6 +45,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 		ex.fail(413, "request body over max_body", nil)
 		return
 	}
+	fields := make([]h1.Header, 0, len(r.Fields))
 	for _, f := range r.Fields {
 		if !validFieldValue(f.Value) {
 			// HTTP/2 forbids only NUL, CR and LF in values; an HTTP/1.1
@@ -52,13 +53,10 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 			ex.fail(400, "control character in a request field", nil)
 			return
 		}
+		fields = append(fields, h1.Header{Name: f.Name, Value: f.Value})
 	}
 	ex.reqDone = st.RemoteDone()
 	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
-	fields := make([]h1.Header, 0, len(r.Fields))
-	for _, f := range r.Fields {
-		fields = append(fields, h1.Header{Name: f.Name, Value: f.Value})
-	}
 	ex.head = hh.h1.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Authority,
 		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
 		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.defaultHost()})

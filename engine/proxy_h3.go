@@ -125,12 +125,12 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 			fields = append(fields, h1.Header{Name: []byte(name), Value: []byte(v)})
 		}
 	}
-	cl_ := r.ContentLength
+	reqLen := r.ContentLength
 	if !hasBody {
-		cl_ = -1
+		reqLen = -1
 	}
 	head := h.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
-		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: cl_, chunked: hasBody && r.ContentLength < 0, upstream: rt.defaultHost()})
+		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: reqLen, chunked: hasBody && r.ContentLength < 0, upstream: rt.defaultHost()})
 	ex := &exchange{h: h, cl: cl, peer: peer, path: string(path), r: rt, isHead: r.Method == "HEAD",
 		idempotent: idempotentMethods[r.Method] && !hasBody, head: head, reqDone: !hasBody, reqChunked: hasBody && r.ContentLength < 0}
 	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
