@@ -1,0 +1,338 @@
+package engine_test
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// nginxBackend is Debian's nginx serving files on loopback, as an
+// upstream: its stub_status counts the connections it accepted.
+type nginxBackend struct {
+	addr string // host:port
+	root string
+}
+
+// startNginxBackend runs nginx with one worker on a free loopback port,
+// serving root, with the given keep-alive timeout, until the test ends.
+func startNginxBackend(t *testing.T, root string, keepalive time.Duration) *nginxBackend {
+	t.Helper()
+	bin := requireTool(t, "nginx")
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	user := ""
+	if os.Geteuid() == 0 {
+		// Workers would otherwise run as nobody, who cannot enter the
+		// test's temporary folders (mode 0700).
+		user = "user root;"
+	}
+	conf := fmt.Sprintf(`%s
+worker_processes 1;
+daemon off;
+master_process on;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    sendfile on;
+    keepalive_timeout %[3]dms;
+    keepalive_requests 1000000;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+    server {
+        listen %[4]s;
+        root %[5]s;
+        location = /_status { stub_status; }
+    }
+}
+`, user, dir, keepalive.Milliseconds(), addr, root)
+	path := filepath.Join(dir, "nginx.conf")
+	writeFile(t, path, conf)
+	cmd := exec.Command(bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	b := &nginxBackend{addr: addr, root: root}
+	if !waitFor(scale(10*time.Second), func() bool { _, err := b.accepts(); return err == nil }) {
+		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		t.Fatalf("nginx did not answer on %s: %s %s", addr, out.String(), log)
+	}
+	return b
+}
+
+var nginxAccepts = regexp.MustCompile(`server accepts handled requests\s+(\d+) `)
+
+// accepts is the connections nginx has accepted so far (its status
+// request's own included).
+func (b *nginxBackend) accepts() (int64, error) {
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + b.addr + "/_status")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	m := nginxAccepts.FindSubmatch(body)
+	if m == nil {
+		return 0, fmt.Errorf("stub_status: %q", body)
+	}
+	return strconv.ParseInt(string(m[1]), 10, 64)
+}
+
+// TestProxyNginxBackend: the engine in front of a real file server.
+// A 100 MiB file arrives byte-exact over HTTP/1.1 (plain and TLS),
+// HTTP/2 and HTTP/3; 2,000 small requests from 16 client connections
+// open at most 16 connections to nginx; and nginx closing idle pooled
+// connections (its keep-alive timeout, 1 s, is shorter than the pool's)
+// is never seen by a client.
+func TestProxyNginxBackend(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	_, sum := linkBig(t, root, "big.bin")
+	writeFile(t, root+"/small.txt", "small file from nginx")
+	ngx := startNginxBackend(t, root, time.Second)
+
+	plain := start(t, proxyConfig(t, "/", "", ngx.addr))
+	pki := newPKI(t, t.TempDir(), "localhost")
+	secure := start(t, fmt.Sprintf(`
+shutdown_grace = "2s"
+[kernel]
+ktls = "auto"
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "localhost"
+upstreams = [%q]
+`, pki.certFile, pki.keyFile, ngx.addr))
+	tlsURL := "https://localhost:" + portOf(secure.addr)
+	dialSecure := func(network string) func(string, string) (net.Conn, error) {
+		return func(string, string) (net.Conn, error) { return net.Dial(network, secure.addr) }
+	}
+	h1TLS := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.pool},
+		Dial: dialSecure("tcp")}}
+	h2 := h2Client(pki)
+	h3, _ := h3Client(t, pki)
+
+	check := func(name string, c *http.Client, url string, wantProto int) {
+		t.Helper()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || resp.ProtoMajor != wantProto || hex.EncodeToString(h.Sum(nil)) != sum {
+			t.Fatalf("%s: status %d, HTTP/%d, %d bytes, err %v, digest match %v", name, resp.StatusCode, resp.ProtoMajor, n, err, hex.EncodeToString(h.Sum(nil)) == sum)
+		}
+	}
+	check("h1 plain", http.DefaultClient, plain.url+"/big.bin", 1)
+	check("h1 TLS", h1TLS, tlsURL+"/big.bin", 1)
+	check("h2", h2, tlsURL+"/big.bin", 2)
+	check("h3", h3, tlsURL+"/big.bin", 3)
+	if sp := plain.Stats().BytesSplice; sp < 50<<20 {
+		t.Errorf("the plain HTTP/1.1 download moved %d bytes by splice; want most of 100 MiB", sp)
+	}
+
+	// Reuse: 2,000 requests on 16 client connections.
+	before, err := ngx.accepts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients, each = 16, 125
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			defer c.CloseIdleConnections()
+			for range each {
+				resp, err := c.Get(plain.url + "/small.txt")
+				if err != nil {
+					bad.Add(1)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(body) != "small file from nginx" {
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after, err := ngx.accepts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One of the new accepts is the second status request.
+	opened := after - before - 1
+	t.Logf("%d requests on %d client connections: nginx accepted %d connections", clients*each, clients, opened)
+	if bad.Load() != 0 || opened > clients {
+		t.Errorf("%d requests failed; nginx accepted %d connections for %d client connections", bad.Load(), opened, clients)
+	}
+
+	// nginx closes the pooled connections after 1 s idle; the next
+	// requests, on every protocol, must not notice.
+	time.Sleep(1500 * time.Millisecond)
+	for _, tc := range []struct {
+		name string
+		c    *http.Client
+		url  string
+	}{{"h1 plain", http.DefaultClient, plain.url}, {"h1 TLS", h1TLS, tlsURL}, {"h2", h2, tlsURL}, {"h3", h3, tlsURL}} {
+		for i := range 3 {
+			resp, err := tc.c.Get(tc.url + "/small.txt")
+			if err != nil {
+				t.Fatalf("%s after nginx's keep-alive timeout, request %d: %v", tc.name, i, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "small file from nginx" {
+				t.Errorf("%s after nginx's keep-alive timeout, request %d: %d %q", tc.name, i, resp.StatusCode, strings.TrimSpace(string(body)))
+			}
+		}
+	}
+}
+
+// TestProxyLargeUpload: a 1 GiB upload, with a Content-Length and
+// chunked, streams through to the upstream whole while the process's
+// resident memory stays bounded (the client, the proxy and the upstream
+// all live in this test process, so the bound covers all three).
+func TestProxyLargeUpload(t *testing.T) {
+	const size = 1 << 30
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := crc32.NewIEEE()
+		n, err := io.Copy(h, r.Body)
+		fmt.Fprintf(w, "%d %08x %v", n, h.Sum32(), err)
+	}))
+	ts := start(t, proxyConfig(t, "/", "", b.hostPort()))
+	want := crc32.NewIEEE()
+	io.Copy(want, io.LimitReader(&pattern{}, size))
+
+	for _, chunked := range []bool{false, true} {
+		debug.FreeOSMemory()
+		base := residentBytes(t)
+		var peak atomic.Int64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			for {
+				if r := residentBytes(t); r > peak.Load() {
+					peak.Store(r)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		var body io.Reader = io.LimitReader(&pattern{}, size)
+		if chunked {
+			body = io.MultiReader(body) // length unknown: sent chunked
+		}
+		req, _ := http.NewRequest("POST", ts.url+"/upload", body)
+		if !chunked {
+			req.ContentLength = size
+		}
+		resp, err := http.DefaultClient.Do(req)
+		close(stop)
+		<-sampled
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if w := fmt.Sprintf("%d %08x <nil>", size, want.Sum32()); resp.StatusCode != 200 || string(got) != w {
+			t.Fatalf("1 GiB upload (chunked %v): %d %q, want %q", chunked, resp.StatusCode, got, w)
+		}
+		grew := peak.Load() - base
+		t.Logf("1 GiB upload (chunked %v): resident memory grew by at most %d MiB", chunked, grew>>20)
+		if grew > 128<<20 {
+			t.Errorf("1 GiB upload (chunked %v): resident memory grew by %d MiB; the body is being buffered", chunked, grew>>20)
+		}
+	}
+}
+
+// pattern is an endless reader of a byte pattern that depends on the
+// offset only, however the reads are sized: patternTable over and over
+// (its length is prime, so the pattern does not line up with buffers).
+type pattern struct{ off int }
+
+var patternTable = func() []byte {
+	b := make([]byte, 65521)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}()
+
+func (r *pattern) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], patternTable[r.off:])
+		n += c
+		r.off = (r.off + c) % len(patternTable)
+	}
+	return n, nil
+}
+
+// residentBytes is this process's resident set size (VmRSS).
+func residentBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
