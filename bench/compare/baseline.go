@@ -185,7 +185,7 @@ func pairedRatios(e, b *cell, metric string) []float64 {
 // the engine. For p99 latency (lower is better) it is the other's
 // latency over the engine's.
 func ratio(engine, other float64, metric string) float64 {
-	if metric == "p99" {
+	if metric == "p99" || metric == "latency" {
 		return other / engine
 	}
 	return engine / other

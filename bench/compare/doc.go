@@ -34,6 +34,20 @@
 // that would install it. gohttp is bench/compare/gohttp, built by the
 // harness: http.FileServer with net/http's defaults.
 //
+// --client proxy measures each server as a TLS-terminating reverse proxy
+// in front of one nginx file server (peers/nginx-backend.conf.tmpl):
+// the engine with a `[reverse_proxy]` route, nginx (`upstream` with
+// `keepalive 64`), Caddy (`reverse_proxy`) and HAProxy (Debian's, `mode
+// http`, `http-reuse always`; installed with apt-get as above). Its rows:
+// a large file over one h1 TLS connection (curl, every byte hashed), 1 KiB
+// on 64 keep-alive connections (wrk), and 1 KiB at a fixed 5,000 req/s
+// (engine bench, open loop: p50, p99 and failed responses); the CPU in
+// brackets is the proxy's, and a table counts the connections each proxy
+// opened to the backend (nginx's stub_status, read around every run). It
+// writes docs/BENCHMARKS-proxy.md:
+//
+//	go run ./bench/compare --client proxy --repeats 3
+//
 // To show that a change to the engine kept its speed, --baseline PATH runs
 // an older engine binary beside it as "engine (baseline)", with the same
 // configuration, files and process attributes, taking turns with it in

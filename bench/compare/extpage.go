@@ -53,6 +53,14 @@ func clientCommand(r row, sample time.Duration) string {
 		}
 	case clientSTime:
 		args = append([]string{"openssl"}, sTimeArgs("127.0.0.1:PORT", "/"+r.file, r.resume, sample)...)
+	case "":
+		// engine bench, in this process, with what main's bench.Config
+		// sets; the same as this command line.
+		args = []string{"engine", "bench", "--protocol", r.proto, "--connections", strconv.Itoa(r.connections)}
+		if r.rate > 0 {
+			args = append(args, "--rate", strconv.FormatFloat(r.rate, 'f', -1, 64))
+		}
+		args = append(args, "-k", "--manifest", "B3SUMS", "https://127.0.0.1:PORT/"+r.file)
 	}
 	return strings.Join(args, " ")
 }
@@ -79,6 +87,12 @@ func clientChecks(r row) string {
 		return s + " A run lasts at least " + wrkBulkRun.String() + ", so that responses complete (wrk counts, and checks the status of, complete responses only). MiB/s is bytes read (response heads included, and the parts of the responses in flight at the end) over wrk's run time."
 	case clientH2load:
 		return "Status and length, not content (h2load keeps no body). With -n every request is accounted for: a run counts only when h2load reports TLSv1.3 and application protocol h2, all N requests done and succeeded, none failed, errored or timed out, N statuses 2xx, and exactly N × the file's size bytes of DATA. N is a multiple of the clients, chosen after a warmup run of one request per client so that a run lasts about one sample. MiB/s is DATA bytes over h2load's \"finished in\" time (connection set-up included)."
+	case "":
+		s := "Every byte: engine bench checks each response's status, its length and the BLAKE3 digest of its body against the fixtures' B3SUMS; a sample counts only when every response in it passed."
+		if r.rate > 0 {
+			s += fmt.Sprintf(" Open loop: requests are scheduled at a fixed %.0f per second, spread over the connections, whatever the server's speed, and each latency runs from the request's scheduled start to its last body byte, so a server that falls behind is charged for the queueing it causes. p50 and p99 are over the accepted samples' responses; \"failed\" is every response that failed a check (or never came) over all repeats, warmups included; server µs/req divides the server's CPU over the samples by their responses.", r.rate)
+		}
+		return s
 	case clientSTime:
 		mark := "every connection was marked `r` (resumed: s_time offers the previous connection's session, a TLS 1.3 ticket)"
 		if !r.resume {
@@ -111,7 +125,11 @@ func (p page) externalSections(b *strings.Builder) {
 	}
 	b.WriteString("\n")
 	for _, r := range p.rows {
-		fmt.Fprintf(b, "**%s** (%s). Client: %s, run as `%s`. Checked: %s\n\n", r.name, r.unit, r.client, clientCommand(r, p.sample), clientChecks(r))
+		client := r.client
+		if client == "" {
+			client = "engine bench, in this harness's process"
+		}
+		fmt.Fprintf(b, "**%s** (%s). Client: %s, run as `%s`. Checked: %s\n\n", r.name, r.unit, client, clientCommand(r, p.sample), clientChecks(r))
 	}
 	var sTimeRows []int
 	for i, r := range p.rows {

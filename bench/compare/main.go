@@ -82,8 +82,8 @@ func main() {
 	samples := flag.Int("samples", 3, "samples per cell")
 	warmup := flag.Duration("warmup", time.Second, "warmup per cell")
 	quick := flag.Bool("quick", false, "a short run over a few rows (a smoke test, not a measurement)")
-	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix) or external (curl, wrk, h2load and openssl s_time: issue 15's rows, with the server's CPU in every cell)")
-	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare: engine, baseline, nginx, caddy, gohttp (Go net/http), lighttpd (default with --client external: engine,nginx,caddy,gohttp,lighttpd)")
+	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix), external (curl, wrk, h2load and openssl s_time: issue 15's rows, with the server's CPU in every cell) or proxy (each server as a TLS reverse proxy in front of one nginx file server: issue 16's rows)")
+	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare: engine, baseline, nginx, caddy, gohttp (Go net/http), lighttpd, haproxy (default with --client external: engine,nginx,caddy,gohttp,lighttpd; with --client proxy: engine,nginx,caddy,haproxy)")
 	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: $CADDY, or Caddy "+caddyVersion+" built once into the user's cache)")
 	only := flag.String("rows", "", "measure only the rows of the full matrix whose name matches this regular expression (with --quick too)")
 	workloads := flag.String("workloads", "", "measure only these rows of the full matrix: comma-separated short ids (large-h1,1k-h1-64c) or parts of names; -h lists them")
@@ -100,14 +100,16 @@ func main() {
 		flag.PrintDefaults()
 		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads (--workloads takes these ids or parts of the names):\n%s", workloadList(matrix(false)))
 		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads with --client external:\n%s", workloadList(externalMatrix()))
+		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads with --client proxy:\n%s", workloadList(proxyMatrix()))
 	}
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *client != "bench" && *client != "external" {
-		log.Fatalf("--client %q: want bench or external", *client)
+	if *client != "bench" && *client != "external" && *client != "proxy" {
+		log.Fatalf("--client %q: want bench, external or proxy", *client)
 	}
 	external := *client == "external"
+	proxyMode := *client == "proxy"
 	if *quick {
 		*repeats, *duration, *samples, *warmup = 1, 2*time.Second, 2, 500*time.Millisecond
 	}
@@ -123,13 +125,24 @@ func main() {
 			*servers = "engine,nginx,caddy,gohttp,lighttpd"
 		}
 		// Another client's figures are not the engine bench page.
-		if !set["out"] {
+		if !set["out"] && *baselineBin == "" {
 			*out = "docs/BENCHMARKS-external.md"
+		}
+	}
+	if proxyMode {
+		if !set["servers"] {
+			*servers = "engine,nginx,caddy,haproxy"
+		}
+		if !set["out"] {
+			*out = "docs/BENCHMARKS-proxy.md"
 		}
 	}
 	if *baselineBin != "" {
 		if !set["servers"] {
 			*servers = "engine,baseline,nginx,caddy"
+			if proxyMode {
+				*servers = "engine,baseline,nginx,caddy,haproxy"
+			}
 		}
 		// A page of two engine binaries is not the comparison with the
 		// peers: it does not replace docs/BENCHMARKS.md unless asked to.
@@ -174,6 +187,9 @@ func main() {
 		// Eight rows: --quick shortens them but keeps them all.
 		rows = externalMatrix()
 	}
+	if proxyMode {
+		rows = proxyMatrix()
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
@@ -217,8 +233,11 @@ func main() {
 	apt := newInstaller()
 	var leftOut []string
 	var env *extEnv
-	if external {
+	if external || proxyMode {
 		rows = slices.DeleteFunc(rows, func(r row) bool {
+			if r.client == "" {
+				return false // engine bench, in this process
+			}
 			err := apt.ensure(clientTool(r.client))
 			if err != nil {
 				log.Printf("%s left out: %v", r.name, err)
@@ -237,11 +256,16 @@ func main() {
 	}
 
 	var list []*server
+	// With --client proxy: the file server behind every proxy.
+	var upstream *backend
 	// fatal stops what has started and removes the work folder, which
 	// log.Fatal's exit would leave behind.
 	fatal := func(format string, args ...any) {
 		for _, s := range list {
 			s.stop()
+		}
+		if upstream != nil {
+			upstream.proc.stop()
 		}
 		os.RemoveAll(work)
 		log.Fatalf(format, args...)
@@ -249,7 +273,17 @@ func main() {
 	// With a baseline, the run is about the two engine binaries: one that
 	// cannot start ends it rather than leaving a table without the ratio.
 	mustStart := func(id string) bool { return *baselineBin != "" && isEngine(id) }
+	if proxyMode {
+		if upstream, err = startBackend(work, peers); err != nil {
+			fatal("the proxies' file server: %v", err)
+		}
+		defer upstream.proc.stop()
+		log.Printf("backend (nginx, files): http://%s", upstream.addr)
+	}
 	for _, name := range strings.Split(*servers, ",") {
+		if proxyMode && (name == "lighttpd" || name == "gohttp") {
+			fatal("%s has no reverse proxy configuration here: --client proxy compares engine, baseline, nginx, caddy and haproxy", name)
+		}
 		var start func() (*server, error)
 		switch name {
 		case "engine":
@@ -271,14 +305,23 @@ func main() {
 				spec.origin = "--engine " + spec.bin
 			}
 			start = func() (*server, error) { return startEngine(spec, work) }
+			if proxyMode {
+				start = func() (*server, error) { return startEngineProxy(spec, work, upstream) }
+			}
 		case "baseline":
 			if *baselineBin == "" {
 				fatal("--servers names baseline: name its binary with --baseline PATH")
 			}
 			spec := engineSpec{id: "baseline", name: baselineName, bin: *baselineBin, origin: "--baseline " + *baselineBin}
 			start = func() (*server, error) { return startEngine(spec, work) }
+			if proxyMode {
+				start = func() (*server, error) { return startEngineProxy(spec, work, upstream) }
+			}
 		case "nginx":
 			start = func() (*server, error) { return startNginx(work, peers, ktls.probe == nil) }
+			if proxyMode {
+				start = func() (*server, error) { return startNginxProxy(work, peers, ktls.probe == nil, upstream) }
+			}
 		case "caddy":
 			bin, err := findCaddy(*caddyBin)
 			if err != nil {
@@ -286,6 +329,19 @@ func main() {
 				continue
 			}
 			start = func() (*server, error) { return startCaddy(work, peers, bin) }
+			if proxyMode {
+				start = func() (*server, error) { return startCaddyProxy(work, peers, bin, upstream) }
+			}
+		case "haproxy":
+			if !proxyMode {
+				fatal("haproxy is a peer of the proxy rows only: use it with --client proxy")
+			}
+			if err := apt.ensure(toolHAProxy); err != nil {
+				log.Printf("haproxy left out: %v", err)
+				leftOut = append(leftOut, "haproxy: "+err.Error())
+				continue
+			}
+			start = func() (*server, error) { return startHAProxy(work, peers, upstream) }
 		case "lighttpd":
 			if err := apt.ensure(toolLighttpd); err != nil {
 				log.Printf("lighttpd left out: %v", err)
@@ -302,7 +358,7 @@ func main() {
 			}
 			start = func() (*server, error) { return startGoHTTP(work, bin) }
 		default:
-			fatal("unknown server %q (engine, baseline, nginx, caddy, gohttp, lighttpd)", name)
+			fatal("unknown server %q (engine, baseline, nginx, caddy, gohttp, lighttpd, haproxy)", name)
 		}
 		s, err := startOnFreePorts(start)
 		if err != nil {
@@ -386,7 +442,12 @@ func main() {
 						waitQuiet(ctx, *maxOthers, *quietWait)
 					}
 					before := readCPU()
-					o = measure()
+					if upstream != nil {
+						n, ok := upstream.opened(func() { o = measure() })
+						o.backendConns, o.hasBackend = n, ok
+					} else {
+						o = measure()
+					}
 					if interrupted() {
 						os.Exit(130)
 					}
@@ -412,7 +473,12 @@ func main() {
 	}
 	// The engine bench self-checks a bench row is read against; the
 	// external clients have none.
-	ceil := selfChecks(ctx, rows, *duration, *samples, *warmup, largeSize)
+	var ceil []ceiling
+	if !proxyMode {
+		// A proxy row is read against the other proxies, not against
+		// the client alone.
+		ceil = selfChecks(ctx, rows, *duration, *samples, *warmup, largeSize)
+	}
 	if interrupted() {
 		os.Exit(130)
 	}
