@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/pelletier/go-toml/v2 v2.4.3
+	github.com/quic-go/qpack v0.6.0
 	github.com/quic-go/quic-go v0.65.0
 	github.com/zeebo/blake3 v0.2.4
 	golang.org/x/crypto v0.59.0
@@ -14,6 +15,5 @@ require (
 
 require (
 	github.com/klauspost/cpuid/v2 v2.0.12 // indirect
-	github.com/quic-go/qpack v0.6.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )

@@ -143,9 +143,11 @@ func (cl *h2Client) body(p []byte) {
 	cl.hc.conn.BodyReady(cl.hs.st, cl.ready)
 }
 
-// end ends the stream's body. Trailers are not passed to HTTP/2 clients
-// yet (they would be a HEADERS frame after the last DATA).
-func (cl *h2Client) end([]byte) { cl.hc.conn.EndBody(cl.hs.st) }
+// end ends the stream's body, with the upstream's trailers in a HEADERS
+// frame after the last DATA when it sent any.
+func (cl *h2Client) end(trailers []byte) {
+	cl.hc.conn.EndBody(cl.hs.st, trailerFields(trailers))
+}
 
 func (cl *h2Client) reqTrailers() []byte { return nil }
 

@@ -39,11 +39,12 @@ const (
 )
 
 type h3Event struct {
-	kind    h3EventKind
-	status  int
-	header  http.Header
-	data    []byte
-	bodyLen int64
+	kind     h3EventKind
+	status   int
+	header   http.Header
+	data     []byte
+	bodyLen  int64
+	trailers http.Header // h3End: the upstream's trailers, if any
 }
 
 // h3Client is the HTTP/3 side of an exchange. Loop-owned fields are
@@ -187,6 +188,13 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 			h.loop.Post(cl.wakeUpstream)
 		case h3End:
 			if body != nil {
+				if len(ev.trailers) > 0 {
+					if err := body.WriteTrailers(ev.trailers); err != nil {
+						h.loop.Post(cl.clientGone)
+						body.Abort(http3.ErrCodeRequestCanceled)
+						return status, body.Sent()
+					}
+				}
 				body.Close()
 				return status, body.Sent()
 			}
@@ -349,7 +357,19 @@ func (cl *h3Client) body(p []byte) {
 	}
 }
 
-func (cl *h3Client) end([]byte)          { cl.flush(); cl.send(h3Event{kind: h3End}) } // trailers not passed to HTTP/3 clients yet
+func (cl *h3Client) end(trailers []byte) {
+	cl.flush()
+	ev := h3Event{kind: h3End}
+	eachTrailer(trailers, func(_, name, value []byte) {
+		if ev.trailers == nil {
+			ev.trailers = http.Header{}
+		}
+		k := http.CanonicalHeaderKey(string(name))
+		ev.trailers[k] = append(ev.trailers[k], string(value))
+	})
+	cl.send(ev)
+}
+
 func (cl *h3Client) reqTrailers() []byte { return nil }
 func (cl *h3Client) fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
 func (cl *h3Client) abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }

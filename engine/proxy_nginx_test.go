@@ -336,3 +336,64 @@ func residentBytes(t *testing.T) int64 {
 	t.Fatal("no VmRSS in /proc/self/status")
 	return 0
 }
+
+// TestProxyTrailers: an upstream's response trailers reach HTTP/2 and
+// HTTP/3 clients (a HEADERS frame after the body), with hop-by-hop and
+// framing fields left out; a response without trailers ends as before.
+func TestProxyTrailers(t *testing.T) {
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/plain" {
+			io.WriteString(w, "no trailers")
+			return
+		}
+		w.Header().Set("Trailer", "X-Checksum, Grpc-Status, Connection")
+		io.WriteString(w, strings.Repeat("body ", 10000))
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Checksum", "abc123")
+		w.Header().Set("Grpc-Status", "0")
+		w.Header().Set("Connection", "close") // hop-by-hop: not passed on
+	}))
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf(`
+shutdown_grace = "2s"
+[kernel]
+ktls = "auto"
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "localhost"
+upstreams = [%q]
+`, pki.certFile, pki.keyFile, b.hostPort()))
+	url := "https://localhost:" + portOf(ts.addr)
+	h3, _ := h3Client(t, pki)
+	for _, tc := range []struct {
+		name  string
+		c     *http.Client
+		proto int
+	}{{"h2", h2Client(pki), 2}, {"h3", h3, 3}} {
+		resp, err := tc.c.Get(url + "/trailers")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.ProtoMajor != tc.proto || len(body) != 50000 {
+			t.Fatalf("%s: HTTP/%d, %d bytes, %v", tc.name, resp.ProtoMajor, len(body), err)
+		}
+		if resp.Trailer.Get("X-Checksum") != "abc123" || resp.Trailer.Get("Grpc-Status") != "0" || resp.Trailer.Get("Connection") != "" {
+			t.Errorf("%s: trailers %v; want X-Checksum and Grpc-Status, no Connection", tc.name, resp.Trailer)
+		}
+		resp, err = tc.c.Get(url + "/plain")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "no trailers" || len(resp.Trailer) != 0 {
+			t.Errorf("%s without trailers: %q, trailers %v", tc.name, body, resp.Trailer)
+		}
+	}
+}

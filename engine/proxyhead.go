@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"net/netip"
 	"strconv"
+	"strings"
+
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/mediaship/engine/h1"
 )
@@ -240,6 +243,23 @@ func validFieldValue(v []byte) bool {
 // ending in CRLF, as h1.BodyReader keeps them) that may be passed on:
 // not framing, routing or hop-by-hop fields.
 func appendTrailers(dst, raw []byte) []byte {
+	eachTrailer(raw, func(line, _, _ []byte) { dst = append(dst, line...) })
+	return dst
+}
+
+// trailerFields are the trailers of raw that may be passed on, as
+// HTTP/2 and HTTP/3 carry them: lower-case names, values trimmed.
+func trailerFields(raw []byte) []hpack.HeaderField {
+	var out []hpack.HeaderField
+	eachTrailer(raw, func(_, name, value []byte) {
+		out = append(out, hpack.HeaderField{Name: strings.ToLower(string(name)), Value: string(value)})
+	})
+	return out
+}
+
+// eachTrailer calls f with each trailer line of raw that may be passed
+// on, its name and its value (without surrounding whitespace).
+func eachTrailer(raw []byte, f func(line, name, value []byte)) {
 	for len(raw) > 0 {
 		end := bytes.Index(raw, []byte("\r\n"))
 		if end < 0 {
@@ -252,12 +272,11 @@ func appendTrailers(dst, raw []byte) []byte {
 			continue
 		}
 		name := line[:colon]
-		if dropField(name, nil) || h1.EqualFold(name, "host") {
+		if dropField(name, nil) || h1.EqualFold(name, "host") || h1.EqualFold(name, "trailer") {
 			continue
 		}
-		dst = append(dst, line...)
+		f(line, name, bytes.Trim(line[colon+1:end], " \t"))
 	}
-	return dst
 }
 
 // appendList adds v to a comma-separated list, if keep is set (the

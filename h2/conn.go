@@ -163,9 +163,10 @@ type Stream struct {
 	localAt    int64 // when the response ended, for a request that has not
 	sendWindow int64 // may go negative after a SETTINGS change
 	recvWindow int64
-	bodyLen    int64 // -1: streamed (BodyReady, EndBody)
-	avail      int64 // streamed: body bytes the handler has ready, from 0
-	ended      bool  // streamed: EndBody called
+	bodyLen    int64               // -1: streamed (BodyReady, EndBody)
+	avail      int64               // streamed: body bytes the handler has ready, from 0
+	ended      bool                // streamed: EndBody called
+	trailers   []hpack.HeaderField // streamed: sent as a HEADERS frame after the body
 	sent       int64
 	bodyRecv   int64
 	blocked    int64 // monotonic ns since the stream waits on a window; 0 when not
@@ -635,10 +636,13 @@ func (c *Conn) BodyReady(st *Stream, n int64) {
 }
 
 // EndBody says st's streamed body ends after the bytes made ready: the
-// last DATA frame carries END_STREAM (an empty one if need be).
-func (c *Conn) EndBody(st *Stream) {
+// last DATA frame carries END_STREAM (an empty one if need be), or, with
+// trailers (lower-case names, none a pseudo-header or connection-specific
+// field), a HEADERS frame after it does (RFC 9113 §8.1).
+func (c *Conn) EndBody(st *Stream, trailers []hpack.HeaderField) {
 	if st.bodyLen < 0 {
 		st.ended = true
+		st.trailers = trailers
 	}
 }
 

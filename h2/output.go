@@ -128,12 +128,16 @@ func (c *Conn) Produce(s Sink, budget int) int {
 		}
 		var flags http2.Flags
 		end := size == left && st.final()
-		if end {
+		trailers := end && len(st.trailers) > 0
+		if end && !trailers {
 			flags = http2.FlagDataEndStream
 		}
 		appendFrameHeader(hdr[:0], int(size), http2.FrameData, flags, st.ID)
 		if size == 0 {
-			s.Bytes(hdr[:]) // a streamed body's end: an empty DATA frame
+			if !trailers {
+				s.Bytes(hdr[:]) // a streamed body's end: an empty DATA frame
+				n += 9
+			}
 		} else if !s.Data(st, hdr[:], st.sent, int(size)) {
 			c.abortStream(st)
 			if k := min(len(c.ctrl), budget-n); k > 0 {
@@ -157,8 +161,22 @@ func (c *Conn) Produce(s Sink, budget int) int {
 		}
 		c.serveSeq++
 		st.served = c.serveSeq
-		n += 9 + int(size)
+		if size > 0 {
+			n += 9 + int(size)
+		}
 		if end {
+			if trailers {
+				// The trailers end the stream, right after its last DATA.
+				c.encBuf.Reset()
+				for _, f := range st.trailers {
+					c.enc.WriteField(f)
+				}
+				st.trailers = nil
+				c.writeHeaderBlock(st.ID, c.encBuf.Bytes(), true)
+				s.Bytes(c.ctrl)
+				n += len(c.ctrl)
+				c.ctrl = c.ctrl[:0]
+			}
 			c.localEnd(st)
 			c.connBlock = 0 // a finished response is progress
 		}

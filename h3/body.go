@@ -1,15 +1,19 @@
 package h3
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Pacer is a token bucket that limits one stream's sending rate. Its Limit
@@ -168,6 +172,30 @@ func (b *Body) write(p []byte) error {
 func isTimeout(err error) bool {
 	var ne interface{ Timeout() bool }
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// WriteTrailers writes a HEADERS frame of trailer fields after the body
+// (RFC 9114 §4.1), QPACK-encoded without the dynamic table; Close must
+// follow. Fields that may not be trailers are left out.
+func (b *Body) WriteTrailers(h http.Header) error {
+	var block bytes.Buffer
+	enc := qpack.NewEncoder(&block)
+	for k, vs := range h {
+		if !httpguts.ValidTrailerHeader(k) {
+			continue
+		}
+		for _, v := range vs {
+			if err := enc.WriteField(qpack.HeaderField{Name: strings.ToLower(k), Value: v}); err != nil {
+				return err
+			}
+		}
+	}
+	if block.Len() == 0 {
+		return nil
+	}
+	frame := quicvarint.Append(nil, 0x01) // HEADERS
+	frame = quicvarint.Append(frame, uint64(block.Len()))
+	return b.write(append(frame, block.Bytes()...))
 }
 
 // Close ends the body (FIN) and discards anything more the client sends.
