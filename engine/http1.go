@@ -111,6 +111,15 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 	for {
 		s.Pump()
 		if st.proxy != nil {
+			if s.EOF() && st.proxy.reqDone {
+				// The client closed while its response was on the way
+				// (nginx's 499): the exchange drains or drops the
+				// upstream side, and nobody is left to answer.
+				st.proxy.clientGone()
+				st.proxy = nil
+				c.Close()
+				return
+			}
 			st.proxy.pump()
 			if st.proxy != nil || c.Closed() {
 				return // the exchange moves on the reactor's events

@@ -172,7 +172,23 @@ type exchange struct {
 	respDone bool
 	splicing bool // the rest of the body moves by splice (spliceClient)
 	done     bool
+	// The client went away with the request sent: the response is read
+	// and dropped (up to drainMax body bytes) so that the connection can
+	// carry the next request instead of being closed.
+	draining bool
+	drained  int64
 }
+
+// drainMax is the most response body an exchange whose client went away
+// reads and drops to keep its upstream connection: about what a new
+// connection costs to open. A longer body closes the connection.
+const drainMax = 64 << 10
+
+// drainWait is how long such an exchange waits for a response head that
+// has not come yet (at most response_timeout): an upstream still working
+// on the request after it learns of the close within drainWait and can
+// stop.
+const drainWait = time.Second
 
 // spliceClient is a client that can take the rest of a body straight
 // from the upstream's socket (HTTP/1.1 over plain TCP).
@@ -439,6 +455,13 @@ func (ex *exchange) pumpResponse() {
 		if len(data) > 0 {
 			ex.cl.body(data)
 		}
+		if ex.draining {
+			if ex.drained += int64(len(data)); ex.drained > drainMax {
+				ex.done = true
+				ex.release(false)
+				return
+			}
+		}
 		uc.Consume(n)
 		uc.Wake() // it may have stopped reading with a full buffer
 		if ex.respBody.Done() {
@@ -477,6 +500,12 @@ func (ex *exchange) upstreamClosed() {
 		return
 	}
 	uc := ex.up
+	if ex.draining {
+		// Nobody waits for the answer: no retry, no error page.
+		ex.done = true
+		ex.release(false)
+		return
+	}
 	if ex.respHead {
 		if uc.c.EOF() && !uc.c.TimedOut() {
 			ex.pump() // the body's end or a cut: pumpResponse tells
@@ -579,12 +608,50 @@ func (ex *exchange) abort(cause string) {
 	ex.cl.abort()
 }
 
-// clientGone ends the exchange of a client that closed or reset: the
-// upstream sees its request end with the connection.
+// clientGone ends the exchange of a client that closed or reset. With
+// the whole request sent and a response that may be short (its head not
+// read yet, or at most drainMax of its body left), the response is read
+// and dropped, and the connection goes back to the pool (clients that
+// close with requests in flight, as load generators do at their end,
+// would otherwise cost a connection each); otherwise, or when the head
+// takes longer than drainWait, the upstream sees the request end with
+// the connection.
 func (ex *exchange) clientGone() {
 	if ex.done {
+		return
+	}
+	ex.cl = drainClient{}
+	if ex.up != nil && ex.reqDone && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
+		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
+		ex.draining = true
+		ex.h.srv.proxy.stats.drained.Add(1)
+		if !ex.respHead {
+			d := drainWait
+			if rt := ex.r.cfg.ResponseTimeout.D(); rt > 0 && rt < d {
+				d = rt
+			}
+			ex.up.c.SetReadDeadline(d)
+		}
+		ex.up.c.Wake() // it goes on with the upstream's events
 		return
 	}
 	ex.done = true
 	ex.release(false)
 }
+
+// drainClient stands in for a client that went away while its response
+// is drained: it takes everything and sends nothing.
+type drainClient struct{}
+
+func (drainClient) pullBody() ([]byte, bool, error)             { return nil, false, errClientGone }
+func (drainClient) bodyTaken()                                  {}
+func (drainClient) continue100()                                {}
+func (drainClient) writeHead(*h1.Response, []byte, int64, bool) {}
+func (drainClient) room() bool                                  { return true }
+func (drainClient) body([]byte)                                 {}
+func (drainClient) end([]byte)                                  {}
+func (drainClient) reqTrailers() []byte                         { return nil }
+func (drainClient) fail(int)                                    {}
+func (drainClient) abort()                                      {}
+func (drainClient) wake()                                       {}
+func (drainClient) finished()                                   {}

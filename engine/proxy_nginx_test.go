@@ -397,3 +397,63 @@ upstreams = [%q]
 		}
 	}
 }
+
+// TestProxyDrainOnClientAbort: a client that closes with its request in
+// flight does not cost the upstream connection when the response is
+// short (it is read and dropped, and the connection reused), while an
+// upstream still working on the request learns of the close within
+// about a second (drainWait), as nginx's upstream would at once.
+func TestProxyDrainOnClientAbort(t *testing.T) {
+	canceled := make(chan time.Duration, 1)
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/quick":
+			time.Sleep(50 * time.Millisecond) // the client is gone by now
+			io.WriteString(w, "short answer")
+		case "/slow":
+			t0 := time.Now()
+			select {
+			case <-r.Context().Done():
+				canceled <- time.Since(t0)
+			case <-time.After(10 * time.Second):
+				canceled <- -1
+			}
+		default:
+			io.WriteString(w, "ok")
+		}
+	}))
+	// One reactor: pools are per reactor, and the clients must share one.
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "", b.hostPort()))
+	get := func() {
+		t.Helper()
+		resp, err := http.Get(ts.url + "/ok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	get()
+	for range 5 {
+		c := dial(t, ts.addr)
+		c.send("GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
+		time.Sleep(10 * time.Millisecond)
+		c.Close()
+		time.Sleep(80 * time.Millisecond) // the response arrives and is dropped
+		get()
+	}
+	if n := b.conns.Load(); n != 1 {
+		t.Errorf("5 clients that left before their short responses cost %d upstream connections; want the first one only", n)
+	}
+	if d := ts.Stats().ProxyDrained; d != 5 {
+		t.Errorf("ProxyDrained = %d, want 5", d)
+	}
+
+	c := dial(t, ts.addr)
+	c.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	if d := <-canceled; d < 0 || d > scale(3*time.Second) {
+		t.Errorf("the upstream learned of the client's close after %v; want about 1 s", d)
+	}
+}

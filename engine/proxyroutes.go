@@ -51,7 +51,7 @@ type upstream struct {
 
 // proxyCounters count what the upstream pools did.
 type proxyCounters struct {
-	opened, reused, failed, retried, timeouts, badResponses atomic.Int64
+	opened, reused, failed, retried, timeouts, badResponses, drained atomic.Int64
 }
 
 // upstreamBackoff is the longest an upstream that keeps refusing or

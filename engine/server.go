@@ -125,6 +125,7 @@ type Stats struct {
 	ProxyRetried      int64 // idempotent requests sent again after a pooled connection closed under them
 	ProxyTimeouts     int64 // response_timeout or send timeouts to upstreams (504)
 	ProxyBadResponses int64 // upstream responses the proxy could not relay (502, or a reset mid-body)
+	ProxyDrained      int64 // responses read and dropped after their client went away, to keep the connection
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -456,6 +457,7 @@ func (s *Server) Stats() Stats {
 	if p := s.proxy; p != nil {
 		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
 		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
+		st.ProxyDrained = p.stats.drained.Load()
 	}
 	s.h3Stats(&st)
 	return st
