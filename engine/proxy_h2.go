@@ -132,14 +132,28 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 }
 
 func (cl *h2Client) room() bool {
-	rs := &cl.hc.h.srv.cfg.Runtime.Settings
-	return !cl.gone && len(cl.out) < int(rs.ProxyH2TLSMaxSendBuffer) && cl.hc.proxyBuffered < int(rs.ProxyH2TLSConnectionSendBuffer)
+	srv := cl.hc.h.srv
+	rs := &srv.cfg.Runtime.Settings
+	// Past the stream's budget, or beyond a floor the connection's or the
+	// server's, the upstream waits for this client to take bytes: take
+	// wakes it. No other stream's progress is needed, so streams whose
+	// clients stop reading slow the others to the floor, never stop them.
+	if cl.gone || len(cl.out) >= int(rs.ProxyH2TLSMaxSendBuffer) {
+		return false
+	}
+	return len(cl.out) < h2ProxyFloor ||
+		cl.hc.proxyBuffered < int(rs.ProxyH2TLSConnectionSendBuffer) && srv.proxy.h2Buffered.Load() < int64(rs.ProxyH2TLSTotalSendBuffer)
 }
+
+// h2ProxyFloor is what a proxied HTTP/2 stream may buffer even when the
+// server-wide budget is spent.
+const h2ProxyFloor = 32 << 10
 
 func (cl *h2Client) body(p []byte) {
 	cl.out = append(cl.out, p...)
 	cl.ready += int64(len(p))
 	cl.hc.proxyBuffered += len(p)
+	cl.hc.h.srv.proxy.h2Buffered.Add(int64(len(p)))
 	cl.hc.conn.BodyReady(cl.hs.st, cl.ready)
 }
 
@@ -164,6 +178,7 @@ func (cl *h2Client) take(out interface{ Write([]byte) }, hdr []byte, off int64, 
 	cl.out = cl.out[:rest]
 	cl.outBase = off + int64(n)
 	cl.hc.proxyBuffered -= i + n
+	cl.hc.h.srv.proxy.h2Buffered.Add(-int64(i + n))
 	if cl.ex != nil && cl.ex.up != nil {
 		cl.ex.up.c.Wake() // room again: read more from the upstream
 	}
@@ -208,6 +223,7 @@ func (cl *h2Client) detach() {
 // response was produced to the end.
 func (cl *h2Client) streamDone() {
 	cl.hc.proxyBuffered -= len(cl.out)
+	cl.hc.h.srv.proxy.h2Buffered.Add(-int64(len(cl.out)))
 	cl.out, cl.in = nil, nil
 	if !cl.hs.st.Reset {
 		// Produced to the end: a response without a body ends its stream

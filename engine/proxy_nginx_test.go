@@ -457,3 +457,67 @@ func TestProxyDrainOnClientAbort(t *testing.T) {
 		t.Errorf("the upstream learned of the client's close after %v; want about 1 s", d)
 	}
 }
+
+// TestProxyH2TotalBuffer: HTTP/2 clients that stop reading hold at most
+// proxy_h2_tls_total_send_buffer_bytes (and a small floor per stream) of
+// proxied responses between them, not their connection budgets, and a
+// client that reads still gets its whole response meanwhile.
+func TestProxyH2TotalBuffer(t *testing.T) {
+	const size = 16 << 20
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		io.Copy(w, io.LimitReader(&pattern{}, size))
+	}))
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf(`
+[kernel]
+ktls = "auto"
+[runtime.settings]
+proxy_h2_tls_max_send_buffer_bytes = "1MiB"
+proxy_h2_tls_connection_send_buffer_bytes = "1MiB"
+proxy_h2_tls_total_send_buffer_bytes = "1MiB"
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "localhost"
+upstreams = [%q]
+`, pki.certFile, pki.keyFile, b.hostPort()))
+	url := "https://localhost:" + portOf(ts.addr) + "/big"
+
+	// Four connections whose bodies nobody reads: each fills the
+	// client's window (4 MiB) and then the proxy's buffers, up to 1 MiB
+	// a connection without the server-wide budget.
+	for range 4 {
+		resp, err := h2Client(pki).Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+	}
+	var held int64
+	waitFor(scale(5*time.Second), func() bool {
+		n := ts.Stats().ProxyH2Buffered
+		settled := n == held && n > 0
+		held = n
+		time.Sleep(200 * time.Millisecond)
+		return settled
+	})
+	t.Logf("4 stalled connections hold %d KiB of proxied response", held>>10)
+	if held > 2<<20 {
+		t.Errorf("4 stalled connections hold %d KiB; the server-wide budget is 1 MiB (and 32 KiB a stream past it)", held>>10)
+	}
+
+	// Another client still gets its response, whole.
+	resp, err := h2Client(pki).Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size {
+		t.Fatalf("a reading client beside the stalled ones got %d of %d bytes: %v", n, size, err)
+	}
+}

@@ -23,6 +23,10 @@ type proxyRoutes struct {
 	h1, h2    bool // client protocols the proxy answers
 	h3        bool
 	stats     proxyCounters
+	// h2Buffered is the proxied response bytes every HTTP/2 stream of
+	// the server holds ahead of its client (proxy_h2_tls_total_send_buffer_bytes
+	// bounds it).
+	h2Buffered atomic.Int64
 }
 
 type wildcardRoutes struct {

@@ -126,6 +126,7 @@ type Stats struct {
 	ProxyTimeouts     int64 // response_timeout or send timeouts to upstreams (504)
 	ProxyBadResponses int64 // upstream responses the proxy could not relay (502, or a reset mid-body)
 	ProxyDrained      int64 // responses read and dropped after their client went away, to keep the connection
+	ProxyH2Buffered   int64 // proxied response bytes HTTP/2 streams hold ahead of their clients, now
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -457,7 +458,7 @@ func (s *Server) Stats() Stats {
 	if p := s.proxy; p != nil {
 		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
 		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
-		st.ProxyDrained = p.stats.drained.Load()
+		st.ProxyDrained, st.ProxyH2Buffered = p.stats.drained.Load(), p.h2Buffered.Load()
 	}
 	s.h3Stats(&st)
 	return st

@@ -206,6 +206,10 @@ type RuntimeSettings struct {
 	// ProxyH2TLSConnectionSendBuffer bounds the same for all the streams
 	// of one HTTP/2 connection. Zero means 32 MiB.
 	ProxyH2TLSConnectionSendBuffer Size `toml:"proxy_h2_tls_connection_send_buffer_bytes"`
+	// ProxyH2TLSTotalSendBuffer bounds the same for every HTTP/2
+	// connection of the server together, so that many connections of
+	// clients that stop reading cannot hold more. Zero means 256 MiB.
+	ProxyH2TLSTotalSendBuffer Size `toml:"proxy_h2_tls_total_send_buffer_bytes"`
 }
 
 // H3 tunes HTTP/3, served on UDP at the listen port for TLS sites

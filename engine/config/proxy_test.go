@@ -124,6 +124,8 @@ func TestProxyConfigErrors(t *testing.T) {
 			[]string{"engine.toml:4: reverse_proxy.trusted_proxies: entry 0 (\"10.0.0.0/33\") is not an address or prefix"}},
 		{"proxy send buffers", "root = \".\"\n[runtime.settings]\nproxy_h2_tls_max_send_buffer_bytes = \"1MiB\"\nproxy_h2_tls_connection_send_buffer_bytes = \"64KiB\"\n",
 			[]string{"engine.toml:4: runtime.settings.proxy_h2_tls_connection_send_buffer_bytes: 64KiB is out of range"}},
+		{"proxy total send buffer", "root = \".\"\n[runtime.settings]\nproxy_h2_tls_connection_send_buffer_bytes = \"1MiB\"\nproxy_h2_tls_total_send_buffer_bytes = \"512KiB\"\n",
+			[]string{"engine.toml:4: runtime.settings.proxy_h2_tls_total_send_buffer_bytes: 512KiB is out of range"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

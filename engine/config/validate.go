@@ -337,6 +337,12 @@ func (c *Config) validateRuntime(errs *Errors) {
 	if rs.ProxyH2TLSConnectionSendBuffer < rs.ProxyH2TLSMaxSendBuffer || rs.ProxyH2TLSConnectionSendBuffer > 1<<30 {
 		errs.add(c.errAt("runtime.settings.proxy_h2_tls_connection_send_buffer_bytes", "%v is out of range; expected proxy_h2_tls_max_send_buffer_bytes (%v) to 1GiB", rs.ProxyH2TLSConnectionSendBuffer, rs.ProxyH2TLSMaxSendBuffer))
 	}
+	if rs.ProxyH2TLSTotalSendBuffer == 0 {
+		rs.ProxyH2TLSTotalSendBuffer = max(256<<20, rs.ProxyH2TLSConnectionSendBuffer)
+	}
+	if rs.ProxyH2TLSTotalSendBuffer < rs.ProxyH2TLSConnectionSendBuffer || rs.ProxyH2TLSTotalSendBuffer > 64<<30 {
+		errs.add(c.errAt("runtime.settings.proxy_h2_tls_total_send_buffer_bytes", "%v is out of range; expected proxy_h2_tls_connection_send_buffer_bytes (%v) to 64GiB", rs.ProxyH2TLSTotalSendBuffer, rs.ProxyH2TLSConnectionSendBuffer))
+	}
 }
 
 // validateH3 checks [h3].
