@@ -177,6 +177,7 @@ type exchange struct {
 	// carry the next request instead of being closed.
 	draining bool
 	drained  int64
+	moved    int64 // response body bytes passed to the client
 }
 
 // drainMax is the most response body an exchange whose client went away
@@ -425,6 +426,10 @@ func (ex *exchange) pumpResponse() {
 				return
 			}
 		}
+		if left := ex.respBody.ContentLeft(); left >= spliceMin || left < 0 && ex.moved >= spliceMin {
+			// A long body through userspace: fewer, larger reads.
+			uc.SetBulkInput(true)
+		}
 		if !ex.cl.room() {
 			uc.SetReadDeadline(0) // the client is the slow side: no upstream deadline
 			return
@@ -454,6 +459,7 @@ func (ex *exchange) pumpResponse() {
 		}
 		if len(data) > 0 {
 			ex.cl.body(data)
+			ex.moved += int64(len(data))
 		}
 		if ex.draining {
 			if ex.drained += int64(len(data)); ex.drained > drainMax {
@@ -481,6 +487,7 @@ func (ex *exchange) finish() {
 	ex.up = nil
 	uc.up.active.Add(-1)
 	reusable := ex.reqDone && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
+	uc.c.SetBulkInput(false)
 	if reusable {
 		ex.h.proxy.put(uc, ex.r)
 	} else {

@@ -278,6 +278,9 @@ func sameFooting(list []*server) (string, error) {
 		what string
 		e, b *proc
 	}{{"plain", e.proc, b.proc}, {"TLS", e.tlsProc, b.tlsProc}} {
+		if pair.e == nil || pair.b == nil {
+			continue // one process only (a proxy)
+		}
 		ea, err := readProcAttrs(pair.e.cmd.Process.Pid)
 		if err != nil {
 			return fmt.Sprintf("The harness could not read the processes' attributes to compare them (%v).", err), nil

