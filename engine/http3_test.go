@@ -677,9 +677,21 @@ func TestH3AccessLog(t *testing.T) {
 // start, and says how to go on; the TCP port it bound is released.
 func TestH3UDPPortInUse(t *testing.T) {
 	root := siteRoot(t)
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
+	// A UDP port whose TCP twin is free too: another process's outbound
+	// connection may hold any ephemeral TCP port number, and the check at
+	// the end must find the port free because the server released it.
+	var udp *net.UDPConn
+	for try := 0; udp == nil; try++ {
+		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ln, err := net.Listen("tcp", u.LocalAddr().String()); err == nil {
+			ln.Close()
+			udp = u
+		} else if u.Close(); try == 20 {
+			t.Fatalf("no UDP port with a free TCP twin in 20 tries: %v", err)
+		}
 	}
 	defer udp.Close()
 	addr := udp.LocalAddr().String()
