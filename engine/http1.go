@@ -93,7 +93,8 @@ func (h *h1Handler) Tick() (more bool) {
 	h.flushLog()
 	h.limiter.flush(h.log)
 	h.h2.tick()
-	return h.limiter.suppressed > 0
+	waiting := h.proxy != nil && h.proxy.expire(h.loop.Now().UnixNano())
+	return h.limiter.suppressed > 0 || waiting
 }
 
 // flushLog writes the buffered access log lines.

@@ -18,15 +18,19 @@ import (
 // output written, the upstream's queued output written), so memory per
 // exchange is one input buffer on each side and one copy in flight.
 
-// proxyPool is one loop's idle upstream connections, newest last.
+// proxyPool is one loop's idle upstream connections, newest last, and
+// the requests waiting for a connection to an upstream that has max_conns
+// open from this loop, oldest first.
 type proxyPool struct {
 	h      *h1Handler
 	idle   map[*upstream][]*upConn
+	open   map[*upstream]int // connections open (connecting, busy or idle)
+	wait   map[*upstream][]*exchange
 	parser *h1.Parser // upstream response heads
 }
 
 func newProxyPool(h *h1Handler) *proxyPool {
-	return &proxyPool{h: h, idle: map[*upstream][]*upConn{},
+	return &proxyPool{h: h, idle: map[*upstream][]*upConn{}, open: map[*upstream]int{}, wait: map[*upstream][]*exchange{},
 		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(h.srv.cfg.Limits.MaxHeaderBytes), MaxHeaders: h.srv.cfg.Limits.MaxHeaders * 2})}
 }
 
@@ -59,6 +63,62 @@ func (p *proxyPool) put(uc *upConn, r *route) {
 	}
 	uc.c.SetReadDeadline(r.cfg.IdleTimeout.D())
 	p.idle[uc.up] = append(p.idle[uc.up], uc)
+	p.admitLater(uc.up)
+}
+
+// full reports whether r may open no more connections to u from this
+// loop (max_conns).
+func (p *proxyPool) full(u *upstream, r *route) bool {
+	max := *r.cfg.MaxConns
+	return max > 0 && p.open[u] >= max
+}
+
+// admitLater starts the oldest request waiting for u, if any, once the
+// current event is handled: a connection came back to the pool, or one
+// closed and another may open.
+func (p *proxyPool) admitLater(u *upstream) {
+	if len(p.wait[u]) == 0 {
+		return
+	}
+	p.h.loop.Post(func() {
+		for len(p.wait[u]) > 0 {
+			ex := p.wait[u][0]
+			if !ex.done && len(p.idle[u]) == 0 && p.full(u, ex.r) {
+				return // taken meanwhile
+			}
+			p.wait[u][0] = nil
+			p.wait[u] = p.wait[u][1:]
+			if ex.done {
+				continue // its client went away
+			}
+			ex.waitSince = 0
+			if ex.connect(false) {
+				ex.pump()
+			}
+			return
+		}
+	})
+}
+
+// expire answers 503 to the requests that waited response_timeout for a
+// connection, and reports whether any is still waiting.
+func (p *proxyPool) expire(now int64) (waiting bool) {
+	for u, l := range p.wait {
+		for len(l) > 0 && (l[0].done || now-l[0].waitSince > int64(l[0].r.cfg.ResponseTimeout.D())) {
+			ex := l[0]
+			l[0] = nil
+			l = l[1:]
+			if !ex.done {
+				ex.fail(503, "every connection to the upstream stayed busy (max_conns) for response_timeout", nil)
+			}
+		}
+		p.wait[u] = l
+		if len(l) == 0 {
+			delete(p.wait, u)
+		}
+		waiting = waiting || len(l) > 0
+	}
+	return waiting
 }
 
 func (p *proxyPool) remove(uc *upConn) {
@@ -95,6 +155,8 @@ func (uc *upConn) Serve(c *reactor.Conn) {
 }
 
 func (uc *upConn) Closed(c *reactor.Conn) {
+	uc.pool.open[uc.up]--
+	uc.pool.admitLater(uc.up)
 	if uc.ex != nil {
 		uc.ex.upstreamClosed()
 		return
@@ -163,8 +225,9 @@ type exchange struct {
 	headSent    bool
 	reqDone     bool
 	retried     bool
-	waitingResp bool // the response deadline is set
-	awaitClient bool // the request body waits for the client (its deadline runs on the upstream connection)
+	waitSince   int64 // unix ns: waiting for a connection (max_conns); 0 when not
+	waitingResp bool  // the response deadline is set
+	awaitClient bool  // the request body waits for the client (its deadline runs on the upstream connection)
 
 	resp     h1.Response
 	respHead bool // the client has the response head
@@ -231,11 +294,20 @@ func (ex *exchange) connect(fresh bool) bool {
 		if uc != nil {
 			ex.h.srv.proxy.stats.reused.Add(1)
 		} else {
+			if pool.full(u, ex.r) {
+				// Every connection this loop may open to u is busy: wait
+				// for one (admitLater), up to response_timeout (expire).
+				ex.waitSince = now
+				pool.wait[u] = append(pool.wait[u], ex)
+				ex.h.srv.proxy.stats.queued.Add(1)
+				return false
+			}
 			uc = &upConn{up: u, pool: pool, ex: ex}
 			if _, err := ex.h.loop.Dial(u.addr, ex.r.cfg.ConnectTimeout.D(), uc); err != nil {
 				ex.upstreamFailed(u, err)
 				continue
 			}
+			pool.open[u]++
 			ex.h.srv.proxy.stats.opened.Add(1)
 		}
 		uc.ex = ex
@@ -435,6 +507,11 @@ func (ex *exchange) pumpResponse() {
 			return
 		}
 		in := uc.Input()
+		if rb, ok := ex.cl.(interface{ roomBytes() int }); ok && len(in) > 0 && ex.respBody.ContentLeft() >= 0 {
+			// A client with a byte budget takes no more than it allows
+			// (framing makes that exact only for Content-Length bodies).
+			in = in[:min(len(in), max(rb.roomBytes(), 1))]
+		}
 		if len(in) == 0 {
 			if uc.EOF() {
 				if ex.respBody.UntilEOF() {

@@ -145,6 +145,19 @@ func (cl *h2Client) room() bool {
 		cl.hc.proxyBuffered < int(rs.ProxyH2TLSConnectionSendBuffer) && srv.proxy.h2Buffered.Load() < int64(rs.ProxyH2TLSTotalSendBuffer)
 }
 
+// roomBytes is how many more body bytes room allows: the exchange passes
+// no more of a Content-Length body at once, so a stream's buffer stays
+// within its budget instead of overshooting it by a whole upstream read.
+func (cl *h2Client) roomBytes() int {
+	srv := cl.hc.h.srv
+	rs := &srv.cfg.Runtime.Settings
+	limit := int(rs.ProxyH2TLSMaxSendBuffer)
+	if cl.hc.proxyBuffered >= int(rs.ProxyH2TLSConnectionSendBuffer) || srv.proxy.h2Buffered.Load() >= int64(rs.ProxyH2TLSTotalSendBuffer) {
+		limit = min(limit, h2ProxyFloor)
+	}
+	return max(limit-len(cl.out), 0)
+}
+
 // h2ProxyFloor is what a proxied HTTP/2 stream may buffer even when the
 // server-wide budget is spent.
 const h2ProxyFloor = 32 << 10

@@ -346,12 +346,13 @@ func TestProxyTrailers(t *testing.T) {
 			io.WriteString(w, "no trailers")
 			return
 		}
-		w.Header().Set("Trailer", "X-Checksum, Grpc-Status, Connection")
+		w.Header().Set("Trailer", "X-Checksum, Grpc-Status, Connection, Set-Cookie")
 		io.WriteString(w, strings.Repeat("body ", 10000))
 		w.(http.Flusher).Flush()
 		w.Header().Set("X-Checksum", "abc123")
 		w.Header().Set("Grpc-Status", "0")
 		w.Header().Set("Connection", "close") // hop-by-hop: not passed on
+		w.Header().Set("Set-Cookie", "sid=1") // not allowed in trailers (RFC 9110 §6.5.1)
 	}))
 	pki := newPKI(t, t.TempDir(), "localhost")
 	ts := start(t, fmt.Sprintf(`
@@ -383,8 +384,8 @@ upstreams = [%q]
 		if err != nil || resp.ProtoMajor != tc.proto || len(body) != 50000 {
 			t.Fatalf("%s: HTTP/%d, %d bytes, %v", tc.name, resp.ProtoMajor, len(body), err)
 		}
-		if resp.Trailer.Get("X-Checksum") != "abc123" || resp.Trailer.Get("Grpc-Status") != "0" || resp.Trailer.Get("Connection") != "" {
-			t.Errorf("%s: trailers %v; want X-Checksum and Grpc-Status, no Connection", tc.name, resp.Trailer)
+		if resp.Trailer.Get("X-Checksum") != "abc123" || resp.Trailer.Get("Grpc-Status") != "0" || resp.Trailer.Get("Connection") != "" || resp.Trailer.Get("Set-Cookie") != "" {
+			t.Errorf("%s: trailers %v; want X-Checksum and Grpc-Status, no Connection or Set-Cookie", tc.name, resp.Trailer)
 		}
 		resp, err = tc.c.Get(url + "/plain")
 		if err != nil {
@@ -519,5 +520,56 @@ upstreams = [%q]
 	resp.Body.Close()
 	if err != nil || n != size {
 		t.Fatalf("a reading client beside the stalled ones got %d of %d bytes: %v", n, size, err)
+	}
+}
+
+// TestProxyMaxConns: past max_conns requests wait for a connection
+// instead of opening more (an HTTP/2 client with 128 streams must not
+// open 128 upstream connections), and one that waits response_timeout
+// gets 503.
+func TestProxyMaxConns(t *testing.T) {
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
+		io.WriteString(w, "ok")
+	}))
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "max_conns = 2\nresponse_timeout = \"1500ms\"\n", b.hostPort()))
+	statuses := func(n int, path string) map[int]int {
+		var mu sync.Mutex
+		got := map[int]int{}
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code := 0
+				if resp, err := http.Get(ts.url + path); err == nil {
+					io.ReadAll(resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				got[code]++
+				mu.Unlock()
+			}()
+			time.Sleep(20 * time.Millisecond) // in this order
+		}
+		wg.Wait()
+		return got
+	}
+	if got := statuses(8, "/?sleep=100ms"); got[200] != 8 {
+		t.Errorf("8 requests over max_conns 2: statuses %v, want all 200", got)
+	}
+	if n := b.conns.Load(); n > 2 {
+		t.Errorf("max_conns 2: the upstream saw %d connections", n)
+	}
+	if q := ts.Stats().ProxyQueued; q < 4 {
+		t.Errorf("ProxyQueued = %d; 8 requests on 2 connections should have waited", q)
+	}
+	// Two run for 1 s each; two more wait 1 s (under response_timeout)
+	// and run; the fifth and sixth would wait 2 s: 503.
+	if got := statuses(6, "/?sleep=1s"); got[200] != 4 || got[503] != 2 {
+		t.Errorf("6 requests of 1 s over max_conns 2, response_timeout 1.5 s: statuses %v, want 4 x 200 and 2 x 503", got)
 	}
 }

@@ -3,9 +3,11 @@ package engine
 import (
 	"bytes"
 	"net/netip"
+	"net/textproto"
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/mediaship/engine/h1"
@@ -257,6 +259,12 @@ func trailerFields(raw []byte) []hpack.HeaderField {
 	return out
 }
 
+// notTrailers are fields that must not arrive after the content, beyond
+// httpguts.ValidTrailerHeader's list: response control data (RFC 9110
+// §6.5.1) and state a client would take for a header's.
+var notTrailers = map[string]bool{"Host": true, "Set-Cookie": true, "Location": true, "Date": true, "Age": true, "Expires": true,
+	"Retry-After": true, "Vary": true, "Strict-Transport-Security": true, "Alt-Svc": true, "Content-Disposition": true, "Content-Location": true}
+
 // eachTrailer calls f with each trailer line of raw that may be passed
 // on, its name and its value (without surrounding whitespace).
 func eachTrailer(raw []byte, f func(line, name, value []byte)) {
@@ -272,8 +280,8 @@ func eachTrailer(raw []byte, f func(line, name, value []byte)) {
 			continue
 		}
 		name := line[:colon]
-		if dropField(name, nil) || h1.EqualFold(name, "host") || h1.EqualFold(name, "trailer") {
-			continue
+		if canon := textproto.CanonicalMIMEHeaderKey(string(name)); dropField(name, nil) || !httpguts.ValidTrailerHeader(canon) || notTrailers[canon] {
+			continue // framing, routing, hop-by-hop, or a field RFC 9110 §6.5.1 keeps out of trailers
 		}
 		f(line, name, bytes.Trim(line[colon+1:end], " \t"))
 	}

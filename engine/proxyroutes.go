@@ -55,7 +55,7 @@ type upstream struct {
 
 // proxyCounters count what the upstream pools did.
 type proxyCounters struct {
-	opened, reused, failed, retried, timeouts, badResponses, drained atomic.Int64
+	opened, reused, failed, retried, timeouts, badResponses, drained, queued atomic.Int64
 }
 
 // upstreamBackoff is the longest an upstream that keeps refusing or

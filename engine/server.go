@@ -127,6 +127,7 @@ type Stats struct {
 	ProxyBadResponses int64 // upstream responses the proxy could not relay (502, or a reset mid-body)
 	ProxyDrained      int64 // responses read and dropped after their client went away, to keep the connection
 	ProxyH2Buffered   int64 // proxied response bytes HTTP/2 streams hold ahead of their clients, now
+	ProxyQueued       int64 // requests that waited for a connection (max_conns)
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -458,7 +459,7 @@ func (s *Server) Stats() Stats {
 	if p := s.proxy; p != nil {
 		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
 		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
-		st.ProxyDrained, st.ProxyH2Buffered = p.stats.drained.Load(), p.h2Buffered.Load()
+		st.ProxyDrained, st.ProxyH2Buffered, st.ProxyQueued = p.stats.drained.Load(), p.h2Buffered.Load(), p.stats.queued.Load()
 	}
 	s.h3Stats(&st)
 	return st

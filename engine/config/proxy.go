@@ -68,6 +68,10 @@ type Route struct {
 	// MaxIdle bounds the idle pooled connections kept per upstream (per
 	// worker). Nil means 256; 0 keeps none (a connection per request).
 	MaxIdle *int `toml:"max_idle"`
+	// MaxConns bounds the connections open to each upstream (busy and
+	// idle, per worker): a request past it waits for one, up to
+	// response_timeout, then gets 503. Nil means 256; 0 means no bound.
+	MaxConns *int `toml:"max_conns"`
 	// IdleTimeout closes a pooled connection unused this long; keep it
 	// below the upstream's own keep-alive timeout. Zero means 50s.
 	IdleTimeout Duration `toml:"idle_timeout"`
@@ -171,6 +175,12 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 		r.MaxIdle = &v
 	} else if *r.MaxIdle < 0 || *r.MaxIdle > 1<<16 {
 		errs.add(c.errAt(key+".max_idle", "%d is out of range; expected 0 (no pooling) to 65536", *r.MaxIdle))
+	}
+	if r.MaxConns == nil {
+		v := 256
+		r.MaxConns = &v
+	} else if *r.MaxConns < 0 || *r.MaxConns > 1<<20 {
+		errs.add(c.errAt(key+".max_conns", "%d is out of range; expected 0 (no bound) to 1048576", *r.MaxConns))
 	}
 	if r.UpstreamTLS {
 		errs.add(c.errAt(key+".upstream_tls", "true (TLS to the upstream) is not available in this version; the proxy speaks plain HTTP/1.1 to upstreams on a trusted network"))

@@ -111,6 +111,8 @@ func TestProxyConfigErrors(t *testing.T) {
 			[]string{"engine.toml:7: reverse_proxy.routes[0].keepalive: unknown key; expected one of domain, path_prefix, upstreams"}},
 		{"bare number timeout", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nconnect_timeout = 5\n",
 			[]string{"engine.toml:7: reverse_proxy.routes[0].connect_timeout: 5 is too short to be meant"}},
+		{"max_conns range", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nmax_conns = -1\n",
+			[]string{"max_conns: -1 is out of range"}},
 		{"max_idle range", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nmax_idle = -1\n",
 			[]string{"engine.toml:7: reverse_proxy.routes[0].max_idle: -1 is out of range"}},
 		{"ca without tls", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nca = \"c.pem\"\n",
