@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -26,11 +27,12 @@ type proxyPool struct {
 	idle   map[*upstream][]*upConn
 	open   map[*upstream]int // connections open (connecting, busy or idle)
 	wait   map[*upstream][]*exchange
+	byIP   map[netip.Addr]int // upstream connections held by each client address's exchanges
 	parser *h1.Parser // upstream response heads
 }
 
 func newProxyPool(h *h1Handler) *proxyPool {
-	return &proxyPool{h: h, idle: map[*upstream][]*upConn{}, open: map[*upstream]int{}, wait: map[*upstream][]*exchange{},
+	return &proxyPool{h: h, idle: map[*upstream][]*upConn{}, open: map[*upstream]int{}, wait: map[*upstream][]*exchange{}, byIP: map[netip.Addr]int{},
 		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(h.srv.cfg.Limits.MaxHeaderBytes), MaxHeaders: h.srv.cfg.Limits.MaxHeaders * 2})}
 }
 
@@ -69,8 +71,27 @@ func (p *proxyPool) put(uc *upConn, r *route) {
 // full reports whether r may open no more connections to u from this
 // loop (max_conns).
 func (p *proxyPool) full(u *upstream, r *route) bool {
-	max := *r.cfg.MaxConns
-	return max > 0 && p.open[u] >= max
+	limit := *r.cfg.MaxConns
+	return limit > 0 && p.open[u] >= limit
+}
+
+// overShare reports whether the client at ip holds half of max_conns
+// already (its exchanges on this loop, to any upstream), and should wait
+// for one of its own to end even though a connection may be free: so
+// that one client that stops reading on many streams cannot hold every
+// connection. Addresses in trusted_proxies (a load balancer in front,
+// carrying many clients) are not limited.
+func (p *proxyPool) overShare(r *route, ip netip.Addr) bool {
+	limit := *r.cfg.MaxConns
+	if limit == 0 || p.byIP[ip] < max(1, limit/2) {
+		return false
+	}
+	for _, t := range p.h.srv.proxy.trusted {
+		if t.Contains(ip) {
+			return false
+		}
+	}
+	return true
 }
 
 // admitLater starts the oldest request waiting for u, if any, once the
@@ -81,15 +102,16 @@ func (p *proxyPool) admitLater(u *upstream) {
 		return
 	}
 	p.h.loop.Post(func() {
-		for len(p.wait[u]) > 0 {
-			ex := p.wait[u][0]
-			if !ex.done && len(p.idle[u]) == 0 && p.full(u, ex.r) {
-				return // taken meanwhile
+		l := p.wait[u]
+		for i, ex := range l {
+			if !ex.done && (len(p.idle[u]) == 0 && p.full(u, ex.r) || p.overShare(ex.r, ex.peer.Addr())) {
+				continue // no connection for it yet; the oldest that can go, goes
 			}
-			p.wait[u][0] = nil
-			p.wait[u] = p.wait[u][1:]
+			p.wait[u] = append(l[:i], l[i+1:]...)
+			l[len(l)-1] = nil
 			if ex.done {
-				continue // its client went away
+				p.admitLater(u) // its client went away: the next may go
+				return
 			}
 			ex.waitSince = 0
 			if ex.connect(false) {
@@ -288,15 +310,17 @@ func (ex *exchange) connect(fresh bool) bool {
 			return false
 		}
 		var uc *upConn
-		if !fresh {
+		share := pool.overShare(ex.r, ex.peer.Addr())
+		if !fresh && !share {
 			uc = pool.get(u)
 		}
 		if uc != nil {
 			ex.h.srv.proxy.stats.reused.Add(1)
 		} else {
-			if pool.full(u, ex.r) {
-				// Every connection this loop may open to u is busy: wait
-				// for one (admitLater), up to response_timeout (expire).
+			if share || pool.full(u, ex.r) {
+				// Every connection this loop may open to u is busy, or
+				// this client holds its share: wait for one (admitLater),
+				// up to response_timeout (expire).
 				ex.waitSince = now
 				pool.wait[u] = append(pool.wait[u], ex)
 				ex.h.srv.proxy.stats.queued.Add(1)
@@ -312,13 +336,37 @@ func (ex *exchange) connect(fresh bool) bool {
 		}
 		uc.ex = ex
 		uc.used++
-		ex.up = uc
-		u.active.Add(1)
+		ex.holdUp(uc)
 		// An upstream that takes no request bytes for read_timeout is
 		// given up (504), as one that sends none.
 		uc.c.SetSendTimeout(ex.r.cfg.ReadTimeout.D())
 		return true
 	}
+}
+
+// holdUp gives the exchange uc, counted in the upstream's exchanges in
+// progress (least_conn) and its client address's share of this loop's
+// connections (fair).
+func (ex *exchange) holdUp(uc *upConn) {
+	ex.up = uc
+	uc.up.active.Add(1)
+	ex.h.proxy.byIP[ex.peer.Addr()]++
+}
+
+// dropUp takes the exchange's upstream connection from it, uncounted; the
+// caller closes or pools it. Nil when it had none.
+func (ex *exchange) dropUp() *upConn {
+	uc := ex.up
+	if uc == nil {
+		return nil
+	}
+	ex.up = nil
+	uc.up.active.Add(-1)
+	p, ip := ex.h.proxy, ex.peer.Addr()
+	if p.byIP[ip]--; p.byIP[ip] <= 0 {
+		delete(p.byIP, ip)
+	}
+	return uc
 }
 
 // upstreamFailed marks u down for a while after a failed connection:
@@ -560,9 +608,7 @@ func (ex *exchange) pumpResponse() {
 // client moves on.
 func (ex *exchange) finish() {
 	ex.done = true
-	uc := ex.up
-	ex.up = nil
-	uc.up.active.Add(-1)
+	uc := ex.dropUp()
 	reusable := ex.reqDone && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
 	uc.c.SetBulkInput(false)
 	if reusable {
@@ -600,9 +646,8 @@ func (ex *exchange) upstreamClosed() {
 		ex.abort("upstream connection lost mid-response")
 		return
 	}
-	ex.up = nil
+	ex.dropUp()
 	uc.ex = nil
-	uc.up.active.Add(-1)
 	switch {
 	case uc.c.DialErr() != nil:
 		ex.upstreamFailed(uc.up, uc.c.DialErr())
@@ -635,13 +680,11 @@ func (ex *exchange) upstreamClosed() {
 // release drops the exchange's upstream connection: closed, or reset
 // when abort is set. It returns the upstream's name.
 func (ex *exchange) release(abort bool) string {
-	uc := ex.up
+	uc := ex.dropUp()
 	if uc == nil {
 		return ""
 	}
-	ex.up = nil
 	uc.ex = nil
-	uc.up.active.Add(-1)
 	if abort {
 		uc.c.Abort()
 	} else {

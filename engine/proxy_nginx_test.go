@@ -534,7 +534,10 @@ func TestProxyMaxConns(t *testing.T) {
 		}
 		io.WriteString(w, "ok")
 	}))
-	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "max_conns = 2\nresponse_timeout = \"1500ms\"\n", b.hostPort()))
+	// trusted_proxies: every request here comes from 127.0.0.1, which
+	// would otherwise be held to half of max_conns (TestProxyFairShare).
+	ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
+		"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 2\nresponse_timeout = \"1500ms\"\n", t.TempDir(), b.hostPort()))
 	statuses := func(n int, path string) map[int]int {
 		var mu sync.Mutex
 		got := map[int]int{}
@@ -571,5 +574,44 @@ func TestProxyMaxConns(t *testing.T) {
 	// and run; the fifth and sixth would wait 2 s: 503.
 	if got := statuses(6, "/?sleep=1s"); got[200] != 4 || got[503] != 2 {
 		t.Errorf("6 requests of 1 s over max_conns 2, response_timeout 1.5 s: statuses %v, want 4 x 200 and 2 x 503", got)
+	}
+}
+
+// TestProxyFairShare: one client address holds at most half of
+// max_conns; a client that stops reading (here: requests the upstream
+// holds) on many streams leaves connections for the others.
+func TestProxyFairShare(t *testing.T) {
+	release := make(chan struct{})
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer close(release)
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "max_conns = 4\nresponse_timeout = \"5s\"\n", b.hostPort()))
+	// Six held requests from 127.0.0.1: two connections at most.
+	for range 6 {
+		c := dial(t, ts.addr)
+		c.send("GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
+	}
+	if !waitFor(scale(5*time.Second), func() bool { return b.conns.Load() >= 2 }) {
+		t.Fatalf("the held requests opened %d upstream connections", b.conns.Load())
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := b.conns.Load(); n != 2 {
+		t.Errorf("one client address with 6 requests holds %d of max_conns 4; want 2", n)
+	}
+	// Another address is served at once.
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	resp, err := client.Get(ts.url + "/quick")
+	if err != nil {
+		t.Fatalf("a second client address waited behind the first: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok" {
+		t.Errorf("second client: %d %q", resp.StatusCode, body)
 	}
 }
