@@ -28,7 +28,7 @@ type proxyPool struct {
 	open   map[*upstream]int // connections open (connecting, busy or idle)
 	wait   map[*upstream][]*exchange
 	byIP   map[netip.Addr]int // upstream connections held by each client address's exchanges
-	parser *h1.Parser // upstream response heads
+	parser *h1.Parser         // upstream response heads
 }
 
 func newProxyPool(h *h1Handler) *proxyPool {
