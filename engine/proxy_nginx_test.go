@@ -98,6 +98,27 @@ http {
 	return b
 }
 
+// tlsProxyConfig is a TLS server whose one route sends every path of
+// "localhost" to upstream, with extra (tables) before [reverse_proxy].
+// shutdown_grace: quic-go's client may leave a connection open after a
+// reset stream, which the server then waits for at the end of the test.
+func tlsProxyConfig(pki *testPKI, upstream, extra string) string {
+	return fmt.Sprintf(`
+shutdown_grace = "2s"
+[kernel]
+ktls = "auto"
+%s
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "localhost"
+upstreams = [%q]
+`, extra, pki.certFile, pki.keyFile, upstream)
+}
+
 var nginxAccepts = regexp.MustCompile(`server accepts handled requests\s+(\d+) `)
 
 // accepts is the connections nginx has accepted so far (its status
@@ -132,19 +153,7 @@ func TestProxyNginxBackend(t *testing.T) {
 
 	plain := start(t, proxyConfig(t, "/", "", ngx.addr))
 	pki := newPKI(t, t.TempDir(), "localhost")
-	secure := start(t, fmt.Sprintf(`
-shutdown_grace = "2s"
-[kernel]
-ktls = "auto"
-[reverse_proxy]
-enabled = true
-[reverse_proxy.tls]
-cert = %q
-key = %q
-[[reverse_proxy.routes]]
-domain = "localhost"
-upstreams = [%q]
-`, pki.certFile, pki.keyFile, ngx.addr))
+	secure := start(t, tlsProxyConfig(pki, ngx.addr, ""))
 	tlsURL := "https://localhost:" + portOf(secure.addr)
 	dialSecure := func(network string) func(string, string) (net.Conn, error) {
 		return func(string, string) (net.Conn, error) { return net.Dial(network, secure.addr) }
@@ -355,19 +364,7 @@ func TestProxyTrailers(t *testing.T) {
 		w.Header().Set("Set-Cookie", "sid=1") // not allowed in trailers (RFC 9110 §6.5.1)
 	}))
 	pki := newPKI(t, t.TempDir(), "localhost")
-	ts := start(t, fmt.Sprintf(`
-shutdown_grace = "2s"
-[kernel]
-ktls = "auto"
-[reverse_proxy]
-enabled = true
-[reverse_proxy.tls]
-cert = %q
-key = %q
-[[reverse_proxy.routes]]
-domain = "localhost"
-upstreams = [%q]
-`, pki.certFile, pki.keyFile, b.hostPort()))
+	ts := start(t, tlsProxyConfig(pki, b.hostPort(), ""))
 	url := "https://localhost:" + portOf(ts.addr)
 	h3, _ := h3Client(t, pki)
 	for _, tc := range []struct {
@@ -470,22 +467,11 @@ func TestProxyH2TotalBuffer(t *testing.T) {
 		io.Copy(w, io.LimitReader(&pattern{}, size))
 	}))
 	pki := newPKI(t, t.TempDir(), "localhost")
-	ts := start(t, fmt.Sprintf(`
-[kernel]
-ktls = "auto"
-[runtime.settings]
+	ts := start(t, tlsProxyConfig(pki, b.hostPort(), `[runtime.settings]
 proxy_h2_tls_max_send_buffer_bytes = "1MiB"
 proxy_h2_tls_connection_send_buffer_bytes = "1MiB"
 proxy_h2_tls_total_send_buffer_bytes = "1MiB"
-[reverse_proxy]
-enabled = true
-[reverse_proxy.tls]
-cert = %q
-key = %q
-[[reverse_proxy.routes]]
-domain = "localhost"
-upstreams = [%q]
-`, pki.certFile, pki.keyFile, b.hostPort()))
+`))
 	url := "https://localhost:" + portOf(ts.addr) + "/big"
 
 	// Four connections whose bodies nobody reads: each fills the

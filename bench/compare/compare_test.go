@@ -389,6 +389,11 @@ func TestPeerTemplates(t *testing.T) {
 			[]string{"sendfile on;", "access_log off;", "ssl http2;", "ssl_session_tickets off;", "ssl_session_cache off;", "TLSv1.3", "__DIR__/cert.pem"}},
 		{"Caddyfile.tmpl", []string{"__DIR__", "__PLAIN_PORT__", "__TLS_PORT__"},
 			[]string{"auto_https off", "admin off", "protocols h1 h2 h3", "tls __DIR__/cert.pem __DIR__/key.pem", "http://:__PLAIN_PORT__"}},
+		// The proxy rows' backend and proxies (--client proxy).
+		{"nginx-backend.conf.tmpl", []string{"__DIR__", "__BACKEND_PORT__"}, []string{"stub_status;", "/_backend_status", "sendfile on;", "access_log off;", "keepalive_timeout 65;"}},
+		{"nginx-proxy.conf.tmpl", []string{"__DIR__", "__KTLS__", "__TLS_PORT__", "__BACKEND_PORT__"}, []string{"keepalive 64;", "proxy_http_version 1.1;", `proxy_set_header Connection "";`, "proxy_pass http://backend;", "ssl http2;"}},
+		{"Caddyfile-proxy.tmpl", []string{"__DIR__", "__TLS_PORT__", "__BACKEND_PORT__"}, []string{"reverse_proxy 127.0.0.1:__BACKEND_PORT__", "auto_https off", "admin off", "protocols h1 h2 h3"}},
+		{"haproxy.cfg.tmpl", []string{"__DIR__", "__TLS_PORT__", "__BACKEND_PORT__"}, []string{"mode http", "http-reuse always", "ssl crt __DIR__/haproxy.pem alpn h2,http/1.1", "TLS_AES_128_GCM_SHA256"}},
 	} {
 		b, err := fs.ReadFile(peers, tc.file)
 		if err != nil {

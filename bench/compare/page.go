@@ -545,9 +545,9 @@ func render(p page) string {
 	return b.String()
 }
 
-// cpuTable is engine bench's server CPU per GiB, a table of its own.
-func (p page) cpuTable(b *strings.Builder) {
-	b.WriteString("\nServer CPU seconds per GiB served (median), on the throughput rows:\n\n| workload |")
+// serverColumns ends a table's header row (begun "| workload |") with a
+// right-aligned column per server.
+func (p page) serverColumns(b *strings.Builder) {
 	for _, s := range p.servers {
 		fmt.Fprintf(b, " %s |", s.name)
 	}
@@ -556,6 +556,12 @@ func (p page) cpuTable(b *strings.Builder) {
 		b.WriteString("---:|")
 	}
 	b.WriteString("\n")
+}
+
+// cpuTable is engine bench's server CPU per GiB, a table of its own.
+func (p page) cpuTable(b *strings.Builder) {
+	b.WriteString("\nServer CPU seconds per GiB served (median), on the throughput rows:\n\n| workload |")
+	p.serverColumns(b)
 	for i, r := range p.rows {
 		if r.metric != "mibps" {
 			continue

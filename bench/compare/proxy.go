@@ -245,14 +245,7 @@ const proxyIntro = "Each server is a TLS-terminating reverse proxy in front of t
 // per cell and repeat.
 func (p page) backendSection(b *strings.Builder) {
 	b.WriteString("## Backend connections opened\n\nConnections the backend accepted during each repeat's run of the cell (its warmup included), from nginx's `stub_status` `accepts` read before and after (the harness's own status request left out), in repeat order. A proxy that keeps its pool between cells opens none on later ones; the servers take turns, so a pool must survive the other servers' runs in between (the backend's keep-alive timeout is 65 s).\n\n| workload |")
-	for _, s := range p.servers {
-		fmt.Fprintf(b, " %s |", s.name)
-	}
-	b.WriteString("\n|---|")
-	for range p.servers {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+	p.serverColumns(b)
 	for i, r := range p.rows {
 		fmt.Fprintf(b, "| %s |", r.name)
 		for _, s := range p.servers {

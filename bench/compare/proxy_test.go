@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,48 +18,6 @@ func TestParseStubAccepts(t *testing.T) {
 	}
 	if _, err := parseStubAccepts("<html>404</html>"); err == nil {
 		t.Error("a page without the counter was read as one")
-	}
-}
-
-// TestProxyTemplates: the proxy peers' templates have the settings the
-// page says they have, and no placeholder left unfilled.
-func TestProxyTemplates(t *testing.T) {
-	peers, err := fs.Sub(embeddedPeers, "peers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		file         string
-		placeholders []string
-		settings     []string
-	}{
-		{"nginx-backend.conf.tmpl", []string{"__DIR__", "__BACKEND_PORT__"}, []string{"stub_status;", "/_backend_status", "sendfile on;", "access_log off;", "keepalive_timeout 65;"}},
-		{"nginx-proxy.conf.tmpl", []string{"__DIR__", "__KTLS__", "__TLS_PORT__", "__BACKEND_PORT__"}, []string{"keepalive 64;", "proxy_http_version 1.1;", `proxy_set_header Connection "";`, "proxy_pass http://backend;", "ssl http2;"}},
-		{"Caddyfile-proxy.tmpl", []string{"__DIR__", "__TLS_PORT__", "__BACKEND_PORT__"}, []string{"reverse_proxy 127.0.0.1:__BACKEND_PORT__", "auto_https off", "admin off", "protocols h1 h2 h3"}},
-		{"haproxy.cfg.tmpl", []string{"__DIR__", "__TLS_PORT__", "__BACKEND_PORT__"}, []string{"mode http", "http-reuse always", "ssl crt __DIR__/haproxy.pem alpn h2,http/1.1", "TLS_AES_128_GCM_SHA256"}},
-	} {
-		b, err := fs.ReadFile(peers, tc.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range append(tc.placeholders, tc.settings...) {
-			if !strings.Contains(string(b), want) {
-				t.Errorf("%s lacks %q", tc.file, want)
-			}
-		}
-		var pairs []string
-		for _, p := range tc.placeholders {
-			pairs = append(pairs, p, "x")
-		}
-		filled, err := peerTemplates{fs: peers, name: "peers"}.fill(tc.file, pairs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, line := range strings.Split(filled, "\n") {
-			if strings.Contains(line, "__") && !strings.HasPrefix(strings.TrimSpace(line), "#") {
-				t.Errorf("%s:%d: placeholder the harness does not fill: %s", tc.file, i+1, line)
-			}
-		}
 	}
 }
 
