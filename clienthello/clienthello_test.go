@@ -206,4 +206,3 @@ func FuzzFromHandshake(f *testing.F) {
 		}
 	})
 }
-
