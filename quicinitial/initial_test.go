@@ -1,0 +1,153 @@
+package quicinitial
+
+import (
+	"bytes"
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/mediaship/engine/clienthello"
+)
+
+// TestInitialKeys: RFC 9001 Appendix A.1's client Initial keys.
+func TestInitialKeys(t *testing.T) {
+	dcid, _ := hex.DecodeString("8394c8f03e515708")
+	initial, err := hkdf.Extract(sha256.New, dcid, salt1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := expandLabel(initial, "client in", 32)
+	for _, tc := range []struct {
+		label, want string
+		n           int
+	}{
+		{"quic key", "1f369613dd76d5467730efcbe3b1a22d", 16},
+		{"quic iv", "fa044b2f42a3fd3b46fb255c", 12},
+		{"quic hp", "9f50449e04a0e810283a1e9933adedd2", 16},
+	} {
+		if got := hex.EncodeToString(expandLabel(secret, tc.label, tc.n)); got != tc.want {
+			t.Errorf("%s = %s, want %s", tc.label, got, tc.want)
+		}
+	}
+}
+
+// clientDatagrams runs quic-go's client against a UDP socket that never
+// answers and returns the datagrams it sent within the wait.
+func clientDatagrams(t *testing.T, sni string, version quic.Version, wait time.Duration) [][]byte {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: sni, NextProtos: []string{"h3"}},
+		&quic.Config{Versions: []quic.Version{version}})
+	var out [][]byte
+	buf := make([]byte, 2048)
+	pc.SetReadDeadline(time.Now().Add(wait))
+	for {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			return out
+		}
+		out = append(out, slices.Clone(buf[:n]))
+	}
+}
+
+func TestQUICGoClient(t *testing.T) {
+	for _, v := range []quic.Version{quic.Version1, quic.Version2} {
+		ds := clientDatagrams(t, "Media.Example.COM", v, 700*time.Millisecond)
+		if len(ds) == 0 {
+			t.Fatalf("version %v: the client sent nothing", v)
+		}
+		var h Hello
+		var info clienthello.Info
+		err := clienthello.ErrIncomplete
+		used := 0
+		for _, d := range ds {
+			if _, ok := Peek(d); !ok {
+				t.Fatalf("version %v: Peek refused the client's datagram", v)
+			}
+			used++
+			if info, err = h.Add(d); err != clienthello.ErrIncomplete {
+				break
+			}
+		}
+		if err != nil || info.ServerName != "media.example.com" || !slices.Equal(info.ALPN, []string{"h3"}) {
+			t.Fatalf("version %v: %+v, %v after %d of %d datagrams", v, info, err, used, len(ds))
+		}
+		t.Logf("version %v: the ClientHello took %d datagram(s) (%d bytes the first)", v, used, len(ds[0]))
+
+		// Last datagram first, twice (a retransmission), then the rest:
+		// the same answer.
+		var r Hello
+		err = clienthello.ErrIncomplete
+		order := slices.Clone(ds[:used])
+		slices.Reverse(order)
+		order = append([][]byte{order[0]}, order...)
+		for _, d := range order {
+			if info, err = r.Add(d); err != clienthello.ErrIncomplete {
+				break
+			}
+		}
+		if err != nil || info.ServerName != "media.example.com" {
+			t.Errorf("version %v, reordered: %+v, %v", v, info, err)
+		}
+	}
+}
+
+func TestRefused(t *testing.T) {
+	ds := clientDatagrams(t, "a.example", quic.Version1, 300*time.Millisecond)
+	if len(ds) == 0 {
+		t.Fatal("no datagram")
+	}
+	d := slices.Clone(ds[0])
+	d[len(d)-20] ^= 1 // inside the payload or its tag
+	var h Hello
+	if _, err := h.Add(d); err == nil || err == clienthello.ErrIncomplete {
+		t.Errorf("a corrupted Initial: %v", err)
+	}
+	for _, bad := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\n"),
+		{0x40, 1, 2, 3, 4, 5, 6, 7}, // short header
+		append([]byte{0xc0, 0xff, 0, 0, 0x1d}, bytes.Repeat([]byte{0}, 40)...), // a draft version
+		append([]byte{0xe0, 0, 0, 0, 1}, bytes.Repeat([]byte{0}, 40)...),       // Handshake, not Initial
+	} {
+		var h Hello
+		if _, ok := Peek(bad); ok {
+			t.Errorf("Peek took %x", bad[:8])
+		}
+		if _, err := h.Add(bad); err != ErrNotInitial {
+			t.Errorf("Add(%x): %v, want ErrNotInitial", bad[:8], err)
+		}
+	}
+}
+
+// FuzzAdd: any two datagrams get an answer without a panic, and a
+// complete ClientHello names a valid host. Seeds in testdata/fuzz: the
+// two datagrams of quic-go's ClientHello, QUIC v1 and v2.
+func FuzzAdd(f *testing.F) {
+	f.Add([]byte{0xc0, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0x41, 0}, []byte{})
+	f.Fuzz(func(t *testing.T, d1, d2 []byte) {
+		var h Hello
+		Peek(d1)
+		if _, err := h.Add(d1); err != clienthello.ErrIncomplete {
+			return
+		}
+		info, err := h.Add(d2)
+		if err == nil && info.ServerName != "" && strings.ToLower(info.ServerName) != info.ServerName {
+			t.Fatalf("server name %q", info.ServerName)
+		}
+	})
+}
