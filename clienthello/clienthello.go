@@ -6,7 +6,11 @@
 // RFC 9001 §4).
 //
 // It checks the structure it walks and nothing else: the hello is
-// relayed to the origin, which judges the rest.
+// relayed to the origin, which judges the rest. It keeps no state and
+// decrypts nothing (encrypted ClientHello's inner name stays unknown).
+// Invariant: no more than MaxBytes is ever asked for, and ErrIncomplete
+// means only "a valid beginning", so a caller that waits on it waits for
+// bytes that can still make a ClientHello.
 package clienthello
 
 import (

@@ -4,7 +4,10 @@
 // RFC 9369 §3.3), header protection removed (RFC 9001 §5.4), the payload
 // opened, and the CRYPTO frames put back in order (RFC 9000 §19.6). The
 // hello may span several Initial packets and datagrams: a Hello gathers
-// them.
+// them. It only reads: it never answers a client, derives no server keys
+// and knows nothing of Retry or Version Negotiation. Invariant: a Hello
+// holds at most clienthello.MaxBytes of CRYPTO data in order and as much
+// again ahead of a gap, whatever a client sends.
 package quicinitial
 
 import (
