@@ -176,7 +176,17 @@ func (cl *h2Client) end(trailers []byte) {
 	cl.hc.conn.EndBody(cl.hs.st, trailerFields(trailers))
 }
 
-func (cl *h2Client) reqTrailers() []byte { return nil }
+// reqTrailers are the request's trailer fields as lines, for a body
+// re-framed chunked to the upstream (appendTrailers filters them).
+func (cl *h2Client) reqTrailers() []byte {
+	var b []byte
+	for _, f := range cl.hs.st.Trailers {
+		if validFieldValue(f.Value) {
+			b = append(append(append(append(b, f.Name...), ": "...), f.Value...), "\r\n"...)
+		}
+	}
+	return b
+}
 
 // take copies n bytes of the body from off into a DATA frame (called by
 // the stream's Sink) and drops them: they have been copied.

@@ -57,10 +57,11 @@ type h3Client struct {
 	queued atomic.Int32  // data events not yet written by the goroutine
 
 	// Loop-owned.
-	in    []byte
-	inEnd bool
-	gone  bool
-	pend  []byte // response bytes not yet sent as an event (h3.FrameHeaderRoom first)
+	in         []byte
+	inEnd      bool
+	inTrailers []byte // the request's trailer lines, once inEnd
+	gone       bool
+	pend       []byte // response bytes not yet sent as an event (h3.FrameHeaderRoom first)
 }
 
 // h3PendMax is how much response body an h3Client gathers into one DATA
@@ -141,7 +142,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	}
 	ctx := r.Context()
 	if hasBody {
-		go cl.feed(first, firstErr, r.Body, ctx.Done())
+		go cl.feed(first, firstErr, r, ctx.Done())
 	}
 
 	var body *h3.Body
@@ -227,7 +228,8 @@ func writeH3Error(w http.ResponseWriter, status int) int64 {
 
 // feed reads the request body on its own goroutine and passes it to the
 // loop a chunk at a time.
-func (cl *h3Client) feed(first []byte, firstErr error, body io.Reader, done <-chan struct{}) {
+func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-chan struct{}) {
+	body := r.Body
 	buf := make([]byte, 64<<10)
 	for {
 		var n int
@@ -238,9 +240,23 @@ func (cl *h3Client) feed(first []byte, firstErr error, body io.Reader, done <-ch
 		} else {
 			n, err = body.Read(buf)
 		}
+		if n == 0 && err == nil {
+			continue // nothing to pass on (a frame without data, such as trailers): read on
+		}
 		chunk := append([]byte(nil), buf[:n]...)
 		end := err == io.EOF
 		failed := err != nil && !end
+		var trailers []byte
+		if end {
+			// quic-go fills r.Trailer as the body ends.
+			for k, vs := range r.Trailer {
+				for _, v := range vs {
+					if validFieldValue([]byte(v)) {
+						trailers = append(append(append(append(trailers, k...), ": "...), v...), "\r\n"...)
+					}
+				}
+			}
+		}
 		cl.h.loop.Post(func() {
 			if failed {
 				cl.clientGone()
@@ -248,6 +264,7 @@ func (cl *h3Client) feed(first []byte, firstErr error, body io.Reader, done <-ch
 			}
 			cl.in = append(cl.in, chunk...)
 			cl.inEnd = end
+			cl.inTrailers = trailers
 			cl.wakeUpstream()
 		})
 		if err != nil {
@@ -370,7 +387,7 @@ func (cl *h3Client) end(trailers []byte) {
 	cl.send(ev)
 }
 
-func (cl *h3Client) reqTrailers() []byte { return nil }
+func (cl *h3Client) reqTrailers() []byte { return cl.inTrailers }
 func (cl *h3Client) fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
 func (cl *h3Client) abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
 func (cl *h3Client) wake()               { cl.flush() }

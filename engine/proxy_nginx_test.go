@@ -351,8 +351,13 @@ func residentBytes(t *testing.T) int64 {
 // framing fields left out; a response without trailers ends as before.
 func TestProxyTrailers(t *testing.T) {
 	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/plain" {
+		switch r.URL.Path {
+		case "/plain":
 			io.WriteString(w, "no trailers")
+			return
+		case "/req":
+			io.Copy(io.Discard, r.Body)
+			io.WriteString(w, "request trailer: "+r.Trailer.Get("X-Req-Sum")+" "+r.Trailer.Get("Content-Type"))
 			return
 		}
 		w.Header().Set("Trailer", "X-Checksum, Grpc-Status, Connection, Set-Cookie")
@@ -383,6 +388,19 @@ func TestProxyTrailers(t *testing.T) {
 		}
 		if resp.Trailer.Get("X-Checksum") != "abc123" || resp.Trailer.Get("Grpc-Status") != "0" || resp.Trailer.Get("Connection") != "" || resp.Trailer.Get("Set-Cookie") != "" {
 			t.Errorf("%s: trailers %v; want X-Checksum and Grpc-Status, no Connection or Set-Cookie", tc.name, resp.Trailer)
+		}
+		// Request trailers go up too (the body re-framed chunked), minus
+		// those that may not be trailers.
+		req, _ := http.NewRequest("POST", url+"/req", io.MultiReader(strings.NewReader("payload")))
+		req.Trailer = http.Header{"X-Req-Sum": {"r42"}, "Content-Type": {"text/evil"}}
+		if resp, err := tc.c.Do(req); err != nil {
+			t.Errorf("%s: request with trailers: %v", tc.name, err)
+		} else {
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(got) != "request trailer: r42 " {
+				t.Errorf("%s: the upstream saw %q; want the X-Req-Sum trailer only", tc.name, got)
+			}
 		}
 		resp, err = tc.c.Get(url + "/plain")
 		if err != nil {

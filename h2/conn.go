@@ -146,6 +146,9 @@ type Stream struct {
 	ID       uint32
 	Req      Request
 	Priority Priority
+	// Trailers are the request's trailer fields (checked as header fields
+	// are, no pseudo-headers), once a HEADERS frame ended the body.
+	Trailers []Field
 	// ResetCode is the code the stream was reset with, once StreamDone
 	// reports a reset; zero for a completed response.
 	ResetCode ErrCode

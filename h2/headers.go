@@ -146,7 +146,8 @@ func (c *Conn) onField(f hpack.HeaderField) {
 		}
 	}
 	if h.trailers {
-		return // trailers are checked, not kept
+		st.Trailers = append(st.Trailers, Field{st.keep(f.Name), st.keep(f.Value)})
+		return
 	}
 	if f.Name == "content-length" {
 		n, ok := parseLength(f.Value)
@@ -187,7 +188,7 @@ func (c *Conn) headersDone() error {
 				return err
 			}
 			if bh, ok := c.h.(BodyHandler); ok && !st.done {
-				bh.Body(st, nil, true) // trailers end the body; they are not passed on
+				bh.Body(st, nil, true) // trailers end the body: st.Trailers has them
 			}
 		}
 		return c.deadErr()
