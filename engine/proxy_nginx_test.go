@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strconv"
@@ -20,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/nginxtest"
 )
 
 // nginxBackend is Debian's nginx serving files on loopback, as an
@@ -33,67 +33,18 @@ type nginxBackend struct {
 // serving root, with the given keep-alive timeout, until the test ends.
 func startNginxBackend(t *testing.T, root string, keepalive time.Duration) *nginxBackend {
 	t.Helper()
-	bin := requireTool(t, "nginx")
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	user := ""
-	if os.Geteuid() == 0 {
-		// Workers would otherwise run as nobody, who cannot enter the
-		// test's temporary folders (mode 0700).
-		user = "user root;"
-	}
-	conf := fmt.Sprintf(`%s
-worker_processes 1;
-daemon off;
-master_process on;
-pid %[2]s/nginx.pid;
-error_log %[2]s/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
+	addr := nginxtest.Start(t, fmt.Sprintf(`
     sendfile on;
-    keepalive_timeout %[3]dms;
+    keepalive_timeout %dms;
     keepalive_requests 1000000;
-    client_body_temp_path %[2]s/body;
-    proxy_temp_path %[2]s/proxy;
-    fastcgi_temp_path %[2]s/fastcgi;
-    uwsgi_temp_path %[2]s/uwsgi;
-    scgi_temp_path %[2]s/scgi;
     server {
-        listen %[4]s;
-        root %[5]s;
+        listen %%[2]s;
+        root %s;
         location = /_status { stub_status; }
-    }
-}
-`, user, dir, keepalive.Milliseconds(), addr, root)
-	path := filepath.Join(dir, "nginx.conf")
-	writeFile(t, path, conf)
-	cmd := exec.Command(bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+    }`, keepalive.Milliseconds(), root))
 	b := &nginxBackend{addr: addr, root: root}
-	if !waitFor(scale(10*time.Second), func() bool { _, err := b.accepts(); return err == nil }) {
-		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-		t.Fatalf("nginx did not answer on %s: %s %s", addr, out.String(), log)
+	if _, err := b.accepts(); err != nil {
+		t.Fatal(err)
 	}
 	return b
 }

@@ -8,12 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/nginxtest"
 )
 
 func TestAppendV2Layout(t *testing.T) {
@@ -36,47 +35,11 @@ func TestAppendV2Layout(t *testing.T) {
 // TestNginxReadsIt: nginx, listening with proxy_protocol, takes the
 // header for what it is and reports the addresses in it.
 func TestNginxReadsIt(t *testing.T) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatal("nginx is required (ENGINE_REQUIRE_TOOLS is set) but not installed")
-		}
-		t.Skip("nginx not installed; install it (apt-get install nginx) to run this test")
-	}
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conf := fmt.Sprintf(`daemon off;
-master_process off;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
+	addr := nginxtest.Start(t, `
     server {
         listen %[2]s proxy_protocol;
         location / { return 200 "$proxy_protocol_addr $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port"; }
-    }
-}
-`, dir, addr)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+    }`)
 	ask := func(header []byte) (string, error) {
 		var c net.Conn
 		var err error
