@@ -121,14 +121,7 @@ func startEngineProxy(spec engineSpec, work string, b *backend) (*server, error)
 	s := &server{id: spec.id, name: spec.name, tls: "https://" + addr, h3: "https://" + addr, h2: true,
 		about: strings.TrimSpace(string(version)) + " (`[reverse_proxy]` with one route, `domain = \"*\"`, to the backend, every pool and timeout setting at its default; `ktls = \"auto\"`; h1, h2 and h3)"}
 	// The TLS log name is the one the kernel TLS statement reads.
-	if s.proc, err = startProc(filepath.Join(work, spec.id+"-tls.log"), spec.bin, []string{"serve", "-c", cfgPath}); err != nil {
-		return nil, err
-	}
-	if err := s.proc.waitReady(s.tls + "/1k.bin"); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return s.runTLS(filepath.Join(work, spec.id+"-tls.log"), spec.bin, []string{"serve", "-c", cfgPath})
 }
 
 // startNginxProxy runs the system's nginx from nginx-proxy.conf.tmpl.
@@ -137,10 +130,7 @@ func startNginxProxy(work string, peers peerTemplates, withKTLS bool, b *backend
 	if err != nil {
 		return nil, err
 	}
-	ktls, ktlsNote := "", "kernel TLS not offered: the kernel lacks it"
-	if withKTLS {
-		ktls, ktlsNote = "ssl_conf_command Options KTLS;", "kernel TLS offered with `ssl_conf_command Options KTLS`"
-	}
+	ktls, ktlsNote := nginxKTLS(withKTLS)
 	conf, err := peers.fill("nginx-proxy.conf.tmpl", "__DIR__", work, "__KTLS__", ktls, "__TLS_PORT__", strconv.Itoa(ports[0]),
 		"__BACKEND_PORT__", portOf(b.addr))
 	if err != nil {
@@ -153,14 +143,7 @@ func startNginxProxy(work string, peers peerTemplates, withKTLS bool, b *backend
 	version, _ := exec.Command("nginx", "-v").CombinedOutput()
 	s := &server{id: "nginx", name: "nginx", h2: true, tls: fmt.Sprintf("https://127.0.0.1:%d", ports[0]),
 		about: strings.TrimSpace(string(version)) + " (" + peers.name + "/nginx-proxy.conf.tmpl: `upstream` with `keepalive 64`, `proxy_http_version 1.1`, `Connection \"\"`; buffering on, as by default; HTTP/2 on TLS; " + ktlsNote + ")"}
-	if s.proc, err = startProc(filepath.Join(work, "nginx-proxy.log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", "nginx-proxy-error.log")}); err != nil {
-		return nil, err
-	}
-	if err := s.proc.waitReady(s.tls + "/1k.bin"); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return s.runTLS(filepath.Join(work, "nginx-proxy.log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", "nginx-proxy-error.log")})
 }
 
 // startCaddyProxy runs Caddy from Caddyfile-proxy.tmpl.
@@ -181,15 +164,8 @@ func startCaddyProxy(work string, peers peerTemplates, bin string, b *backend) (
 	s := &server{id: "caddy", name: "caddy", tls: u, h3: u, h2: true,
 		about: "caddy " + caddyAbout(bin) + " (" + peers.name + "/Caddyfile-proxy.tmpl: `reverse_proxy` with its defaults; h1 h2 h3; automatic HTTPS and admin endpoint off)"}
 	data := filepath.Join(work, "caddy-data")
-	if s.proc, err = startProc(filepath.Join(work, "caddy-proxy.log"), bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
-		"XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+data); err != nil {
-		return nil, err
-	}
-	if err := s.proc.waitReady(s.tls + "/1k.bin"); err != nil {
-		s.stop()
-		return nil, err
-	}
-	return s, nil
+	return s.runTLS(filepath.Join(work, "caddy-proxy.log"), bin, []string{"run", "--config", path, "--adapter", "caddyfile"},
+		"XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+data)
 }
 
 // startHAProxy runs Debian's HAProxy from haproxy.cfg.tmpl, in the
@@ -223,7 +199,14 @@ func startHAProxy(work string, peers peerTemplates, b *backend) (*server, error)
 	s := &server{id: "haproxy", name: "haproxy", h2: true, tls: fmt.Sprintf("https://127.0.0.1:%d", ports[0]),
 		about: strings.TrimSpace(firstLine(string(version))) + " (" + peers.name + "/haproxy.cfg.tmpl: `mode http`, `http-reuse always`, one thread per CPU; ALPN h2 and HTTP/1.1; kernel TLS not offered)"}
 	// -db: stay in the foreground, so that the harness owns the process.
-	if s.proc, err = startProc(filepath.Join(work, "haproxy.log"), "haproxy", []string{"-db", "-f", path}); err != nil {
+	return s.runTLS(filepath.Join(work, "haproxy.log"), "haproxy", []string{"-db", "-f", path})
+}
+
+// runTLS starts a proxy's one process and waits until it answers on its
+// TLS URL; a process that never does is stopped.
+func (s *server) runTLS(logFile, bin string, args []string, env ...string) (*server, error) {
+	var err error
+	if s.proc, err = startProc(logFile, bin, args, env...); err != nil {
 		return nil, err
 	}
 	if err := s.proc.waitReady(s.tls + "/1k.bin"); err != nil {

@@ -339,10 +339,7 @@ func startNginx(work string, peers peerTemplates, withKTLS bool) (*server, error
 	if err != nil {
 		return nil, err
 	}
-	ktls, ktlsNote := "", "kernel TLS not offered: the kernel lacks it"
-	if withKTLS {
-		ktls, ktlsNote = "ssl_conf_command Options KTLS;", "kernel TLS offered with `ssl_conf_command Options KTLS`"
-	}
+	ktls, ktlsNote := nginxKTLS(withKTLS)
 	conf, err := peers.fill("nginx.conf.tmpl", "__DIR__", work, "__KTLS__", ktls, "__PLAIN_PORT__", strconv.Itoa(ports[0]),
 		"__TLS_PORT__", strconv.Itoa(ports[1]), "__TLS_NR_PORT__", strconv.Itoa(ports[2]))
 	if err != nil {
@@ -369,6 +366,15 @@ func startNginx(work string, peers peerTemplates, withKTLS bool) (*server, error
 		return nil, err
 	}
 	return s, nil
+}
+
+// nginxKTLS is the __KTLS__ directive for an nginx template, and what
+// the page says of it.
+func nginxKTLS(offer bool) (directive, note string) {
+	if offer {
+		return "ssl_conf_command Options KTLS;", "kernel TLS offered with `ssl_conf_command Options KTLS`"
+	}
+	return "", "kernel TLS not offered: the kernel lacks it"
 }
 
 func startCaddy(work string, peers peerTemplates, bin string) (*server, error) {
