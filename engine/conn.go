@@ -18,14 +18,18 @@ type connHandler struct {
 	env *transport.Env
 	h1  *h1Handler
 	h2  *h2Handler
+
+	// Owned by the loop goroutine.
+	relays []*passConn // passthrough relays under way, for the idle check
 }
 
 // httpConn is one connection: its stream and the driver chosen for it.
 type httpConn struct {
 	// Owned by the loop goroutine.
-	s  *transport.Stream
-	h1 *h1Conn // HTTP/1.1; nil until chosen
-	h2 *h2Conn // HTTP/2; nil until chosen
+	s    *transport.Stream
+	h1   *h1Conn   // HTTP/1.1; nil until chosen
+	h2   *h2Conn   // HTTP/2; nil until chosen
+	pass *passConn // passthrough: set while the ClientHello is read, and for a relayed connection
 }
 
 func newConnHandler(srv *Server, l *reactor.Loop) *connHandler {
@@ -48,7 +52,11 @@ func newConnHandler(srv *Server, l *reactor.Loop) *connHandler {
 }
 
 func (h *connHandler) Open(c *reactor.Conn) {
-	c.State = &httpConn{s: h.env.Open(c)}
+	hc := &httpConn{s: h.env.Open(c)}
+	if h.srv.pass != nil {
+		hc.pass = &passConn{h: h, c: c}
+	}
+	c.State = hc
 	// stateHandshake and stateFirst: the header timeout covers the TLS
 	// handshake, the h2c preface and the first request.
 	c.SetReadDeadline(h.srv.cfg.Limits.HeaderTimeout.D())
@@ -56,6 +64,12 @@ func (h *connHandler) Open(c *reactor.Conn) {
 
 func (h *connHandler) Closed(c *reactor.Conn) {
 	hc := c.State.(*httpConn)
+	if pc := hc.pass; pc != nil {
+		if pc.r == nil && c.TimedOut() {
+			h.srv.pass.stats.failures[reasonHelloTimeout].Add(1)
+		}
+		pc.closed(c)
+	}
 	hc.s.Closed()
 	if hc.h2 != nil {
 		hc.h2.closed()
@@ -66,7 +80,10 @@ func (h *connHandler) Closed(c *reactor.Conn) {
 	c.State = nil
 }
 
-func (h *connHandler) Tick() bool { return h.h1.Tick() }
+func (h *connHandler) Tick() bool {
+	h.expireRelays()
+	return h.h1.Tick()
+}
 
 // Drain keeps HTTP/2 connections open at shutdown until they have sent
 // GOAWAY and finished their streams (reactor.Drainer).
@@ -74,6 +91,9 @@ func (h *connHandler) Drain(c *reactor.Conn) bool { return c.State.(*httpConn).h
 
 func (h *connHandler) Serve(c *reactor.Conn) {
 	hc := c.State.(*httpConn)
+	if hc.pass != nil && h.servePass(c, hc) {
+		return
+	}
 	s := hc.s
 	if !s.Advance() || c.Closed() || !s.Ready() {
 		return

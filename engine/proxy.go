@@ -369,15 +369,11 @@ func (ex *exchange) dropUp() *upConn {
 	return uc
 }
 
-// upstreamFailed marks u down for a while after a failed connection:
-// 1 s after the first failure, doubling with each one after it up to
-// 30 s, so that a restarted upstream is back soon and a dead one is not
-// tried on every request.
+// upstreamFailed marks u down for a while after a failed connection
+// (upstream.failed) and says so.
 func (ex *exchange) upstreamFailed(u *upstream, err error) {
 	ex.h.srv.proxy.stats.failed.Add(1)
-	n := min(u.failures.Add(1), 6)
-	backoff := min(time.Second<<(n-1), upstreamBackoff)
-	u.downUntil.Store(time.Now().Add(backoff).UnixNano())
+	backoff := u.failed()
 	ex.h.limiter.log(ex.h.log, "upstream connection failed; trying another, and skipping this one for a while",
 		"route", ex.r.key, "upstream", u.name, "err", err, "backoff", backoff)
 }

@@ -53,6 +53,17 @@ type upstream struct {
 	active    atomic.Int64 // exchanges in progress (least_conn)
 }
 
+// failed marks u down for a while after a failed connection: 1 s after
+// the first failure, doubling with each one after it up to 30 s, so that
+// a restarted upstream is back soon and a dead one is not tried on every
+// request. It returns the back-off.
+func (u *upstream) failed() time.Duration {
+	n := min(u.failures.Add(1), 6)
+	backoff := min(time.Second<<(n-1), upstreamBackoff)
+	u.downUntil.Store(time.Now().Add(backoff).UnixNano())
+	return backoff
+}
+
 // proxyCounters count what the upstream pools did.
 type proxyCounters struct {
 	opened, reused, failed, retried, timeouts, badResponses, drained, queued atomic.Int64
@@ -62,16 +73,26 @@ type proxyCounters struct {
 // timing out is skipped.
 const upstreamBackoff = 30 * time.Second
 
-// newProxyRoutes builds the route table. Host names among the upstreams
-// are resolved once, here; one that does not resolve stops the start.
-func newProxyRoutes(cfg *config.Config) (*proxyRoutes, error) {
+// newProxyRoutes builds the table of the routes that terminate TLS
+// (passthrough false) or of those that relay it (true); nil when there
+// are none. Host names among the upstreams are resolved once, here; one
+// that does not resolve stops the start.
+func newProxyRoutes(cfg *config.Config, passthrough bool) (*proxyRoutes, error) {
 	rp := &cfg.ReverseProxy
+	if !cfg.ProxyOn() {
+		return nil, nil
+	}
 	t := &proxyRoutes{exact: map[string][]*route{}, trusted: rp.Trusted,
 		h1: config.On(rp.Protocols.H1), h2: config.On(rp.Protocols.H2), h3: config.On(rp.Protocols.H3)}
 	ups := map[string]*upstream{}
 	wild := map[string][]*route{}
+	n := 0
 	for i := range rp.Routes {
 		rc := &rp.Routes[i]
+		if rc.Passthrough != passthrough {
+			continue
+		}
+		n++
 		r := &route{cfg: rc, key: fmt.Sprintf("reverse_proxy.routes[%d]", i), prefix: rc.PathPrefix}
 		for _, name := range rc.Upstreams {
 			u := ups[name]
@@ -107,6 +128,9 @@ func newProxyRoutes(cfg *config.Config) (*proxyRoutes, error) {
 		t.wildcards = append(t.wildcards, wildcardRoutes{suffix, rs})
 	}
 	sort.Slice(t.wildcards, func(i, j int) bool { return len(t.wildcards[i].suffix) > len(t.wildcards[j].suffix) })
+	if n == 0 {
+		return nil, nil
+	}
 	return t, nil
 }
 

@@ -40,7 +40,8 @@ type Server struct {
 	alog    *accessLog
 	limits  h1.Limits
 	h3      *h3.Server   // nil when no site serves HTTP/3
-	proxy   *proxyRoutes // nil without reverse proxy routes
+	proxy   *proxyRoutes // nil without reverse proxy routes that terminate TLS
+	pass    *passthrough // nil without passthrough routes
 
 	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
 	// requests proxied on them.
@@ -128,6 +129,15 @@ type Stats struct {
 	ProxyDrained      int64 // responses read and dropped after their client went away, to keep the connection
 	ProxyH2Buffered   int64 // proxied response bytes HTTP/2 streams hold ahead of their clients, now
 	ProxyQueued       int64 // requests that waited for a connection (max_conns)
+
+	// TLS passthrough (routes with tls_termination = false).
+	PassRelayed   int64 // TCP connections relayed to an upstream
+	PassActive    int64 // TCP relays open now
+	PassBytesUp   int64 // bytes relayed from clients to upstreams (closed relays)
+	PassBytesDown int64 // bytes relayed from upstreams to clients (closed relays)
+	// PassFailures counts connections not relayed, by reason: no_sni,
+	// no_route, not_tls, bad_hello, hello_timeout, upstream_unreachable.
+	PassFailures map[string]int64
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -153,10 +163,11 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		MaxTargetBytes: int(cfg.Limits.MaxURIBytes),
 	}
 	var err error
-	if cfg.ProxyOn() {
-		if s.proxy, err = newProxyRoutes(cfg); err != nil {
-			return nil, err
-		}
+	if s.proxy, err = newProxyRoutes(cfg, false); err != nil {
+		return nil, err
+	}
+	if s.pass, err = newPassthrough(cfg); err != nil {
+		return nil, err
 	}
 	if s.sites, err = newSiteTable(cfg); err != nil {
 		return nil, err
@@ -460,6 +471,16 @@ func (s *Server) Stats() Stats {
 		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
 		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
 		st.ProxyDrained, st.ProxyH2Buffered, st.ProxyQueued = p.stats.drained.Load(), p.h2Buffered.Load(), p.stats.queued.Load()
+	}
+	if p := s.pass; p != nil {
+		st.PassRelayed, st.PassActive = p.stats.relayed.Load(), p.stats.active.Load()
+		st.PassBytesUp, st.PassBytesDown = p.stats.bytesUp.Load(), p.stats.bytesDown.Load()
+		st.PassFailures = map[string]int64{}
+		for i := range p.stats.failures {
+			if n := p.stats.failures[i].Load(); n > 0 {
+				st.PassFailures[passReasonNames[i]] = n
+			}
+		}
 	}
 	s.h3Stats(&st)
 	return st

@@ -16,7 +16,9 @@ type ReverseProxy struct {
 	Enabled bool `toml:"enabled"`
 	// TLSTermination is true (nil: the default): the engine ends the
 	// client's TLS and speaks HTTP to the upstream. False is TLS
-	// passthrough, which this version does not have.
+	// passthrough: connections are routed by the ClientHello's SNI (and
+	// QUIC's by its Initial packet's) and relayed encrypted to the
+	// upstream, which holds the certificate. A route may override it.
 	TLSTermination *bool `toml:"tls_termination"`
 	// Protocols are those clients may speak to the proxy. Nil means on.
 	Protocols ProxyProtocols `toml:"protocols"`
@@ -73,17 +75,59 @@ type Route struct {
 	// response_timeout, then gets 503. Nil means 256; 0 means no bound.
 	MaxConns *int `toml:"max_conns"`
 	// IdleTimeout closes a pooled connection unused this long; keep it
-	// below the upstream's own keep-alive timeout. Zero means 50s.
+	// below the upstream's own keep-alive timeout. Zero means 50s. On a
+	// passthrough route it closes a relayed connection (both sides) on
+	// which no byte moved either way this long; zero means 10m.
 	IdleTimeout Duration `toml:"idle_timeout"`
 	// UpstreamTLS speaks TLS to the upstreams, verified against the
 	// system roots or CA.
 	UpstreamTLS bool `toml:"upstream_tls"`
 	// CA is a PEM file of the roots that verify upstream certificates.
 	CA string `toml:"ca"`
+	// TLSTermination overrides [reverse_proxy] tls_termination for this
+	// route: false relays its domain's connections unopened.
+	TLSTermination *bool `toml:"tls_termination"`
+	// ProxyProtocol is "off" (the zero value) or "v2": a passthrough
+	// route sends a PROXY protocol v2 header first on each TCP
+	// connection, so the origin sees the client's address.
+	ProxyProtocol string `toml:"proxy_protocol"`
+
+	// Passthrough is the route's mode resolved: TLS is relayed, not
+	// terminated. Not from TOML.
+	Passthrough bool `toml:"-"`
 }
 
 // ProxyOn reports whether reverse proxy routes are configured and on.
 func (c *Config) ProxyOn() bool { return c.ReverseProxy.Enabled && len(c.ReverseProxy.Routes) > 0 }
+
+// Passthrough reports whether some route relays TLS unopened: the
+// listener then reads each ClientHello before anything else. Valid after
+// Validate.
+func (c *Config) Passthrough() bool {
+	if !c.ReverseProxy.Enabled {
+		return false
+	}
+	for i := range c.ReverseProxy.Routes {
+		if c.ReverseProxy.Routes[i].Passthrough {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminating reports whether some route terminates TLS and proxies
+// HTTP. Valid after Validate.
+func (c *Config) Terminating() bool {
+	if !c.ReverseProxy.Enabled {
+		return false
+	}
+	for i := range c.ReverseProxy.Routes {
+		if !c.ReverseProxy.Routes[i].Passthrough {
+			return true
+		}
+	}
+	return false
+}
 
 // validateProxy checks [reverse_proxy] and its routes. It runs after the
 // sites, whose certificates may cover route domains.
@@ -91,9 +135,6 @@ func (c *Config) validateProxy(errs *Errors) {
 	rp := &c.ReverseProxy
 	if !rp.Enabled {
 		return
-	}
-	if !On(rp.TLSTermination) {
-		errs.add(c.errAt("reverse_proxy.tls_termination", "false (TLS passthrough) is not available in this version; set it to true, or remove it, to terminate TLS and proxy HTTP"))
 	}
 	if !On(rp.Protocols.H1) && !On(rp.Protocols.H2) && !On(rp.Protocols.H3) {
 		errs.add(c.errAt("reverse_proxy.protocols", "every protocol is off; enable at least one of h1, h2, h3"))
@@ -115,11 +156,66 @@ func (c *Config) validateProxy(errs *Errors) {
 	for i := range rp.Routes {
 		c.validateRoute(i, seen, errs)
 	}
+	c.validatePassthrough(errs)
+}
+
+// validatePassthrough checks what passthrough routes ask of the rest: a
+// domain is either relayed or terminated, never both; and a listener that
+// relays some names must have a certificate for the files it serves.
+func (c *Config) validatePassthrough(errs *Errors) {
+	rp := &c.ReverseProxy
+	mode := map[string]int{} // domain -> a route of it
+	for i := range rp.Routes {
+		r := &rp.Routes[i]
+		d := strings.ToLower(strings.TrimSuffix(r.Domain, "."))
+		j, ok := mode[d]
+		if !ok {
+			mode[d] = i
+			continue
+		}
+		if rp.Routes[j].Passthrough != r.Passthrough {
+			errs.add(c.errAt(fmt.Sprintf("reverse_proxy.routes[%d].tls_termination", i), "%q is relayed by one route and terminated by reverse_proxy.routes[%d]; a domain's TLS is either passed through or terminated, so give both routes the same tls_termination", r.Domain, j))
+		}
+	}
+	if c.Passthrough() && !c.HasTLS() && (c.Root != "" || len(c.Sites) > 0) {
+		errs.add(c.errAt("reverse_proxy.tls_termination", "passthrough routes make the listener a TLS one, and the files of root and [[sites]] have no certificate to be served with there; add [sites.tls] cert and key (or run serve --self-signed), or serve the files from another listener"))
+	}
+	if c.Passthrough() && !c.HasTLS() {
+		for i := range rp.Routes {
+			if !rp.Routes[i].Passthrough {
+				errs.add(c.errAt(fmt.Sprintf("reverse_proxy.routes[%d].domain", i), "%q terminates TLS on a listener that has no certificate (its other routes are passthrough); set [reverse_proxy.tls] cert and key", rp.Routes[i].Domain))
+			}
+		}
+	}
 }
 
 func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	r := &c.ReverseProxy.Routes[i]
 	key := fmt.Sprintf("reverse_proxy.routes[%d]", i)
+	r.Passthrough = !On(c.ReverseProxy.TLSTermination)
+	if r.TLSTermination != nil {
+		r.Passthrough = !*r.TLSTermination
+	}
+	switch r.ProxyProtocol {
+	case "", "off":
+		r.ProxyProtocol = "off"
+	case "v2":
+		if !r.Passthrough {
+			errs.add(c.errAt(key+".proxy_protocol", "\"v2\" is for passthrough routes (tls_termination = false); a terminating route tells its upstream the client's address in X-Forwarded-For and Forwarded"))
+		}
+	default:
+		errs.add(c.errAt(key+".proxy_protocol", "%q is not a choice; expected \"off\" (the default) or \"v2\"", r.ProxyProtocol))
+	}
+	if r.Passthrough {
+		// A relayed connection is routed by its ClientHello before
+		// anything else: what is decided per request, or about the
+		// upstream's HTTP, has nothing to act on.
+		for _, k := range []string{"path_prefix", "response_timeout", "read_timeout", "max_body", "max_idle", "max_conns", "upstream_tls", "ca"} {
+			if _, set := c.src.lines[key+"."+k]; set {
+				errs.add(c.errAt(key+"."+k, "has no meaning on a passthrough route (tls_termination = false): its connections are routed by the ClientHello's server name and relayed still encrypted; remove it, or terminate TLS on this route"))
+			}
+		}
+	}
 	if r.Domain == "" {
 		errs.add(c.errAt(key+".domain", "missing; every route needs a domain such as \"media.example.com\", \"*.example.com\" or \"*\""))
 	} else if !validDomain(r.Domain) {
@@ -161,6 +257,9 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 		{"read_timeout", &r.ReadTimeout, Duration(60e9)},
 		{"idle_timeout", &r.IdleTimeout, Duration(50e9)},
 	} {
+		if r.Passthrough && d.name == "idle_timeout" {
+			d.def = Duration(10 * 60e9) // nginx stream's proxy_timeout
+		}
 		if *d.v == 0 {
 			*d.v = d.def
 		} else if *d.v < Duration(1e6) {
@@ -193,7 +292,7 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 			errs.add(c.errAt(key+".ca", "set but upstream_tls is false; a CA verifies upstream certificates, so set upstream_tls = true or remove ca"))
 		}
 	}
-	if r.Domain != "" && c.HasTLS() && !c.certCovers(r.Domain) {
+	if r.Domain != "" && !r.Passthrough && c.HasTLS() && !c.certCovers(r.Domain) {
 		errs.add(c.errAt(key+".domain", "%q has no certificate on this TLS listener; set [reverse_proxy.tls] cert and key, or add a [[sites]] table for the domain with one", r.Domain))
 	}
 }

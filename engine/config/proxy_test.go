@@ -82,18 +82,94 @@ proxy_h2_tls_connection_send_buffer_bytes = "33554432"
 	}
 }
 
+// TestPassthroughConfig: the issue's shape (every route relayed, no
+// certificate at all) and a listener mixing modes: one domain relayed,
+// the rest terminated with the sites' certificate.
+func TestPassthroughConfig(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "c.pem"), "x")
+	cfg, err := loadText(t, dir, `
+[reverse_proxy]
+enabled = true
+tls_termination = false
+
+[[reverse_proxy.routes]]
+domain = "media.example.com"
+upstreams = ["10.0.0.20:443"]
+proxy_protocol = "off"
+
+[[reverse_proxy.routes]]
+domain = "*.example.org"
+upstreams = ["10.0.0.21:443"]
+proxy_protocol = "v2"
+connect_timeout = "2s"
+`)
+	if err != nil {
+		t.Fatalf("passthrough config rejected:\n%v", err)
+	}
+	r0, r1 := cfg.ReverseProxy.Routes[0], cfg.ReverseProxy.Routes[1]
+	if !cfg.Passthrough() || cfg.Terminating() || cfg.HasTLS() || !r0.Passthrough || !r1.Passthrough {
+		t.Fatalf("modes wrong: passthrough %v terminating %v routes %v %v", cfg.Passthrough(), cfg.Terminating(), r0.Passthrough, r1.Passthrough)
+	}
+	if r0.ProxyProtocol != "off" || r1.ProxyProtocol != "v2" || r0.IdleTimeout.D().Minutes() != 10 || r1.ConnectTimeout.D().Seconds() != 2 {
+		t.Errorf("routes: %+v\n%+v", r0, r1)
+	}
+
+	cfg, err = loadText(t, dir, `
+root = "."
+[[sites]]
+domain = "files.example.com"
+[sites.tls]
+cert = "c.pem"
+key = "c.pem"
+
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = "c.pem"
+key = "c.pem"
+
+[[reverse_proxy.routes]]
+domain = "media.example.com"
+upstreams = ["10.0.0.20:443"]
+tls_termination = false
+
+[[reverse_proxy.routes]]
+domain = "api.example.com"
+upstreams = ["10.0.0.30:8080"]
+`)
+	if err != nil {
+		t.Fatalf("mixed config rejected:\n%v", err)
+	}
+	rs := cfg.ReverseProxy.Routes
+	if !cfg.Passthrough() || !cfg.Terminating() || !rs[0].Passthrough || rs[1].Passthrough || rs[1].IdleTimeout.D().Seconds() != 50 {
+		t.Errorf("mixed modes wrong: %+v", rs)
+	}
+}
+
 func TestProxyConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "c.pem"), "x")
-	route := "root = \".\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\n" // route keys start on line 5
+	route := "root = \".\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\n"           // route keys start on line 5
+	pass := "[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\n" // route keys start on line 5
 	tests := []struct {
 		name, text string
 		want       []string
 	}{
 		{"no routes", "root = \".\"\n[reverse_proxy]\nenabled = true\n",
 			[]string{"engine.toml:2: reverse_proxy: enabled but no route"}},
-		{"passthrough", "root = \".\"\n[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"127.0.0.1:1\"]\n",
-			[]string{"engine.toml:4: reverse_proxy.tls_termination: false (TLS passthrough) is not available"}},
+		{"passthrough files without certificate", "root = \".\"\n[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"127.0.0.1:1\"]\n",
+			[]string{"engine.toml:4: reverse_proxy.tls_termination: passthrough routes make the listener a TLS one"}},
+		{"passthrough path", pass + "domain = \"a\"\nupstreams = [\"h:443\"]\npath_prefix = \"/api/\"\nmax_body = \"1MiB\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].path_prefix: has no meaning on a passthrough route",
+				"engine.toml:8: reverse_proxy.routes[0].max_body: has no meaning on a passthrough route"}},
+		{"bad proxy_protocol", pass + "domain = \"a\"\nupstreams = [\"h:443\"]\nproxy_protocol = \"v1\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].proxy_protocol: \"v1\" is not a choice"}},
+		{"proxy_protocol on a terminating route", route + "domain = \"a\"\nupstreams = [\"h:80\"]\nproxy_protocol = \"v2\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].proxy_protocol: \"v2\" is for passthrough routes"}},
+		{"domain relayed and terminated", pass + "domain = \"a\"\nupstreams = [\"h:443\"]\n[[reverse_proxy.routes]]\ndomain = \"a\"\npath_prefix = \"/x/\"\nupstreams = [\"h:80\"]\ntls_termination = true\n",
+			[]string{"engine.toml:8: reverse_proxy.routes[1].domain: \"a\" terminates TLS on a listener that has no certificate",
+				"engine.toml:11: reverse_proxy.routes[1].tls_termination: \"a\" is relayed by one route and terminated by reverse_proxy.routes[0]"}},
 		{"no upstreams", route + "domain = \"a\"\n",
 			[]string{"engine.toml:4: reverse_proxy.routes[0].upstreams: missing"}},
 		{"no domain", route + "upstreams = [\"127.0.0.1:80\"]\n",

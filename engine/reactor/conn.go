@@ -52,6 +52,7 @@ type Conn struct {
 	inReady         bool
 	timedOut        bool  // closed by its read deadline or the send timeout
 	splicing        bool  // another connection splices from this socket: its input is not read
+	spliceTo        *Conn // that connection, woken when this socket has input
 	sendTimeout     int64 // overrides Config.SendTimeout when set
 	pipe            [2]int
 	pipeLen         int  // bytes in pipe, read from the source and not yet written
@@ -105,6 +106,9 @@ func (c *Conn) Loop() *Loop { return c.loop }
 
 // Peer returns the client's address.
 func (c *Conn) Peer() Addr { return c.peer }
+
+// LocalAddr returns the address of this end of the connection.
+func (c *Conn) LocalAddr() (Addr, error) { return localAddr(c.fd) }
 
 // Input returns the unread input. It aliases the connection's buffer and
 // is valid until the next Consume or until the handler returns.
@@ -190,8 +194,24 @@ func (c *Conn) Splice(src *Conn, n int64) {
 	if n <= 0 {
 		return
 	}
-	src.splicing = true
+	src.splicing, src.spliceTo = true, c
 	c.queue(seg{from: src, n: n})
+}
+
+// Relay queues everything src's socket delivers until its end, moved
+// with splice(2) as Splice moves a body: a passthrough connection's one
+// direction. At src's EOF the relay ends by shutting c's write side
+// (shutdown(SHUT_WR)), so the peer on c sees the half-close src's peer
+// made; src's EOF then reports true and its handler is woken. If src's
+// socket fails (a reset), c is reset. Nothing may be queued on c after a
+// Relay.
+func (c *Conn) Relay(src *Conn) {
+	src.splicing, src.spliceTo = true, c
+	if src.buf != nil && src.rpos == src.wpos {
+		src.loop.putBuf(src.buf) // its input goes by the pipe from now on
+		src.buf = nil
+	}
+	c.queue(seg{from: src, n: -1})
 }
 
 // Spliced reports whether src has no splice from it in progress.
@@ -534,7 +554,7 @@ func (l *Loop) spliceSeg(c *Conn, s *seg, budget *int) bool {
 		return true
 	}
 	if s.n == 0 {
-		s.from.splicing = false
+		s.from.splicing, s.from.spliceTo = false, nil
 		s.from = nil
 		c.out = c.out[1:]
 		return true
@@ -544,12 +564,31 @@ func (l *Loop) spliceSeg(c *Conn, s *seg, budget *int) bool {
 		l.closeConn(c, true)
 		return false
 	}
-	n, err := spliceFd(src.fd, c.pipe[1], int(min(s.n, spliceSegSize)))
+	want := spliceSegSize
+	if s.n > 0 {
+		want = int(min(s.n, spliceSegSize))
+	}
+	n, err := spliceFd(src.fd, c.pipe[1], want)
 	switch {
 	case n > 0:
+		if c.pipeLen == 0 {
+			c.lastProgress = l.now // the send timeout runs from here, not from when the source went quiet
+		}
 		c.pipeLen += n
-		s.n -= int64(n)
+		if s.n > 0 {
+			s.n -= int64(n)
+		}
 		src.progress++
+		return true
+	case err == nil && s.n < 0:
+		// A relay's source ended: pass its half-close on.
+		shutdownWrite(c.fd)
+		src.splicing, src.spliceTo = false, nil
+		src.eof = true
+		src.readable = false
+		s.from = nil
+		c.out = c.out[1:]
+		src.Wake()
 		return true
 	case err == nil:
 		l.log.Debug("splice source ended early; connection reset", "peer", c.peer, "source", src.peer)
@@ -602,7 +641,7 @@ func (c *Conn) releaseOutput() {
 			c.out[i].src.Release()
 		}
 		if f := c.out[i].from; f != nil {
-			f.splicing = false
+			f.splicing, f.spliceTo = false, nil
 		}
 	}
 	if c.pipe[0] >= 0 {

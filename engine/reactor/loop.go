@@ -217,6 +217,9 @@ func (l *Loop) run() error {
 						c.fullSince = 0
 					}
 				}
+				if d := c.spliceTo; d != nil && (ev.readable || ev.hangup) && !d.closed {
+					l.process(d) // it moves this socket's input
+				}
 				l.process(c)
 			}
 		}
@@ -685,7 +688,7 @@ func (l *Loop) sweep() {
 			limit = c.sendTimeout
 		}
 		switch {
-		case len(c.out) > 0 && l.now-c.lastProgress > limit:
+		case len(c.out) > 0 && l.now-c.lastProgress > limit && !c.awaitsSource():
 			l.stats.timeouts.Add(1)
 			l.log.Debug("send timeout", "peer", c.peer)
 			c.timedOut = true
@@ -703,6 +706,10 @@ func (l *Loop) sweep() {
 		}
 	}
 }
+
+// awaitsSource reports whether c's output waits on the socket it
+// splices from rather than on its own peer: not a send stall.
+func (c *Conn) awaitsSource() bool { return c.out[0].from != nil && c.pipeLen == 0 }
 
 // drain stops accepting and closes idle connections; the rest close after
 // their response (handlers check Draining).

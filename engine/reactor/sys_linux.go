@@ -119,15 +119,26 @@ func accept(lfd int) (int, Addr, error) {
 		// Heads and small bodies leave at once; MSG_MORE still groups a
 		// head with the file data that follows it.
 		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		var peer Addr
-		switch a := sa.(type) {
-		case *unix.SockaddrInet4:
-			peer = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-		case *unix.SockaddrInet6:
-			peer = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
-		}
-		return fd, peer, nil
+		return fd, toAddr(sa), nil
 	}
+}
+
+func toAddr(sa unix.Sockaddr) Addr {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+	}
+	return Addr{}
+}
+
+func localAddr(fd int) (Addr, error) {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return Addr{}, os.NewSyscallError("getsockname", err)
+	}
+	return toAddr(sa), nil
 }
 
 func readFd(fd int, p []byte) (int, error) {

@@ -37,6 +37,7 @@ func peekStale(int) bool                                      { return true }
 func spliceFd(int, int, int) (int, error)                     { return 0, errNotLinux }
 func connectErr(int) error                                    { return errNotLinux }
 func shutdownWrite(int)                                       {}
+func localAddr(int) (Addr, error)                             { return Addr{}, errNotLinux }
 func closeFd(int)                                             {}
 func wakeLoop(int)                                            {}
 func drainWake(int)                                           {}

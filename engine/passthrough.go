@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/mediaship/engine/clienthello"
+	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/proxyproto"
+)
+
+// passthrough is TLS passthrough (routes with tls_termination = false):
+// a TCP connection whose ClientHello names a relayed domain is connected
+// to the route's upstream and relayed both ways with splice(2), still
+// encrypted; QUIC connections likewise by their Initial packet (see
+// quicpass.go). Shared by every loop.
+type passthrough struct {
+	// Immutable after construction.
+	routes *proxyRoutes
+	stats  passCounters
+}
+
+// passCounters count what passthrough did. Failures are counted by
+// reason, as Stats reports them.
+type passCounters struct {
+	relayed, active, bytesUp, bytesDown atomic.Int64
+	failures                            [passReasons]atomic.Int64
+}
+
+// passReason is why a connection meant for passthrough was not relayed.
+type passReason int
+
+const (
+	reasonNoSNI        passReason = iota // no server name, no "*" route, and nothing local to serve
+	reasonNoRoute                        // a server name no route and no local site has
+	reasonNotTLS                         // the first bytes were not a TLS handshake
+	reasonBadHello                       // a malformed or oversized ClientHello, or the client left before it was whole
+	reasonHelloTimeout                   // the ClientHello did not arrive within header_timeout
+	reasonUpstream                       // no upstream could be connected
+	passReasons
+)
+
+var passReasonNames = [passReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable"}
+
+func newPassthrough(cfg *config.Config) (*passthrough, error) {
+	rt, err := newProxyRoutes(cfg, true)
+	if rt == nil || err != nil {
+		return nil, err
+	}
+	return &passthrough{routes: rt}, nil
+}
+
+// route is the passthrough route for a server name ("" for none: only a
+// "*" route takes it), or nil.
+func (p *passthrough) route(name string) *route { return p.routes.match([]byte(name), []byte("/")) }
+
+// TLS alerts sent in the clear before any handshake (RFC 8446 §6).
+const (
+	alertInternalError    = 80
+	alertUnrecognizedName = 112
+)
+
+func plainAlert(desc byte) []byte { return []byte{21, 3, 3, 0, 2, 2, desc} }
+
+// passConn is one client connection in passthrough: reading its
+// ClientHello, then connecting, then relaying. Owned by the loop.
+type passConn struct {
+	h        *connHandler
+	c        *reactor.Conn // the client
+	r        *route        // chosen by the ClientHello; nil while it is read
+	sni      string
+	u        *reactor.Conn // the upstream connection; nil before the dial
+	up       *upstream
+	tried    int   // upstreams tried
+	header   int   // bytes of PROXY header sent before the client's
+	started  bool  // relaying
+	done     bool  // both directions ended: the closes are clean
+	counted  bool  // its bytes are in the counters
+	refused  bool  // answered with an alert and closing
+	moved    int64 // bytes relayed both ways at the last idle check
+	movedAt  int64 // loop time (unix ns) they last changed
+	relayIdx int   // index in the loop's relays
+}
+
+// passUp serves the upstream side of a loop's relays.
+type passUp struct{ h *connHandler }
+
+// servePass moves a passthrough connection on. It returns false when the
+// connection turned out to be for the engine itself: the caller goes on
+// with the TLS handshake as for any connection.
+func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
+	pc := hc.pass
+	if pc.r != nil {
+		pc.serve()
+		return true
+	}
+	px := h.srv.pass
+	info, _, err := clienthello.FromRecords(c.Input())
+	switch {
+	case errors.Is(err, clienthello.ErrIncomplete):
+		if c.EOF() || c.InputFull() {
+			pc.refuse(reasonBadHello, 0, "client left before its ClientHello was whole")
+		}
+		return true // the header_timeout set at accept runs
+	case errors.Is(err, clienthello.ErrNotTLS):
+		if h.srv.tlsConfig != nil {
+			hc.pass = nil
+			return false // the handshake answers it with its alert
+		}
+		pc.refuse(reasonNotTLS, 10, "not a TLS handshake on a passthrough listener") // unexpected_message
+		return true
+	case err != nil:
+		pc.refuse(reasonBadHello, 50, "malformed ClientHello: "+err.Error()) // decode_error
+		return true
+	}
+	pc.sni = info.ServerName
+	r := px.route(info.ServerName)
+	if r == nil {
+		if h.localTLS(info.ServerName) {
+			hc.pass = nil
+			return false
+		}
+		reason := reasonNoRoute
+		if info.ServerName == "" {
+			reason = reasonNoSNI
+		}
+		pc.refuse(reason, alertUnrecognizedName, "no passthrough route and no site for the server name")
+		return true
+	}
+	pc.r = r
+	c.SetReadDeadline(0) // the connect timeout bounds what comes next
+	pc.dial()
+	return true
+}
+
+// localTLS reports whether the engine terminates TLS for a server name
+// no passthrough route takes: a site names it, a terminating route does,
+// or a default site answers every name.
+func (h *connHandler) localTLS(name string) bool {
+	s := h.srv
+	if s.tlsConfig == nil {
+		return false
+	}
+	if s.sites.emptyDir == "" || s.sites.any != nil || name != "" && s.sites.names(name) {
+		return true // a real default site (or "*") serves any name
+	}
+	return s.proxy != nil && s.proxy.hasDomain(name)
+}
+
+// refuse answers a connection that cannot be relayed with a TLS alert in
+// the clear (none when desc is 0), counts and logs why, and closes it.
+func (pc *passConn) refuse(why passReason, desc byte, msg string) {
+	h, c := pc.h, pc.c
+	if pc.refused {
+		return
+	}
+	pc.refused = true
+	h.srv.pass.stats.failures[why].Add(1)
+	args := []any{"peer", c.Peer(), "reason", passReasonNames[why]}
+	if pc.sni != "" || why == reasonNoRoute {
+		args = append(args, "sni", pc.sni)
+	}
+	h.h1.limiter.log(h.h1.log, "passthrough: "+msg, args...)
+	if desc != 0 {
+		c.Write(plainAlert(desc))
+	}
+	c.CloseAfterFlush()
+	c.Wake() // refuse may run from the upstream's events
+}
+
+// dial connects to the next upstream of the route that is not backing
+// off; with none left the client gets an internal_error alert.
+func (pc *passConn) dial() {
+	h, r := pc.h, pc.r
+	for pc.tried < len(r.ups) {
+		u := r.pick(time.Now().UnixNano())
+		pc.tried++
+		if u == nil {
+			break
+		}
+		uc, err := h.h1.loop.Dial(u.addr, r.cfg.ConnectTimeout.D(), passUp{h})
+		if err != nil {
+			pc.upFailed(u, err)
+			continue
+		}
+		pc.u, pc.up = uc, u
+		uc.State = pc
+		u.active.Add(1)
+		return
+	}
+	pc.refuse(reasonUpstream, alertInternalError, "no upstream could be connected")
+}
+
+func (pc *passConn) upFailed(u *upstream, err error) {
+	backoff := u.failed()
+	pc.h.h1.limiter.log(pc.h.h1.log, "passthrough: upstream connection failed; trying another, and skipping this one for a while",
+		"route", pc.r.key, "upstream", u.name, "err", err, "backoff", backoff)
+}
+
+// serve runs on either connection's events once the route is chosen.
+func (pc *passConn) serve() {
+	c, u := pc.c, pc.u
+	if u == nil || c.Closed() {
+		return
+	}
+	if !pc.started {
+		if !u.Connected() {
+			return
+		}
+		pc.start()
+		return
+	}
+	if c.EOF() && u.EOF() && !c.Pending() && !u.Pending() {
+		pc.done = true
+		c.Close()
+		u.Close()
+	}
+}
+
+// start sends what the client has sent so far (its ClientHello and
+// anything after), behind a PROXY header when the route wants one, then
+// relays both ways.
+func (pc *passConn) start() {
+	c, u, r := pc.c, pc.u, pc.r
+	pc.started = true
+	pc.up.failures.Store(0)
+	if r.cfg.ProxyProtocol == "v2" {
+		local, _ := c.LocalAddr()
+		hdr := proxyproto.AppendV2(nil, proxyproto.TCP, c.Peer(), local)
+		pc.header = len(hdr)
+		u.Write(hdr)
+	}
+	in := c.Input()
+	u.Write(in)
+	c.Consume(len(in))
+	u.Relay(c)
+	c.Relay(u)
+	px := pc.h.srv.pass
+	px.stats.relayed.Add(1)
+	px.stats.active.Add(1)
+	pc.movedAt = c.Loop().Now().UnixNano()
+	pc.h.addRelay(pc)
+}
+
+// closed runs when either connection has closed: the other goes too,
+// with a reset unless both directions had ended.
+func (pc *passConn) closed(x *reactor.Conn) {
+	if !pc.started && x == pc.u && !pc.c.Closed() {
+		// The connect failed: try the next upstream.
+		pc.up.active.Add(-1)
+		pc.u = nil
+		err := x.DialErr()
+		if err == nil {
+			err = errors.New("closed before the relay began")
+		}
+		pc.upFailed(pc.up, err)
+		pc.dial()
+		return
+	}
+	for _, o := range []*reactor.Conn{pc.c, pc.u} {
+		if o != nil && o != x && !o.Closed() {
+			if pc.done {
+				o.Close()
+			} else {
+				o.Abort()
+			}
+		}
+	}
+	if pc.started && !pc.counted {
+		pc.counted = true
+		px := pc.h.srv.pass
+		px.stats.active.Add(-1)
+		px.stats.bytesUp.Add(pc.u.Sent() - int64(pc.header))
+		px.stats.bytesDown.Add(pc.c.Sent())
+		pc.up.active.Add(-1)
+		pc.h.removeRelay(pc)
+	} else if !pc.started && pc.u != nil && x == pc.c {
+		pc.up.active.Add(-1)
+	}
+}
+
+func (p passUp) Open(*reactor.Conn) {}
+
+func (p passUp) Serve(u *reactor.Conn) {
+	if pc, _ := u.State.(*passConn); pc != nil {
+		pc.serve()
+	}
+}
+
+func (p passUp) Closed(u *reactor.Conn) {
+	if pc, _ := u.State.(*passConn); pc != nil {
+		pc.closed(u)
+	}
+}
+
+// addRelay and removeRelay keep the loop's list of relays for the idle
+// check.
+func (h *connHandler) addRelay(pc *passConn) {
+	pc.relayIdx = len(h.relays)
+	h.relays = append(h.relays, pc)
+}
+
+func (h *connHandler) removeRelay(pc *passConn) {
+	i := pc.relayIdx
+	last := len(h.relays) - 1
+	h.relays[i] = h.relays[last]
+	h.relays[i].relayIdx = i
+	h.relays[last] = nil
+	h.relays = h.relays[:last]
+}
+
+// expireRelays closes relays on which no byte moved either way for their
+// route's idle_timeout.
+func (h *connHandler) expireRelays() {
+	if len(h.relays) == 0 {
+		return
+	}
+	now := h.h1.loop.Now().UnixNano()
+	var idle []*passConn
+	for _, pc := range h.relays {
+		moved := pc.c.Sent() + pc.u.Sent()
+		if moved != pc.moved {
+			pc.moved, pc.movedAt = moved, now
+		} else if now-pc.movedAt > int64(pc.r.cfg.IdleTimeout.D()) {
+			idle = append(idle, pc)
+		}
+	}
+	for _, pc := range idle {
+		h.h1.limiter.log(h.h1.log, "passthrough: relay idle; closing", "peer", pc.c.Peer(), "sni", pc.sni,
+			"upstream", pc.up.name, "idle_timeout", pc.r.cfg.IdleTimeout.D())
+		pc.done = true // a quiet end, not an error: both sides get a FIN
+		pc.c.Close()
+	}
+}

@@ -1,0 +1,454 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/internal/nginxtest"
+)
+
+// tlsOrigin is a TLS server standing for a passthrough origin: it holds
+// its own certificate and answers each connection with serve.
+type tlsOrigin struct {
+	addr string
+	pki  *testPKI
+}
+
+// startTLSOrigin runs a crypto/tls server for name until the test ends.
+// serve gets each connection after its handshake.
+func startTLSOrigin(t *testing.T, name string, serve func(c *tls.Conn), more ...string) *tlsOrigin {
+	t.Helper()
+	pki := newPKI(t, t.TempDir(), append([]string{name}, more...)...)
+	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"echo", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				tc := c.(*tls.Conn)
+				tc.SetDeadline(time.Now().Add(scale(30 * time.Second)))
+				if tc.Handshake() == nil {
+					serve(tc)
+				}
+			}()
+		}
+	}()
+	return &tlsOrigin{addr: ln.Addr().String(), pki: pki}
+}
+
+// digestOrigin reads to the client's close_notify (its half-close),
+// then answers with its name and the SHA-256 of what it read.
+func digestOrigin(name string) func(c *tls.Conn) {
+	return func(c *tls.Conn) {
+		h := sha256.New()
+		if _, err := io.Copy(h, c); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "%s %x", name, h.Sum(nil))
+		c.CloseWrite()
+	}
+}
+
+// passthroughConfig routes each name to its origin, relayed.
+func passthroughConfig(extra string, routes ...string) string {
+	var b strings.Builder
+	b.WriteString("shutdown_grace = \"2s\"\n" + extra + "\n[reverse_proxy]\nenabled = true\ntls_termination = false\n")
+	for i := 0; i+1 < len(routes); i += 2 {
+		fmt.Fprintf(&b, "[[reverse_proxy.routes]]\ndomain = %q\nupstreams = [%q]\n", routes[i], routes[i+1])
+	}
+	return b.String()
+}
+
+// segmentedConn writes its first limit bytes as TCP segments of one byte
+// each (TCP_NODELAY and a pause between them), then passes writes on.
+type segmentedConn struct {
+	net.Conn
+	limit int
+}
+
+func (c *segmentedConn) Write(p []byte) (int, error) {
+	n := 0
+	for c.limit > 0 && n < len(p) {
+		if _, err := c.Conn.Write(p[n : n+1]); err != nil {
+			return n, err
+		}
+		n++
+		c.limit--
+		if n%16 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	m, err := c.Conn.Write(p[n:])
+	return n + m, err
+}
+
+// refragmentConn re-frames the first TLS record written through it (the
+// ClientHello) as records of at most size bytes of handshake data, as a
+// client may (RFC 8446 §5.1).
+type refragmentConn struct {
+	net.Conn
+	size int
+	done bool
+}
+
+func (c *refragmentConn) Write(p []byte) (int, error) {
+	if c.done || len(p) < 5 || p[0] != 22 {
+		return c.Conn.Write(p)
+	}
+	c.done = true
+	n := int(binary.BigEndian.Uint16(p[3:5]))
+	body, rest := p[5:5+n], p[5+n:]
+	var out []byte
+	for len(body) > 0 {
+		k := min(len(body), c.size)
+		out = append(out, 22, p[1], p[2], byte(k>>8), byte(k))
+		out = append(out, body[:k]...)
+		body = body[k:]
+	}
+	if _, err := c.Conn.Write(append(out, rest...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// passRoundTrip opens a TLS connection through the engine at addr for
+// name, trusting only pool, sends msg, half-closes, and returns the
+// origin's answer and the certificate the client saw.
+func passRoundTrip(addr, name string, conf *tls.Config, wrap func(net.Conn) net.Conn, msg []byte) (string, string, error) {
+	raw, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", "", err
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(scale(30 * time.Second)))
+	var nc net.Conn = raw
+	if wrap != nil {
+		nc = wrap(raw)
+	}
+	conf = conf.Clone()
+	conf.ServerName = name
+	c := tls.Client(nc, conf)
+	if err := c.Handshake(); err != nil {
+		return "", "", err
+	}
+	cn := c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	if _, err := c.Write(msg); err != nil {
+		return "", cn, err
+	}
+	if err := c.CloseWrite(); err != nil {
+		return "", cn, err
+	}
+	got, err := io.ReadAll(c)
+	return string(got), cn, err
+}
+
+func digestLine(name string, msg []byte) string {
+	return fmt.Sprintf("%s %x", name, sha256.Sum256(msg))
+}
+
+// TestPassthroughTCP: connections are relayed by the ClientHello's
+// server name to the origin that holds the certificate, two origins
+// behind one port; the client sees the origin's certificate and ALPN
+// choice; a ClientHello sent a byte per TCP segment, or split over many
+// TLS records, or large, still routes; half-closes pass both ways
+// (each origin answers after the client's close_notify); what cannot be
+// routed gets the right alert and a count.
+func TestPassthroughTCP(t *testing.T) {
+	a := startTLSOrigin(t, "a.test", digestOrigin("a"))
+	b := startTLSOrigin(t, "b.test", digestOrigin("b"), "*.b.test")
+	var logs syncBuffer
+	ts := startLog(t, passthroughConfig("", "a.test", a.addr, "*.b.test", b.addr), &logs)
+	confA := &tls.Config{RootCAs: a.pki.pool, NextProtos: []string{"echo"}}
+	confB := &tls.Config{RootCAs: b.pki.pool}
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB up
+
+	t.Run("routes by SNI", func(t *testing.T) {
+		got, cn, err := passRoundTrip(ts.addr, "a.test", confA, nil, msg)
+		if err != nil || cn != "a.test" || got != digestLine("a", msg) {
+			t.Fatalf("a.test: answer %q, certificate %q, err %v", got, cn, err)
+		}
+		got, cn, err = passRoundTrip(ts.addr, "x.b.test", confB, nil, msg[:1000])
+		if err != nil || cn != "b.test" || got != digestLine("b", msg[:1000]) {
+			t.Fatalf("x.b.test: answer %q, certificate %q, err %v", got, cn, err)
+		}
+	})
+
+	t.Run("ALPN is the origin's", func(t *testing.T) {
+		raw, err := net.Dial("tcp", ts.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		conf := confA.Clone()
+		conf.ServerName = "a.test"
+		c := tls.Client(raw, conf)
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		if p := c.ConnectionState().NegotiatedProtocol; p != "echo" {
+			t.Errorf("negotiated %q; the origin offers \"echo\"", p)
+		}
+	})
+
+	t.Run("ClientHello a byte per segment", func(t *testing.T) {
+		wrap := func(c net.Conn) net.Conn { return &segmentedConn{Conn: c, limit: 4096} }
+		got, cn, err := passRoundTrip(ts.addr, "a.test", confA, wrap, []byte("hello"))
+		if err != nil || cn != "a.test" || got != digestLine("a", []byte("hello")) {
+			t.Fatalf("answer %q, certificate %q, err %v", got, cn, err)
+		}
+	})
+
+	t.Run("large ClientHello over many records", func(t *testing.T) {
+		// 30 ALPN names of 200 bytes: a ClientHello of about 7.5 KiB
+		// (with the post-quantum key share), sent as records of 500
+		// bytes: 16 records.
+		conf := confA.Clone()
+		for i := range 30 {
+			conf.NextProtos = append(conf.NextProtos, fmt.Sprintf("%03d%s", i, strings.Repeat("p", 197)))
+		}
+		wrap := func(c net.Conn) net.Conn { return &refragmentConn{Conn: c, size: 500} }
+		got, cn, err := passRoundTrip(ts.addr, "a.test", conf, wrap, []byte("big hello"))
+		if err != nil || cn != "a.test" || got != digestLine("a", []byte("big hello")) {
+			t.Fatalf("answer %q, certificate %q, err %v", got, cn, err)
+		}
+	})
+
+	before := ts.Stats().PassFailures
+	refused := []struct {
+		name   string
+		sni    string
+		conf   *tls.Config
+		alert  string
+		reason string
+	}{
+		{"no SNI", "", &tls.Config{InsecureSkipVerify: true}, "unrecognized name", "no_sni"},
+		{"SNI without a route", "c.test", &tls.Config{InsecureSkipVerify: true}, "unrecognized name", "no_route"},
+		{"ClientHello over 16 KiB", "a.test", bigHelloConfig(confA, 80), "error decoding message", "bad_hello"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := passRoundTrip(ts.addr, tt.sni, tt.conf, nil, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.alert) {
+				t.Fatalf("handshake error %v; want the alert %q", err, tt.alert)
+			}
+		})
+	}
+	t.Run("not TLS", func(t *testing.T) {
+		c := dial(t, ts.addr)
+		c.send("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, _ := io.ReadAll(c)
+		if !bytes.Equal(got, []byte{21, 3, 3, 0, 2, 2, 10}) {
+			t.Fatalf("plain HTTP got % x; want an unexpected_message alert", got)
+		}
+	})
+	after := ts.Stats().PassFailures
+	for _, reason := range []string{"no_sni", "no_route", "bad_hello", "not_tls"} {
+		if after[reason] != before[reason]+1 {
+			t.Errorf("failures[%s] went from %d to %d; want one more", reason, before[reason], after[reason])
+		}
+	}
+	if !strings.Contains(logs.String(), "reason=no_route sni=c.test") {
+		t.Errorf("no log line names the unrouted server name:\n%s", logs.String())
+	}
+	st := ts.Stats()
+	if !waitFor(5*time.Second, func() bool { st = ts.Stats(); return st.PassActive == 0 }) || st.PassRelayed < 5 ||
+		st.PassBytesUp < int64(len(msg)) || st.PassBytesDown < 100 {
+		t.Errorf("counters: relayed %d, active %d, up %d, down %d", st.PassRelayed, st.PassActive, st.PassBytesUp, st.PassBytesDown)
+	}
+}
+
+// bigHelloConfig makes a client whose ClientHello carries n ALPN names
+// of 250 bytes.
+func bigHelloConfig(base *tls.Config, n int) *tls.Config {
+	conf := base.Clone()
+	for i := range n {
+		conf.NextProtos = append(conf.NextProtos, fmt.Sprintf("%03d%s", i, strings.Repeat("q", 247)))
+	}
+	return conf
+}
+
+// TestPassthroughUpstreams: an upstream that refuses is skipped for the
+// next one; with none left the client gets internal_error; a relay on
+// which nothing moves for the route's idle_timeout is closed.
+func TestPassthroughUpstreams(t *testing.T) {
+	a := startTLSOrigin(t, "a.test", func(c *tls.Conn) {
+		io.Copy(c, c) // echo until the client's close
+	})
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	ts := startLog(t, fmt.Sprintf(`shutdown_grace = "2s"
+log_level = "debug"
+[reverse_proxy]
+enabled = true
+tls_termination = false
+[[reverse_proxy.routes]]
+domain = "a.test"
+upstreams = [%q, %q]
+idle_timeout = "1s"
+[[reverse_proxy.routes]]
+domain = "down.test"
+upstreams = [%q]
+`, deadAddr, a.addr, deadAddr), io.Discard)
+	conf := &tls.Config{RootCAs: a.pki.pool, ServerName: "a.test"}
+	for i := range 3 {
+		c, err := tls.Dial("tcp", ts.addr, conf)
+		if err != nil {
+			t.Fatalf("connection %d: %v (the refused upstream must be skipped)", i, err)
+		}
+		c.Write([]byte("ping"))
+		buf := make([]byte, 4)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("echo: %q %v", buf, err)
+		}
+		if i == 2 {
+			// Idle: the relay closes after about 1 s.
+			start := time.Now()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			_, err := c.Read(buf)
+			var ne net.Error
+			if err == nil || errors.As(err, &ne) && ne.Timeout() || time.Since(start) > 8*time.Second {
+				t.Errorf("idle relay: read %v after %v; want it closed after idle_timeout", err, time.Since(start))
+			}
+		}
+		c.Close()
+	}
+	_, err := tls.Dial("tcp", ts.addr, &tls.Config{InsecureSkipVerify: true, ServerName: "down.test"})
+	if err == nil || !strings.Contains(err.Error(), "internal error") {
+		t.Errorf("every upstream down: %v; want an internal_error alert", err)
+	}
+	if n := ts.Stats().PassFailures["upstream_unreachable"]; n != 1 {
+		t.Errorf("upstream_unreachable = %d, want 1", n)
+	}
+}
+
+// TestPassthroughNginx: nginx holds the certificate and the files; the
+// engine relays to it by SNI on the port where it also serves its own
+// site (a listener mixing modes). A 100 MiB download through the relay
+// is byte-exact and goes by splice; a second origin behind "pp.test"
+// reads the PROXY protocol v2 header and sees the client's own address.
+func TestPassthroughNginx(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	_, sum := linkBig(t, root, "big.bin")
+	origin := newPKI(t, t.TempDir(), "origin.test", "pp.test")
+	os.Chmod(filepath.Dir(origin.keyFile), 0o755)
+	ngx := nginxtest.Start(t, fmt.Sprintf(`
+    sendfile on;
+    server {
+        listen %%[2]s ssl;
+        ssl_certificate %s;
+        ssl_certificate_key %s;
+        root %s;
+    }`, origin.certFile, origin.keyFile, root))
+	ngxPP := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s ssl proxy_protocol;
+        ssl_certificate %s;
+        ssl_certificate_key %s;
+        location / { return 200 "$proxy_protocol_addr:$proxy_protocol_port"; }
+    }`, origin.certFile, origin.keyFile))
+
+	site := t.TempDir()
+	writeFile(t, filepath.Join(site, "local.txt"), "served by the engine itself")
+	own := newPKI(t, t.TempDir(), "files.test")
+	ts := start(t, fmt.Sprintf(`shutdown_grace = "2s"
+[kernel]
+ktls = "auto"
+[[sites]]
+domain = "files.test"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[reverse_proxy]
+enabled = true
+tls_termination = false
+[[reverse_proxy.routes]]
+domain = "origin.test"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "pp.test"
+upstreams = [%q]
+proxy_protocol = "v2"
+`, site, own.certFile, own.keyFile, ngx, ngxPP))
+
+	var local net.Addr
+	client := func(pool *x509.CertPool) *http.Client {
+		return &http.Client{Timeout: scale(60 * time.Second), Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pool},
+			DisableKeepAlives: true, // each relay ends with its response
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", ts.addr)
+				if err == nil {
+					local = c.LocalAddr()
+				}
+				return c, err
+			},
+		}}
+	}
+	port := portOf(ts.addr)
+	resp, err := client(origin.pool).Get("https://origin.test:" + port + "/big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || hex.EncodeToString(h.Sum(nil)) != sum || resp.TLS.PeerCertificates[0].Subject.CommonName != "origin.test" {
+		t.Fatalf("100 MiB through the relay: status %d, %d bytes, err %v, digest match %v", resp.StatusCode, n, err, hex.EncodeToString(h.Sum(nil)) == sum)
+	}
+
+	resp, err = client(own.pool).Get("https://files.test:" + port + "/local.txt")
+	if err != nil {
+		t.Fatalf("the engine's own site on the same port: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "served by the engine itself" || resp.TLS.PeerCertificates[0].Subject.CommonName != "files.test" {
+		t.Fatalf("own site: %d %q", resp.StatusCode, body)
+	}
+
+	resp, err = client(origin.pool).Get("https://pp.test:" + port + "/")
+	if err != nil {
+		t.Fatalf("PROXY protocol origin: %v", err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != local.String() {
+		t.Errorf("the origin saw the client as %q; the client is %s", body, local)
+	}
+
+	st := ts.Stats()
+	if !waitFor(5*time.Second, func() bool { st = ts.Stats(); return st.PassActive == 0 }) || st.PassRelayed != 2 || st.PassBytesDown < 100<<20 || st.BytesSplice < 100<<20 {
+		t.Errorf("counters: relayed %d, active %d, down %d, spliced %d", st.PassRelayed, st.PassActive, st.PassBytesDown, st.BytesSplice)
+	}
+}

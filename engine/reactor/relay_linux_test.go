@@ -1,0 +1,197 @@
+package reactor
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// relayHandler relays each accepted connection to a backend, both ways,
+// with Relay: what a passthrough proxy does after it has routed.
+type relayHandler struct {
+	backend netip.AddrPort
+	up      *relayHandler // the upstream side's handler; nil on it
+}
+
+type relayPair struct {
+	c, u    *Conn
+	started bool
+	done    bool // both directions ended: closes are clean
+}
+
+func (h *relayHandler) Open(c *Conn) {
+	if h.up == nil {
+		return // the upstream side: its state is set by Dial's caller
+	}
+	p := &relayPair{c: c}
+	c.State = p
+	u, err := c.Loop().Dial(h.backend, 5*time.Second, h.up)
+	if err != nil {
+		c.Abort()
+		return
+	}
+	p.u, u.State = u, p
+}
+
+func (h *relayHandler) Serve(x *Conn) {
+	p := x.State.(*relayPair)
+	if !p.started {
+		if x != p.u || !x.Connected() {
+			return
+		}
+		p.started = true
+		if in := p.c.Input(); len(in) > 0 {
+			p.u.Write(in)
+			p.c.Consume(len(in))
+		}
+		p.u.Relay(p.c)
+		p.c.Relay(p.u)
+		return
+	}
+	if p.c.EOF() && p.u.EOF() && !p.c.Pending() && !p.u.Pending() {
+		p.done = true
+		p.c.Close()
+		p.u.Close()
+	}
+}
+
+func (h *relayHandler) Closed(x *Conn) {
+	p, _ := x.State.(*relayPair)
+	if p == nil {
+		return
+	}
+	for _, o := range []*Conn{p.c, p.u} {
+		if o != nil && o != x && !o.Closed() {
+			if p.done {
+				o.Close()
+			} else {
+				o.Abort()
+			}
+		}
+	}
+}
+
+func startRelay(t *testing.T, cfg Config, backend net.Listener) *Group {
+	t.Helper()
+	h := &relayHandler{backend: netip.MustParseAddrPort(backend.Addr().String()), up: &relayHandler{}}
+	cfg.Addr = "127.0.0.1:0"
+	cfg.NewHandler = func(*Loop) Handler { return h }
+	g, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	t.Cleanup(func() {
+		g.Shutdown(t.Context())
+		<-done
+	})
+	return g
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) ^ seed
+	}
+	return b
+}
+
+// TestRelay: bytes both ways at once arrive whole through splice; a
+// half-close passes on in each direction while the other keeps
+// flowing; a backend's reset reaches the client as a reset, not a clean
+// end; and a relay that is quiet for longer than the send timeout stays
+// open (waiting on the source is not a stalled peer).
+func TestRelay(t *testing.T) {
+	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	conns := make(chan *net.TCPConn, 4)
+	go func() {
+		for {
+			c, err := backend.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c.(*net.TCPConn)
+		}
+	}()
+	g := startRelay(t, Config{Workers: 1, ReadBuffer: 20 << 10, SendTimeout: 300 * time.Millisecond}, backend)
+	dial := func() (*net.TCPConn, *net.TCPConn) {
+		t.Helper()
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case b := <-conns:
+			return c.(*net.TCPConn), b
+		case <-time.After(5 * time.Second):
+			t.Fatal("the relay never reached the backend")
+		}
+		return nil, nil
+	}
+
+	t.Run("both ways and half-close", func(t *testing.T) {
+		c, b := dial()
+		defer c.Close()
+		defer b.Close()
+		up, down := pattern(8<<20, 1), pattern(8<<20, 2)
+		errc := make(chan error, 2)
+		go func() { _, err := c.Write(up); c.CloseWrite(); errc <- err }()
+		go func() {
+			got, err := io.ReadAll(b) // ends at the client's half-close, passed on
+			if err == nil && !bytes.Equal(got, up) {
+				err = errors.New("backend got different bytes")
+			}
+			if err == nil {
+				_, err = b.Write(down) // the other direction still flows
+			}
+			b.CloseWrite()
+			errc <- err
+		}()
+		got, err := io.ReadAll(c)
+		if err != nil || !bytes.Equal(got, down) {
+			t.Fatalf("client read %d bytes (err %v), want %d identical", len(got), err, len(down))
+		}
+		for range 2 {
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("quiet past the send timeout", func(t *testing.T) {
+		c, b := dial()
+		defer c.Close()
+		defer b.Close()
+		time.Sleep(time.Second) // SendTimeout is 300 ms
+		c.Write([]byte("ping"))
+		buf := make([]byte, 4)
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("after a quiet second the relay passed %q, err %v", buf, err)
+		}
+	})
+
+	t.Run("backend reset", func(t *testing.T) {
+		c, b := dial()
+		defer c.Close()
+		b.Write([]byte("partial"))
+		time.Sleep(50 * time.Millisecond)
+		b.SetLinger(0)
+		b.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(c)
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("client read %q then %v; want a reset", got, err)
+		}
+	})
+}
