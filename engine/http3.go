@@ -50,12 +50,23 @@ type h3Scratch struct {
 // listenH3 binds the UDP side of the listen address when some TLS site
 // serves HTTP/3, and has those sites advertise it.
 func (s *Server) listenH3() error {
+	quicPass := s.pass != nil && s.pass.routes.h3
 	if !s.cfg.H3Enabled() {
+		if quicPass {
+			return s.listenQUICPass()
+		}
 		return nil
 	}
 	host, port, err := net.SplitHostPort(s.group.Addr())
 	if err != nil {
 		return err
+	}
+	var wrap func(*net.UDPConn) net.PacketConn
+	if quicPass {
+		wrap = func(udp *net.UDPConn) net.PacketConn {
+			s.quic = newQUICRouter(s.pass, udp, true, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+			return routedConn{udp: udp, r: s.quic}
+		}
 	}
 	hh := &h3Handler{srv: s, limiter: logLimiter{perSecond: 20}}
 	hh.scratch.New = func() any { return &h3Scratch{} }
@@ -77,6 +88,7 @@ func (s *Server) listenH3() error {
 		MaxConnections:   int64(s.cfg.Limits.MaxConnections),
 		Allow0RTT:        c.Allow0RTT,
 		UDPBuffer:        int(c.UDPBuffer),
+		Wrap:             wrap,
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
@@ -94,6 +106,29 @@ func (s *Server) listenH3() error {
 			"fix", "sysctl -w net.core.rmem_max=16777216 net.core.wmem_max=16777216, or run with CAP_NET_ADMIN")
 	}
 	return nil
+}
+
+// listenQUICPass binds the UDP side of the listen address for QUIC
+// passthrough alone, when the engine serves no HTTP/3 of its own.
+func (s *Server) listenQUICPass() error {
+	ua, err := net.ResolveUDPAddr("udp", s.group.Addr())
+	if err != nil {
+		return err
+	}
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return fmt.Errorf("engine: QUIC passthrough: listen on udp %s: %w (free the port, or set [reverse_proxy.protocols] h3 = false)", ua, err)
+	}
+	h3.SetBuffers(udp, int(s.cfg.H3.UDPBuffer))
+	s.quicUDP = udp
+	s.quic = newQUICRouter(s.pass, udp, false, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+	return nil
+}
+
+// helloWait bounds the gathering of a QUIC ClientHello: header_timeout,
+// at most 10 s.
+func (s *Server) helloWait() time.Duration {
+	return min(s.cfg.Limits.HeaderTimeout.D(), 10*time.Second)
 }
 
 // ServeHTTP answers one HTTP/3 request.

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +22,17 @@ type passthrough struct {
 	// Immutable after construction.
 	routes *proxyRoutes
 	stats  passCounters
+
+	mu      sync.Mutex // guards limiter
+	limiter logLimiter // for the QUIC router's goroutines
+}
+
+// limited logs a line at most 20 times a second, from any goroutine.
+func (p *passthrough) limited(log *slog.Logger, msg string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.limiter.flush(log)
+	p.limiter.log(log, msg, args...)
 }
 
 // passCounters count what passthrough did. Failures are counted by
@@ -27,6 +40,11 @@ type passthrough struct {
 type passCounters struct {
 	relayed, active, bytesUp, bytesDown atomic.Int64
 	failures                            [passReasons]atomic.Int64
+
+	// QUIC: flows, the datagram bytes each way, datagrams dropped for
+	// want of HTTP/3 of the engine's own.
+	quicRelayed, quicActive, quicBytesUp, quicBytesDown, quicDropped atomic.Int64
+	quicFailures                                                     [passReasons]atomic.Int64
 }
 
 // passReason is why a connection meant for passthrough was not relayed.
@@ -39,17 +57,18 @@ const (
 	reasonBadHello                       // a malformed or oversized ClientHello, or the client left before it was whole
 	reasonHelloTimeout                   // the ClientHello did not arrive within header_timeout
 	reasonUpstream                       // no upstream could be connected
+	reasonTableFull                      // QUIC: the router's tables are full
 	passReasons
 )
 
-var passReasonNames = [passReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable"}
+var passReasonNames = [passReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable", "table_full"}
 
 func newPassthrough(cfg *config.Config) (*passthrough, error) {
 	rt, err := newProxyRoutes(cfg, true)
 	if rt == nil || err != nil {
 		return nil, err
 	}
-	return &passthrough{routes: rt}, nil
+	return &passthrough{routes: rt, limiter: logLimiter{perSecond: 20}}, nil
 }
 
 // route is the passthrough route for a server name ("" for none: only a

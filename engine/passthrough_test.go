@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/internal/nginxtest"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 )
 
 // tlsOrigin is a TLS server standing for a passthrough origin: it holds
@@ -451,4 +453,134 @@ proxy_protocol = "v2"
 	if !waitFor(5*time.Second, func() bool { st = ts.Stats(); return st.PassActive == 0 }) || st.PassRelayed != 2 || st.PassBytesDown < 100<<20 || st.BytesSplice < 100<<20 {
 		t.Errorf("counters: relayed %d, active %d, down %d, spliced %d", st.PassRelayed, st.PassActive, st.PassBytesDown, st.BytesSplice)
 	}
+}
+
+// startH3Origin runs a quic-go HTTP/3 server for name on a UDP port of
+// its own: "/" answers its name, "/bytes" 24 MiB of a pattern.
+func startH3Origin(t *testing.T, name string) (string, *testPKI) {
+	t.Helper()
+	pki := newPKI(t, t.TempDir(), name)
+	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin "+name) })
+	mux.HandleFunc("/bytes", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(h3OriginBytes))
+		io.Copy(w, io.LimitReader(&pattern{}, h3OriginBytes))
+	})
+	srv := &http3.Server{Handler: mux, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}})}
+	go srv.Serve(udp)
+	t.Cleanup(func() { srv.Close(); udp.Close() })
+	return udp.LocalAddr().String(), pki
+}
+
+const h3OriginBytes = 24 << 20
+
+// quicPassClient is an HTTP/3 client that reaches every name at the
+// engine's UDP address, trusting pool.
+func quicPassClient(t *testing.T, engineAddr string, pool *x509.CertPool) *http.Client {
+	tr := &http3.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool},
+		QUICConfig:      &quic.Config{HandshakeIdleTimeout: 2 * time.Second},
+		Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+			return quic.DialAddr(ctx, engineAddr, tc, qc)
+		},
+	}
+	t.Cleanup(func() { tr.Close() })
+	return &http.Client{Transport: tr, Timeout: scale(60 * time.Second)}
+}
+
+// TestPassthroughQUIC: quic-go's HTTP/3 client reaches, through one
+// engine port, the quic-go HTTP/3 origin its ClientHello names (read
+// from the Initial packets, which quic-go's hello spans two of); the
+// answer and its certificate are the origin's; 24 MiB come through
+// byte-exact. On a listener that serves HTTP/3 itself the engine's own
+// site still answers beside the relayed names; on one that does not, a
+// name without a route is dropped and counted.
+func TestPassthroughQUIC(t *testing.T) {
+	addrA, pkiA := startH3Origin(t, "a.test")
+	addrB, pkiB := startH3Origin(t, "b.test")
+	pool := pkiA.pool.Clone()
+	for _, p := range []*testPKI{pkiB} {
+		pem, _ := os.ReadFile(p.caFile)
+		pool.AppendCertsFromPEM(pem)
+	}
+	want := sha256.New()
+	io.Copy(want, io.LimitReader(&pattern{}, h3OriginBytes))
+	wantSum := hex.EncodeToString(want.Sum(nil))
+
+	check := func(t *testing.T, c *http.Client, port, name string) {
+		t.Helper()
+		resp, err := c.Get("https://" + name + ":" + port + "/")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "origin "+name || resp.TLS.PeerCertificates[0].Subject.CommonName != name {
+			t.Fatalf("%s answered %q with the certificate of %q", name, body, resp.TLS.PeerCertificates[0].Subject.CommonName)
+		}
+	}
+	download := func(t *testing.T, c *http.Client, port, name string) {
+		t.Helper()
+		resp, err := c.Get("https://" + name + ":" + port + "/bytes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != h3OriginBytes || hex.EncodeToString(h.Sum(nil)) != wantSum {
+			t.Fatalf("%s: %d bytes, err %v, digest match %v", name, n, err, hex.EncodeToString(h.Sum(nil)) == wantSum)
+		}
+	}
+
+	t.Run("passthrough only", func(t *testing.T) {
+		ts := start(t, passthroughConfig("", "a.test", addrA, "b.test", addrB))
+		c := quicPassClient(t, ts.addr, pool)
+		port := portOf(ts.addr)
+		check(t, c, port, "a.test")
+		check(t, c, port, "b.test")
+		download(t, c, port, "a.test")
+		if _, err := c.Get("https://c.test:" + port + "/"); err == nil {
+			t.Fatal("c.test has no route, yet answered")
+		}
+		st := ts.Stats()
+		if st.QUICPassRelayed != 2 || st.QUICPassBytesDown < h3OriginBytes || st.QUICPassFailures["no_route"] < 1 {
+			t.Errorf("counters: relayed %d, down %d, up %d, failures %v", st.QUICPassRelayed, st.QUICPassBytesDown, st.QUICPassBytesUp, st.QUICPassFailures)
+		}
+	})
+
+	t.Run("beside the engine's own HTTP/3", func(t *testing.T) {
+		root := t.TempDir()
+		writeFile(t, filepath.Join(root, "local.txt"), "engine's own")
+		own := newPKI(t, t.TempDir(), "files.test")
+		ts := start(t, passthroughConfig(fmt.Sprintf("[kernel]\nktls = \"auto\"\n[[sites]]\ndomain = \"files.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+			root, own.certFile, own.keyFile), "a.test", addrA, "b.test", addrB))
+		pem, _ := os.ReadFile(own.caFile)
+		pool := pool.Clone()
+		pool.AppendCertsFromPEM(pem)
+		c := quicPassClient(t, ts.addr, pool)
+		port := portOf(ts.addr)
+		check(t, c, port, "b.test")
+		resp, err := c.Get("https://files.test:" + port + "/local.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "engine's own" || resp.ProtoMajor != 3 {
+			t.Fatalf("own site over HTTP/3: %d %q", resp.StatusCode, body)
+		}
+		download(t, c, port, "a.test")
+		if st := ts.Stats(); st.QUICPassRelayed != 2 || st.H3Connections != 1 {
+			t.Errorf("relayed %d, own HTTP/3 connections %d", st.QUICPassRelayed, st.H3Connections)
+		}
+	})
 }

@@ -42,6 +42,8 @@ type Server struct {
 	h3      *h3.Server   // nil when no site serves HTTP/3
 	proxy   *proxyRoutes // nil without reverse proxy routes that terminate TLS
 	pass    *passthrough // nil without passthrough routes
+	quic    *quicRouter  // QUIC passthrough; nil without it
+	quicUDP *net.UDPConn // its socket when the engine serves no HTTP/3 itself
 
 	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
 	// requests proxied on them.
@@ -138,6 +140,14 @@ type Stats struct {
 	// PassFailures counts connections not relayed, by reason: no_sni,
 	// no_route, not_tls, bad_hello, hello_timeout, upstream_unreachable.
 	PassFailures map[string]int64
+	// QUIC passthrough: flows relayed and open now, datagram bytes each
+	// way, datagrams dropped because the engine serves no HTTP/3 of its
+	// own, and ClientHellos not relayed by reason (those above, and
+	// table_full; a client's retransmitted Initial counts again).
+	QUICPassRelayed, QUICPassActive    int64
+	QUICPassBytesUp, QUICPassBytesDown int64
+	QUICPassDropped                    int64
+	QUICPassFailures                   map[string]int64
 }
 
 // New probes the kernel features cfg requires (refusing to go on, before
@@ -204,6 +214,11 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			break
 		}
 		s.group.Close()
+		if s.quicUDP != nil {
+			s.quic.Close()
+			s.quicUDP.Close()
+			s.quic, s.quicUDP = nil, nil
+		}
 		if !errors.Is(err, syscall.EADDRINUSE) || !anyPort(cfg.Listen) || try == 4 {
 			break
 		}
@@ -247,6 +262,10 @@ func (s *Server) Run(ctx context.Context) error {
 	} else {
 		close(h3done)
 	}
+	if s.quicUDP != nil {
+		s.log.Info("QUIC passthrough", "udp", s.quicUDP.LocalAddr().String())
+		go s.quic.run()
+	}
 	stopSaving := make(chan struct{})
 	go s.digests.saveLoop(stopSaving)
 	var err error
@@ -275,6 +294,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.h3 != nil {
 		s.h3.Close()
+	}
+	if s.quicUDP != nil {
+		s.quic.Close()
+		s.quicUDP.Close()
 	}
 	<-h3done
 	close(stopSaving)
@@ -475,12 +498,18 @@ func (s *Server) Stats() Stats {
 	if p := s.pass; p != nil {
 		st.PassRelayed, st.PassActive = p.stats.relayed.Load(), p.stats.active.Load()
 		st.PassBytesUp, st.PassBytesDown = p.stats.bytesUp.Load(), p.stats.bytesDown.Load()
-		st.PassFailures = map[string]int64{}
+		st.PassFailures, st.QUICPassFailures = map[string]int64{}, map[string]int64{}
 		for i := range p.stats.failures {
 			if n := p.stats.failures[i].Load(); n > 0 {
 				st.PassFailures[passReasonNames[i]] = n
 			}
+			if n := p.stats.quicFailures[i].Load(); n > 0 {
+				st.QUICPassFailures[passReasonNames[i]] = n
+			}
 		}
+		st.QUICPassRelayed, st.QUICPassActive = p.stats.quicRelayed.Load(), p.stats.quicActive.Load()
+		st.QUICPassBytesUp, st.QUICPassBytesDown = p.stats.quicBytesUp.Load(), p.stats.quicBytesDown.Load()
+		st.QUICPassDropped = p.stats.quicDropped.Load()
 	}
 	s.h3Stats(&st)
 	return st

@@ -6,10 +6,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// setBuffers asks for size-byte socket buffers, forcing past
+// SetBuffers asks for size-byte socket buffers, forcing past
 // net.core.rmem_max and wmem_max where the process has CAP_NET_ADMIN, and
 // returns what the kernel granted (it reports double the request).
-func setBuffers(c *net.UDPConn, size int) (rx, tx int) {
+func SetBuffers(c *net.UDPConn, size int) (rx, tx int) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return 0, 0

@@ -4,9 +4,9 @@ package h3
 
 import "net"
 
-// setBuffers asks for size-byte socket buffers and returns what was
+// SetBuffers asks for size-byte socket buffers and returns what was
 // granted, as far as the platform tells.
-func setBuffers(c *net.UDPConn, size int) (rx, tx int) {
+func SetBuffers(c *net.UDPConn, size int) (rx, tx int) {
 	if c.SetReadBuffer(size) != nil || c.SetWriteBuffer(size) != nil {
 		return 0, 0
 	}

@@ -63,6 +63,11 @@ type Config struct {
 	// UDPBuffer is the socket buffer size asked for (forced past the
 	// sysctl limits where the process may). Zero means 7 MiB.
 	UDPBuffer int
+	// Wrap, when set, puts a datagram router between the socket and
+	// quic-go: quic-go reads and writes through what it returns (TLS
+	// passthrough takes the datagrams of relayed connections there). A
+	// wrapped socket is read a datagram at a time, without GSO or ECN.
+	Wrap func(*net.UDPConn) net.PacketConn
 }
 
 // Server is an HTTP/3 listener: one quic.Transport on one UDP socket,
@@ -142,7 +147,7 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("h3: listen on udp %s: %w", cfg.Addr, err)
 	}
-	s.bufRx, s.bufTx = setBuffers(s.udp, cfg.UDPBuffer)
+	s.bufRx, s.bufTx = SetBuffers(s.udp, cfg.UDPBuffer)
 
 	tlsConf := cfg.TLS.Clone()
 	tlsConf.MinVersion = tls.VersionTLS13
@@ -161,8 +166,12 @@ func Listen(cfg Config) (*Server, error) {
 		}
 	}
 
+	var pc net.PacketConn = s.udp
+	if cfg.Wrap != nil {
+		pc = cfg.Wrap(s.udp)
+	}
 	s.tr = &quic.Transport{
-		Conn: s.udp,
+		Conn: pc,
 		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
 			if s.active.Load() >= s.cfg.MaxConnections {
 				s.stats.refused.Add(1)

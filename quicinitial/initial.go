@@ -55,6 +55,32 @@ func Peek(d []byte) (Packet, bool) {
 	return Packet{Version: h.version, DCID: h.dcid, SCID: h.scid}, true
 }
 
+// Long reads the version and connection IDs of any long-header packet
+// at the start of a datagram, of any version, by the invariants all QUIC
+// versions share (RFC 8999 §5.1): ok is false for a short header or a
+// truncated one.
+func Long(d []byte) (Packet, bool) {
+	if len(d) < 7 || d[0]&0x80 == 0 {
+		return Packet{}, false
+	}
+	p := Packet{Version: binary.BigEndian.Uint32(d[1:5])}
+	i := 5
+	n := int(d[i])
+	i++
+	if i+n >= len(d) {
+		return Packet{}, false
+	}
+	p.DCID = d[i : i+n]
+	i += n
+	n = int(d[i])
+	i++
+	if i+n > len(d) {
+		return Packet{}, false
+	}
+	p.SCID = d[i : i+n]
+	return p, true
+}
+
 type header struct {
 	version    uint32
 	dcid, scid []byte
@@ -249,6 +275,16 @@ func (c *Hello) Add(d []byte) (clienthello.Info, error) {
 		return clienthello.Info{}, ErrNotInitial
 	}
 	return clienthello.FromHandshake(c.crypto)
+}
+
+// Opens reports whether a datagram starts a connection: its Initial
+// packets carry CRYPTO data from offset 0, the beginning of a
+// ClientHello, as a client's first flight does and its later Initials
+// (acknowledgements of the server's) do not.
+func Opens(d []byte) bool {
+	var h Hello
+	h.Add(d)
+	return len(h.crypto) > 0
 }
 
 // frames takes the CRYPTO frames of an Initial payload (RFC 9000 §17.2.2:

@@ -107,6 +107,25 @@ func TestQUICGoClient(t *testing.T) {
 	}
 }
 
+// TestLong: connection IDs from long headers of any type and version,
+// and nothing from a short header or a truncated one.
+func TestLong(t *testing.T) {
+	hs := []byte{0xe0, 0, 0, 0, 1, 3, 'd', 'c', 'i', 2, 's', 'c', 0, 0} // Handshake, v1
+	p, ok := Long(hs)
+	if !ok || p.Version != 1 || string(p.DCID) != "dci" || string(p.SCID) != "sc" {
+		t.Errorf("Handshake: %+v %v", p, ok)
+	}
+	vn := []byte{0x80, 0, 0, 0, 0, 0, 4, 's', 'c', 'i', 'd', 0, 0, 0, 1} // Version Negotiation, empty DCID
+	if p, ok := Long(vn); !ok || p.Version != 0 || len(p.DCID) != 0 || string(p.SCID) != "scid" {
+		t.Errorf("Version Negotiation: %+v %v", p, ok)
+	}
+	for _, bad := range [][]byte{{0x40, 1, 2, 3, 4, 5, 6, 7}, hs[:8], {0xc0, 0, 0, 0, 1, 200, 1, 2}} {
+		if p, ok := Long(bad); ok {
+			t.Errorf("Long(%x) = %+v", bad, p)
+		}
+	}
+}
+
 func TestRefused(t *testing.T) {
 	ds := clientDatagrams(t, "a.example", quic.Version1, 300*time.Millisecond)
 	if len(ds) == 0 {
@@ -142,6 +161,9 @@ func FuzzAdd(f *testing.F) {
 	f.Fuzz(func(t *testing.T, d1, d2 []byte) {
 		var h Hello
 		Peek(d1)
+		if p, ok := Long(d1); ok && (len(p.DCID) > 255 || len(p.SCID) > 255) {
+			t.Fatalf("Long: %+v", p)
+		}
 		if _, err := h.Add(d1); err != clienthello.ErrIncomplete {
 			return
 		}

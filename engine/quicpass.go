@@ -1,0 +1,483 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mediaship/engine/clienthello"
+	"github.com/mediaship/engine/quicinitial"
+)
+
+// quicRouter is QUIC passthrough on the listener's UDP socket. A datagram
+// of a connection it does not know is opened far enough to read the
+// ClientHello's server name from its Initial packets (quicinitial); a
+// name with a passthrough route gets a flow: the client's datagrams go
+// to the route's upstream from a UDP socket of the flow's own, and what
+// the upstream sends on that socket goes back to the client. Everything
+// else goes to the engine's own HTTP/3 (quic-go reads through the
+// router), or is dropped when the engine serves no HTTP/3.
+//
+// It never answers a client by itself (no Version Negotiation, no Retry,
+// no close): a client gets only what an upstream or quic-go sent it, so
+// the engine adds no amplification of its own.
+//
+// Flows are keyed by the client's address and told apart by connection
+// IDs: the client's first Destination Connection ID, and the Source
+// Connection IDs the upstream used in its long-header packets, which the
+// client's later packets carry as their destination. Connection IDs
+// issued later (NEW_CONNECTION_ID) are encrypted; a short-header packet
+// whose ID is unknown goes to the address's one flow when it has exactly
+// one and no connection to the engine itself. A client that changes
+// address (migration, NAT rebinding) is not followed.
+type quicRouter struct {
+	// Immutable after construction.
+	px        *passthrough
+	udp       *net.UDPConn
+	log       *slog.Logger
+	own       bool          // quic-go reads what is not relayed
+	maxFlows  int           // flows open at once
+	helloWait time.Duration // bounds the gathering of one ClientHello
+	stop      chan struct{}
+
+	mu      sync.Mutex
+	clients map[netip.AddrPort]*quicClient // guarded by mu
+	pending map[string]*quicPending        // guarded by mu; by client address and DCID
+	flows   int                            // guarded by mu
+	closed  bool                           // guarded by mu
+
+	// Owned by the reading goroutine (quic-go's, or run's).
+	ready []quicDatagram // released to quic-go, oldest first
+	buf   []byte
+}
+
+// quicClient is what the router knows of one client address.
+type quicClient struct {
+	flows []*quicFlow // guarded by the router's mu
+	own   bool        // an Initial from this address went to the engine's own HTTP/3
+}
+
+// quicPending is a ClientHello being gathered: the datagrams so far, held
+// until the server name is known.
+type quicPending struct {
+	hello quicinitial.Hello
+	held  [][]byte
+	bytes int
+	since time.Time
+}
+
+type quicDatagram struct {
+	b    []byte
+	from netip.AddrPort
+}
+
+// quicFlow is one relayed QUIC connection.
+type quicFlow struct {
+	// Immutable after construction.
+	r      *quicRouter
+	client netip.AddrPort
+	rt     *route
+	ups    *upstream
+	up     *net.UDPConn // connected to the upstream
+	idle   time.Duration
+
+	cids [][]byte     // guarded by r.mu: connection IDs that name this flow
+	last atomic.Int64 // unix ns of the last datagram either way
+	gone atomic.Bool
+}
+
+// Bounds of the router's tables.
+const (
+	maxPendingHellos = 4096
+	maxHeldDatagrams = 8 // a ClientHello in QUIC takes 1-3 datagrams
+	maxHeldBytes     = 16 << 10
+	maxFlowCIDs      = 8
+	quicDatagramMax  = 9216 // jumbo frames; quic-go sends at most 1452
+	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
+	// close silently after their own idle timeout (seconds to minutes),
+	// so a flow quiet this long is dead.
+	quicIdleCap = 3 * time.Minute
+)
+
+func newQUICRouter(px *passthrough, udp *net.UDPConn, own bool, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
+	r := &quicRouter{px: px, udp: udp, own: own, maxFlows: maxFlows, helloWait: helloWait, log: log,
+		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{},
+		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
+	go r.sweep()
+	return r
+}
+
+// run reads and routes datagrams when the engine serves no HTTP/3 of its
+// own, until the socket closes.
+func (r *quicRouter) run() {
+	for {
+		_, _, err := r.next(nil)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// next reads datagrams until one is for the engine itself, and copies it
+// into p. Only one goroutine calls it.
+func (r *quicRouter) next(p []byte) (int, netip.AddrPort, error) {
+	for {
+		if len(r.ready) > 0 {
+			d := r.ready[0]
+			r.ready[0] = quicDatagram{}
+			r.ready = r.ready[1:]
+			return copy(p, d.b), d.from, nil
+		}
+		n, from, err := r.udp.ReadFromUDPAddrPort(r.buf)
+		if err != nil {
+			return 0, from, err
+		}
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		if r.route(r.buf[:n], from) && r.own {
+			return copy(p, r.buf[:n]), from, nil
+		}
+	}
+}
+
+// route takes one datagram from a client. It returns true when the
+// datagram is for the engine's own HTTP/3; otherwise it was relayed,
+// held, or dropped.
+func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
+	long, isLong := quicinitial.Long(d)
+	r.mu.Lock()
+	cl := r.clients[from]
+	if cl != nil {
+		if f := cl.match(d, long, isLong); f != nil {
+			r.mu.Unlock()
+			f.toUpstream(d)
+			return false
+		}
+	}
+	if !isLong {
+		r.mu.Unlock()
+		if !r.own {
+			r.px.stats.quicDropped.Add(1)
+		}
+		return true
+	}
+	key := pendingKey(from, long.DCID)
+	pd := r.pending[key]
+	if pd == nil {
+		if _, initial := quicinitial.Peek(d); !initial {
+			r.mu.Unlock()
+			return true // 0-RTT or Handshake of a connection not relayed
+		}
+		if len(r.pending) >= maxPendingHellos {
+			r.mu.Unlock()
+			r.fail(reasonTableFull, from, "", "too many QUIC ClientHellos being gathered; dropping a new one")
+			return false
+		}
+		pd = &quicPending{since: time.Now()}
+		r.pending[key] = pd
+	}
+	if len(pd.held) == maxHeldDatagrams || pd.bytes+len(d) > maxHeldBytes {
+		delete(r.pending, key)
+		r.mu.Unlock()
+		r.fail(reasonBadHello, from, "", "QUIC ClientHello spans too many datagrams")
+		return false
+	}
+	pd.held = append(pd.held, bytes.Clone(d))
+	pd.bytes += len(d)
+	info, err := pd.hello.Add(d)
+	if errors.Is(err, clienthello.ErrIncomplete) {
+		r.mu.Unlock()
+		return false // held, 0-RTT packets with the same DCID too
+	}
+	delete(r.pending, key)
+	var rt *route
+	if err == nil {
+		rt = r.px.route(info.ServerName)
+	}
+	if rt == nil {
+		r.mu.Unlock()
+		r.release(pd, from, info.ServerName, err)
+		return false
+	}
+	if r.flows >= r.maxFlows {
+		r.mu.Unlock()
+		r.fail(reasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
+		return false
+	}
+	f, err := r.open(rt, from, long.DCID)
+	if err != nil {
+		r.mu.Unlock()
+		r.fail(reasonUpstream, from, info.ServerName, "no QUIC upstream could be reached: "+err.Error())
+		return false
+	}
+	if cl == nil {
+		cl = &quicClient{}
+		r.clients[from] = cl
+	}
+	cl.flows = append(cl.flows, f)
+	r.flows++
+	r.mu.Unlock()
+	r.px.stats.quicRelayed.Add(1)
+	r.px.stats.quicActive.Add(1)
+	for _, h := range pd.held {
+		f.toUpstream(h)
+	}
+	return false
+}
+
+// release hands the datagrams of a hello no route takes to the engine's
+// own HTTP/3, in order, or drops them when there is none.
+func (r *quicRouter) release(pd *quicPending, from netip.AddrPort, sni string, err error) {
+	if r.own {
+		r.mu.Lock()
+		cl := r.clients[from]
+		if cl == nil {
+			cl = &quicClient{}
+			r.clients[from] = cl
+		}
+		cl.own = true
+		r.mu.Unlock()
+		for _, h := range pd.held {
+			r.ready = append(r.ready, quicDatagram{h, from})
+		}
+		return
+	}
+	switch {
+	case err != nil:
+		r.fail(reasonBadHello, from, "", "unreadable QUIC Initial: "+err.Error())
+	case sni == "":
+		r.fail(reasonNoSNI, from, "", "QUIC ClientHello without a server name and no \"*\" route")
+	default:
+		r.fail(reasonNoRoute, from, sni, "QUIC ClientHello names a server no passthrough route has")
+	}
+}
+
+func (r *quicRouter) fail(why passReason, from netip.AddrPort, sni, msg string) {
+	r.px.stats.quicFailures[why].Add(1)
+	args := []any{"peer", from, "reason", passReasonNames[why]}
+	if sni != "" {
+		args = append(args, "sni", sni)
+	}
+	r.px.limited(r.log, "passthrough: "+msg, args...)
+}
+
+func pendingKey(from netip.AddrPort, dcid []byte) string {
+	b, _ := from.MarshalBinary()
+	return string(append(b, dcid...))
+}
+
+// match finds the flow a datagram from this client belongs to. Called
+// with the router's mu held.
+func (cl *quicClient) match(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
+	for _, f := range cl.flows {
+		for _, id := range f.cids {
+			if isLong && bytes.Equal(long.DCID, id) || !isLong && len(id) > 0 && len(d) > len(id) && bytes.Equal(d[1:1+len(id)], id) {
+				return f
+			}
+		}
+	}
+	if len(cl.flows) == 1 && !cl.own && (!isLong || !quicinitial.Opens(d)) {
+		// A connection ID the router has not seen in the clear: one
+		// issued later (NEW_CONNECTION_ID, encrypted), or (seen with
+		// quic-go v0.65 on both ends, in packet captures) the one the
+		// client moves to after the server's first Initial, which is
+		// not that packet's Source Connection ID.
+		return cl.flows[0]
+	}
+	return nil
+}
+
+// open connects a UDP socket to an upstream of rt for a new flow. Called
+// with the router's mu held.
+func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicFlow, error) {
+	var last error = errors.New("every upstream is backing off")
+	for range rt.ups {
+		u := rt.pick(time.Now().UnixNano())
+		if u == nil {
+			break
+		}
+		up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(u.addr))
+		if err != nil {
+			u.failed()
+			last = err
+			continue
+		}
+		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, cids: [][]byte{bytes.Clone(dcid)},
+			idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap)}
+		f.last.Store(time.Now().UnixNano())
+		u.active.Add(1)
+		go f.fromUpstream()
+		return f, nil
+	}
+	return nil, last
+}
+
+// toUpstream sends a client's datagram on.
+func (f *quicFlow) toUpstream(d []byte) {
+	if _, err := f.up.Write(d); err == nil {
+		f.last.Store(time.Now().UnixNano())
+		f.r.px.stats.quicBytesUp.Add(int64(len(d)))
+	}
+}
+
+// fromUpstream sends the upstream's datagrams to the client until the
+// flow ends, learning the connection IDs the upstream gives itself.
+func (f *quicFlow) fromUpstream() {
+	r := f.r
+	buf := make([]byte, quicDatagramMax)
+	for {
+		n, err := f.up.Read(buf)
+		if err != nil {
+			if f.gone.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// ICMP port unreachable and the like: the upstream is not
+			// there now. The flow stays until it is idle; the client's
+			// next datagrams may find the upstream back.
+			r.px.limited(r.log, "passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		d := buf[:n]
+		if p, ok := quicinitial.Long(d); ok && len(p.SCID) > 0 {
+			f.learn(p.SCID)
+		}
+		if _, err := r.udp.WriteToUDPAddrPort(d, f.client); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		f.last.Store(time.Now().UnixNano())
+		r.px.stats.quicBytesDown.Add(int64(n))
+	}
+}
+
+// learn notes a connection ID the upstream chose, which the client's
+// packets will carry from now on.
+func (f *quicFlow) learn(id []byte) {
+	r := f.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range f.cids {
+		if bytes.Equal(c, id) {
+			return
+		}
+	}
+	if len(f.cids) < maxFlowCIDs {
+		f.cids = append(f.cids, bytes.Clone(id))
+	}
+}
+
+// sweep expires quiet flows and ClientHellos that never completed, once
+// a second, until the router closes.
+func (r *quicRouter) sweep() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case now := <-t.C:
+			r.expire(now)
+		}
+	}
+}
+
+func (r *quicRouter) expire(now time.Time) {
+	var dead []*quicFlow
+	r.mu.Lock()
+	for k, pd := range r.pending {
+		if now.Sub(pd.since) > r.helloWait {
+			delete(r.pending, k)
+			r.px.stats.quicFailures[reasonHelloTimeout].Add(1)
+		}
+	}
+	for addr, cl := range r.clients {
+		kept := cl.flows[:0]
+		for _, f := range cl.flows {
+			if now.UnixNano()-f.last.Load() > int64(f.idle) {
+				dead = append(dead, f)
+				continue
+			}
+			kept = append(kept, f)
+		}
+		clear(cl.flows[len(kept):])
+		cl.flows = kept
+		if len(kept) == 0 {
+			delete(r.clients, addr) // own marks go too: an idle address is forgotten
+		}
+	}
+	r.flows -= len(dead)
+	r.mu.Unlock()
+	for _, f := range dead {
+		f.close()
+	}
+}
+
+func (f *quicFlow) close() {
+	if f.gone.Swap(true) {
+		return
+	}
+	f.up.Close()
+	f.ups.active.Add(-1)
+	f.r.px.stats.quicActive.Add(-1)
+}
+
+// Close stops the router and its flows; the socket is closed by its
+// owner.
+func (r *quicRouter) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	close(r.stop)
+	var all []*quicFlow
+	for _, cl := range r.clients {
+		all = append(all, cl.flows...)
+	}
+	r.clients = map[netip.AddrPort]*quicClient{}
+	r.mu.Unlock()
+	for _, f := range all {
+		f.close()
+	}
+}
+
+// routedConn is the socket as quic-go sees it when the router sits
+// between them: reads come through the router, writes go straight out.
+// It is deliberately not a quic.OOBCapablePacketConn, whose batch reads
+// would go around the router.
+type routedConn struct {
+	udp *net.UDPConn
+	r   *quicRouter
+}
+
+func (c routedConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, from, err := c.r.next(p)
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, net.UDPAddrFromAddrPort(from), nil
+}
+
+func (c routedConn) WriteTo(p []byte, addr net.Addr) (int, error) { return c.udp.WriteTo(p, addr) }
+
+func (c routedConn) Close() error {
+	c.r.Close()
+	return c.udp.Close()
+}
+
+func (c routedConn) LocalAddr() net.Addr                   { return c.udp.LocalAddr() }
+func (c routedConn) SetDeadline(t time.Time) error         { return c.udp.SetDeadline(t) }
+func (c routedConn) SetReadDeadline(t time.Time) error     { return c.udp.SetReadDeadline(t) }
+func (c routedConn) SetWriteDeadline(t time.Time) error    { return c.udp.SetWriteDeadline(t) }
+func (c routedConn) SetReadBuffer(n int) error             { return c.udp.SetReadBuffer(n) }
+func (c routedConn) SetWriteBuffer(n int) error            { return c.udp.SetWriteBuffer(n) }
+func (c routedConn) SyscallConn() (syscall.RawConn, error) { return c.udp.SyscallConn() }
