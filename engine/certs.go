@@ -173,13 +173,19 @@ func (t *certTable) pick(name string) *tls.Certificate {
 // a TLS connection whose handshake named sniName and settled on version
 // must be answered 421 Misdirected Request (RFC 9110 §15.5.20): the Host
 // names a site with another TLS policy than the one the handshake was
-// made for, another certificate, or TLS 1.3 only on a TLS 1.2 connection. Otherwise a client
+// made for, another certificate, or TLS 1.3 only on a TLS 1.2 connection,
+// or a domain a passthrough route relays. Otherwise a client
 // could reach a 1.3-only site over 1.2, or a site under a certificate that
 // is not its own, by naming another site in SNI. A request without a Host
 // is not judged.
 func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
+	if s.pass != nil && len(host) > 0 && s.pass.route(string(host)) != nil && serverName(sniName) != string(host) {
+		// A relayed name: its origin answers it, on a connection of
+		// its own.
+		return true
+	}
 	if s.certs == nil || len(host) == 0 || len(s.sites.all) == 1 {
-		return false // one site has one policy (and lookup leaves host unnormalized)
+		return false // one site has one policy (and lookup leaves host unnormalized, unless passthrough routes exist)
 	}
 	sni := serverName(sniName)
 	if string(host) == sni {

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -437,6 +438,19 @@ proxy_protocol = "v2"
 	resp.Body.Close()
 	if string(body) != "served by the engine itself" || resp.TLS.PeerCertificates[0].Subject.CommonName != "files.test" {
 		t.Fatalf("own site: %d %q", resp.StatusCode, body)
+	}
+
+	// A request on the engine's own connection naming a relayed domain
+	// is misdirected: the origin answers that name.
+	tc, err := tls.Dial("tcp", ts.addr, &tls.Config{RootCAs: own.pool, ServerName: "files.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(tc, "GET /big.bin HTTP/1.1\r\nHost: origin.test:%s\r\n\r\n", port)
+	mis, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	tc.Close()
+	if err != nil || mis.StatusCode != 421 {
+		t.Errorf("Host of a relayed domain on the engine's own connection: %v %v; want 421", mis, err)
 	}
 
 	resp, err = client(origin.pool).Get("https://pp.test:" + port + "/")

@@ -327,11 +327,21 @@ func (f *quicFlow) toUpstream(d []byte) {
 
 // fromUpstream sends the upstream's datagrams to the client until the
 // flow ends, learning the connection IDs the upstream gives itself.
+// Where the kernel allows, datagrams come in batches (UDP_GRO: a QUIC
+// server that sends with GSO, as quic-go does, delivers a run of
+// same-sized datagrams in one read) and leave in one send, split again
+// by the kernel (UDP_SEGMENT), each datagram as the upstream sent it.
 func (f *quicFlow) fromUpstream() {
 	r := f.r
+	gro := enableGRO(f.up)
+	gso := gro
 	buf := make([]byte, quicDatagramMax)
+	if gro {
+		buf = make([]byte, 1<<16)
+	}
+	oob := make([]byte, 64)
 	for {
-		n, err := f.up.Read(buf)
+		n, oobn, _, _, err := f.up.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if f.gone.Load() || errors.Is(err, net.ErrClosed) {
 				return
@@ -344,14 +354,30 @@ func (f *quicFlow) fromUpstream() {
 			continue
 		}
 		d := buf[:n]
-		if p, ok := quicinitial.Long(d); ok && len(p.SCID) > 0 {
-			f.learn(p.SCID)
-		}
-		if _, err := r.udp.WriteToUDPAddrPort(d, f.client); err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
+		seg := n
+		if gro {
+			if s := groSegment(oob[:oobn]); s > 0 && s < n {
+				seg = s
 			}
-			continue
+		}
+		for off := 0; off < n; off += seg {
+			if p, ok := quicinitial.Long(d[off:min(off+seg, n)]); ok && len(p.SCID) > 0 {
+				f.learn(p.SCID)
+			}
+		}
+		if seg < n && gso {
+			_, _, err = r.udp.WriteMsgUDPAddrPort(d, gsoControl(seg), f.client)
+			if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EINVAL) {
+				gso, err = false, nil // this path cannot segment: one by one from now on
+			}
+		}
+		if seg == n || !gso {
+			for off := 0; off < n && err == nil; off += seg {
+				_, err = r.udp.WriteToUDPAddrPort(d[off:min(off+seg, n)], f.client)
+			}
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return
 		}
 		f.last.Store(time.Now().UnixNano())
 		r.px.stats.quicBytesDown.Add(int64(n))

@@ -36,6 +36,9 @@ type siteTable struct {
 	h2c       bool // some site accepts HTTP/2 with prior knowledge
 	roots     []*files.Root
 	emptyDir  string // the default site's directory when only proxy routes serve; removed at close
+	// normalize has lookup return the normalized host even with one site:
+	// misdirected needs it to refuse names passthrough routes relay.
+	normalize bool
 }
 
 type wildcard struct {
@@ -44,7 +47,7 @@ type wildcard struct {
 }
 
 func newSiteTable(cfg *config.Config) (*siteTable, error) {
-	t := &siteTable{exact: map[string]*site{}}
+	t := &siteTable{exact: map[string]*site{}, normalize: cfg.Passthrough()}
 	roots := map[string]*files.Root{}
 	root := func(dir string, follow bool) (*files.Root, error) {
 		key := fmt.Sprintf("%v\x00%s", follow, dir)
@@ -131,7 +134,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 // lookup returns the site for a Host value (any case, with or without a
 // port). buf is scratch space.
 func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
-	if len(t.all) == 1 {
+	if len(t.all) == 1 && !t.normalize {
 		return t.def, buf
 	}
 	buf = normHost(host, buf)

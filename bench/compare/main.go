@@ -82,8 +82,8 @@ func main() {
 	samples := flag.Int("samples", 3, "samples per cell")
 	warmup := flag.Duration("warmup", time.Second, "warmup per cell")
 	quick := flag.Bool("quick", false, "a short run over a few rows (a smoke test, not a measurement)")
-	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix), external (curl, wrk, h2load and openssl s_time: issue 15's rows, with the server's CPU in every cell) or proxy (each server as a TLS reverse proxy in front of one nginx file server: issue 16's rows)")
-	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare: engine, baseline, nginx, caddy, gohttp (Go net/http), lighttpd, haproxy (default with --client external: engine,nginx,caddy,gohttp,lighttpd; with --client proxy: engine,nginx,caddy,haproxy)")
+	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix), external (curl, wrk, h2load and openssl s_time: issue 15's rows, with the server's CPU in every cell) proxy (each server as a TLS reverse proxy in front of one nginx file server: issue 16's rows) or passthrough (each server relaying TLS unopened to one nginx TLS origin, and QUIC to a quic-go one: issue 17's rows)")
+	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare: engine, baseline, nginx, caddy, gohttp (Go net/http), lighttpd, haproxy (default with --client external: engine,nginx,caddy,gohttp,lighttpd; with --client proxy: engine,nginx,caddy,haproxy; with --client passthrough: engine,nginx,haproxy)")
 	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: $CADDY, or Caddy "+caddyVersion+" built once into the user's cache)")
 	only := flag.String("rows", "", "measure only the rows of the full matrix whose name matches this regular expression (with --quick too)")
 	workloads := flag.String("workloads", "", "measure only these rows of the full matrix: comma-separated short ids (large-h1,1k-h1-64c) or parts of names; -h lists them")
@@ -101,15 +101,17 @@ func main() {
 		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads (--workloads takes these ids or parts of the names):\n%s", workloadList(matrix(false)))
 		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads with --client external:\n%s", workloadList(externalMatrix()))
 		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads with --client proxy:\n%s", workloadList(proxyMatrix()))
+		fmt.Fprintf(flag.CommandLine.Output(), "\nworkloads with --client passthrough:\n%s", workloadList(passthroughMatrix()))
 	}
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *client != "bench" && *client != "external" && *client != "proxy" {
-		log.Fatalf("--client %q: want bench, external or proxy", *client)
+	if *client != "bench" && *client != "external" && *client != "proxy" && *client != "passthrough" {
+		log.Fatalf("--client %q: want bench, external, proxy or passthrough", *client)
 	}
 	external := *client == "external"
 	proxyMode := *client == "proxy"
+	passMode := *client == "passthrough"
 	if *quick {
 		*repeats, *duration, *samples, *warmup = 1, 2*time.Second, 2, 500*time.Millisecond
 	}
@@ -137,11 +139,22 @@ func main() {
 			*out = "docs/BENCHMARKS-proxy.md"
 		}
 	}
+	if passMode {
+		if !set["servers"] {
+			*servers = "engine,nginx,haproxy"
+		}
+		if !set["out"] {
+			*out = "docs/BENCHMARKS-passthrough.md"
+		}
+	}
 	if *baselineBin != "" {
 		if !set["servers"] {
 			*servers = "engine,baseline,nginx,caddy"
 			if proxyMode {
 				*servers = "engine,baseline,nginx,caddy,haproxy"
+			}
+			if passMode {
+				*servers = "engine,baseline,nginx,haproxy"
 			}
 		}
 		// A page of two engine binaries is not the comparison with the
@@ -190,6 +203,9 @@ func main() {
 	if proxyMode {
 		rows = proxyMatrix()
 	}
+	if passMode {
+		rows = passthroughMatrix()
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
@@ -233,7 +249,7 @@ func main() {
 	apt := newInstaller()
 	var leftOut []string
 	var env *extEnv
-	if external || proxyMode {
+	if external || proxyMode || passMode {
 		rows = slices.DeleteFunc(rows, func(r row) bool {
 			if r.client == "" {
 				return false // engine bench, in this process
@@ -258,6 +274,8 @@ func main() {
 	var list []*server
 	// With --client proxy: the file server behind every proxy.
 	var upstream *backend
+	// With --client passthrough: the TLS (and QUIC) origin behind every relay.
+	var orig *origin
 	// fatal stops what has started and removes the work folder, which
 	// log.Fatal's exit would leave behind.
 	fatal := func(format string, args ...any) {
@@ -266,6 +284,9 @@ func main() {
 		}
 		if upstream != nil {
 			upstream.proc.stop()
+		}
+		if orig != nil {
+			orig.stop()
 		}
 		os.RemoveAll(work)
 		log.Fatalf(format, args...)
@@ -280,9 +301,26 @@ func main() {
 		defer upstream.proc.stop()
 		log.Printf("backend (nginx, files): http://%s", upstream.addr)
 	}
+	if passMode {
+		withH3 := slices.ContainsFunc(rows, func(r row) bool { return r.proto == "h3" })
+		gohttpBin := ""
+		if withH3 {
+			if gohttpBin, err = goBuild(repo, work, "gohttp", "./bench/compare/gohttp"); err != nil {
+				fatal("the QUIC origin (bench/compare/gohttp): %v", err)
+			}
+		}
+		if orig, err = startOrigin(work, peers, withH3, gohttpBin); err != nil {
+			fatal("the relays' origin: %v", err)
+		}
+		defer orig.stop()
+		log.Printf("origin (nginx, TLS; quic-go on UDP for h3): %s", orig.addr)
+	}
 	for _, name := range strings.Split(*servers, ",") {
 		if proxyMode && (name == "lighttpd" || name == "gohttp") {
 			fatal("%s has no reverse proxy configuration here: --client proxy compares engine, baseline, nginx, caddy and haproxy", name)
+		}
+		if passMode && (name == "lighttpd" || name == "gohttp" || name == "caddy") {
+			fatal("%s has no passthrough configuration here (Caddy needs the caddy-l4 plugin): --client passthrough compares engine, baseline, nginx and haproxy", name)
 		}
 		var start func() (*server, error)
 		switch name {
@@ -308,6 +346,9 @@ func main() {
 			if proxyMode {
 				start = func() (*server, error) { return startEngineProxy(spec, work, upstream) }
 			}
+			if passMode {
+				start = func() (*server, error) { return startEnginePass(spec, work, orig) }
+			}
 		case "baseline":
 			if *baselineBin == "" {
 				fatal("--servers names baseline: name its binary with --baseline PATH")
@@ -317,10 +358,21 @@ func main() {
 			if proxyMode {
 				start = func() (*server, error) { return startEngineProxy(spec, work, upstream) }
 			}
+			if passMode {
+				start = func() (*server, error) { return startEnginePass(spec, work, orig) }
+			}
 		case "nginx":
 			start = func() (*server, error) { return startNginx(work, peers, ktls.probe == nil) }
 			if proxyMode {
 				start = func() (*server, error) { return startNginxProxy(work, peers, ktls.probe == nil, upstream) }
+			}
+			if passMode {
+				if err := apt.ensure(toolNginxStream); err != nil {
+					log.Printf("nginx left out: %v", err)
+					leftOut = append(leftOut, "nginx: "+err.Error())
+					continue
+				}
+				start = func() (*server, error) { return startNginxPass(work, peers, orig) }
 			}
 		case "caddy":
 			bin, err := findCaddy(*caddyBin)
@@ -333,8 +385,8 @@ func main() {
 				start = func() (*server, error) { return startCaddyProxy(work, peers, bin, upstream) }
 			}
 		case "haproxy":
-			if !proxyMode {
-				fatal("haproxy is a peer of the proxy rows only: use it with --client proxy")
+			if !proxyMode && !passMode {
+				fatal("haproxy is a peer of the proxy and passthrough rows only: use it with --client proxy or --client passthrough")
 			}
 			if err := apt.ensure(toolHAProxy); err != nil {
 				log.Printf("haproxy left out: %v", err)
@@ -342,6 +394,9 @@ func main() {
 				continue
 			}
 			start = func() (*server, error) { return startHAProxy(work, peers, upstream) }
+			if passMode {
+				start = func() (*server, error) { return startHAProxyPass(work, peers, orig) }
+			}
 		case "lighttpd":
 			if err := apt.ensure(toolLighttpd); err != nil {
 				log.Printf("lighttpd left out: %v", err)
@@ -474,7 +529,7 @@ func main() {
 	// The engine bench self-checks a bench row is read against; the
 	// external clients have none.
 	var ceil []ceiling
-	if !proxyMode {
+	if !proxyMode && !passMode {
 		// A proxy row is read against the other proxies, not against
 		// the client alone.
 		ceil = selfChecks(ctx, rows, *duration, *samples, *warmup, largeSize)

@@ -487,7 +487,11 @@ func (l *Loop) flush(c *Conn) bool {
 			i++
 		}
 		l.sys.bufs = bufs
-		more := i < len(c.out) // a file (or more memory) follows: let the kernel coalesce
+		// A file (or more memory) follows: let the kernel coalesce. Not
+		// before a splice from another socket, whose bytes may be a
+		// round trip away (a relayed ClientHello waits for the origin's
+		// answer): MSG_MORE would hold these back for up to 200 ms.
+		more := i < len(c.out) && c.out[i].from == nil
 		n, err := writev(l, c.fd, bufs, more)
 		if n > 0 {
 			budget -= n

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// passthroughMatrix is issue 17's table: each server relays TLS, unopened,
+// to the same nginx TLS origin; the HTTP/3 row relays QUIC to a quic-go
+// origin at the same port number over UDP.
+func passthroughMatrix() []row {
+	return []row{
+		{id: "pass-large-h1-tls", name: "relayed large file, 1 connection, h1 TLS", unit: "MiB/s [relay CPU s/GiB]", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps", client: clientCurl},
+		{id: "pass-large-h1-tls-16c", name: "relayed large file, 16 connections, h1 TLS", unit: "MiB/s [relay CPU s/GiB]", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps", client: clientWrk},
+		{id: "pass-1k-new-resumed", name: "new relayed connection per request, 1 KiB, resumed TLS (16 at once)", unit: "conn/s [relay µs/conn]", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, resume: true, metric: "rps", client: clientSTime},
+		{id: "pass-large-h3", name: "relayed large file, 1 connection, h3 (QUIC passthrough)", unit: "MiB/s [relay CPU s/GiB]", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
+	}
+}
+
+// toolNginxStream is nginx's stream module, which nginx's passthrough
+// (ssl_preread) needs.
+var toolNginxStream = debTool{bin: "nginx", files: []string{"/usr/lib/nginx/modules/ngx_stream_module.so"}, pkgs: []string{"nginx", "libnginx-mod-stream"}}
+
+// origin is what every relay forwards to: nginx over TLS on TCP, and a
+// quic-go HTTP/3 server on UDP at the same port number (a relay's one
+// upstream address serves both).
+type origin struct {
+	addr string // 127.0.0.1:port
+	tcp  *proc  // nginx
+	udp  *proc  // gohttp -h3; nil without an HTTP/3 row
+}
+
+func (o *origin) stop() {
+	o.tcp.stop()
+	o.udp.stop()
+}
+
+// startOrigin runs nginx from nginx-origin.conf.tmpl and, when withH3,
+// bench/compare/gohttp serving the same files over HTTP/3 (gohttpBin).
+func startOrigin(work string, peers peerTemplates, withH3 bool, gohttpBin string) (*origin, error) {
+	if _, err := exec.LookPath("nginx"); err != nil {
+		return nil, fmt.Errorf("nginx not installed (the relays' TLS origin): install Debian's package with `apt-get install -y nginx` (as root) and run this again")
+	}
+	ports, err := freePorts(true)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := peers.fill("nginx-origin.conf.tmpl", "__DIR__", work, "__ORIGIN_PORT__", strconv.Itoa(ports[0]))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"run", "logs"} {
+		os.MkdirAll(filepath.Join(work, d), 0o755)
+	}
+	path := filepath.Join(work, "nginx-origin.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	o := &origin{addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	if o.tcp, err = startProc(filepath.Join(work, "nginx-origin.log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", "nginx-origin-error.log")}); err != nil {
+		return nil, err
+	}
+	if err := o.tcp.waitReady("https://" + o.addr + "/1k.bin"); err != nil {
+		o.stop()
+		return nil, err
+	}
+	if withH3 {
+		args := []string{"-root", filepath.Join(work, "www"), "-h3", o.addr, "-cert", filepath.Join(work, "cert.pem"), "-key", filepath.Join(work, "key.pem")}
+		if o.udp, err = startProc(filepath.Join(work, "gohttp-h3-origin.log"), gohttpBin, args); err != nil {
+			o.stop()
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// startEnginePass runs the engine with one passthrough route, every name
+// (and none) to the origin, over TCP and QUIC.
+func startEnginePass(spec engineSpec, work string, o *origin) (*server, error) {
+	ports, err := freePorts(true) // QUIC passthrough on UDP at the same number
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	cfg := fmt.Sprintf("listen = %q\n[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\n", addr, o.addr)
+	cfgPath := filepath.Join(work, spec.id+"-pass.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	version, _ := exec.Command(spec.bin, "version").Output()
+	s := &server{id: spec.id, name: spec.name, tls: "https://" + addr, h3: "https://" + addr, h2: true,
+		about: strings.TrimSpace(string(version)) + " (`[reverse_proxy]` with `tls_termination = false` and one route, `domain = \"*\"`, to the origin; every other setting at its default; TCP relayed with splice(2), QUIC by the router on the same port)"}
+	return s.runTLS(filepath.Join(work, spec.id+"-pass.log"), spec.bin, []string{"serve", "-c", cfgPath})
+}
+
+// startNginxPass runs nginx from nginx-pass.conf.tmpl.
+func startNginxPass(work string, peers peerTemplates, o *origin) (*server, error) {
+	ports, err := freePorts(false)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := peers.fill("nginx-pass.conf.tmpl", "__DIR__", work, "__PASS_PORT__", strconv.Itoa(ports[0]), "__ORIGIN_PORT__", portOf(o.addr))
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(work, "nginx-pass.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	version, _ := exec.Command("nginx", "-v").CombinedOutput()
+	s := &server{id: "nginx", name: "nginx", h2: true, tls: fmt.Sprintf("https://127.0.0.1:%d", ports[0]),
+		about: strings.TrimSpace(string(version)) + " (" + peers.name + "/nginx-pass.conf.tmpl: `stream` with `ssl_preread` and a `map` of the server name, defaults otherwise; nginx has no QUIC passthrough)"}
+	return s.runTLS(filepath.Join(work, "nginx-pass.log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", "nginx-pass-error.log")})
+}
+
+// startHAProxyPass runs HAProxy from haproxy-pass.cfg.tmpl, in the
+// foreground.
+func startHAProxyPass(work string, peers peerTemplates, o *origin) (*server, error) {
+	ports, err := freePorts(false)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := peers.fill("haproxy-pass.cfg.tmpl", "__PASS_PORT__", strconv.Itoa(ports[0]), "__ORIGIN_PORT__", portOf(o.addr))
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(work, "haproxy-pass.cfg")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	version, _ := exec.Command("haproxy", "-v").Output()
+	s := &server{id: "haproxy", name: "haproxy", h2: true, tls: fmt.Sprintf("https://127.0.0.1:%d", ports[0]),
+		about: strings.TrimSpace(firstLine(string(version))) + " (" + peers.name + "/haproxy-pass.cfg.tmpl: `mode tcp`, `req.ssl_sni`, `option splice-auto`; one thread per CPU; HAProxy 2.6 has no QUIC passthrough)"}
+	return s.runTLS(filepath.Join(work, "haproxy-pass.log"), "haproxy", []string{"-db", "-f", path})
+}
+
+// passIntro opens the passthrough page.
+const passIntro = "Each server is a TLS passthrough relay in front of the same origin: Debian's nginx holding the certificate and serving the fixtures over TLS on loopback (`bench/compare/peers/nginx-origin.conf.tmpl`), and, for the HTTP/3 row, quic-go's HTTP/3 server (`bench/compare/gohttp -h3`) on UDP at the same port number. No relay decrypts anything: it reads the ClientHello, connects to the origin and moves bytes both ways. The clients connect to the relay's address and send no server name, so each relay routes by its catch-all (the engine's `domain = \"*\"`, nginx's `map` default, HAProxy's `default_backend`) after reading the ClientHello. A figure therefore includes the origin's work (its TLS and its files), the same for every relay; the CPU in brackets is the relay's alone (its processes and their children, from /proc), not the origin's.\n\n"
