@@ -41,6 +41,16 @@ package engine
 //	                                                                                             chunk
 //	h3 request body nothing: never read; quic-go stops   -                                       stream window   quic-go
 //	                the stream after the response
+//	pass hello      a passthrough ClientHello (TCP),     header_timeout (accept), shared with    16 KiB          reactor read deadline
+//	                in any segments and records          stateHandshake
+//	pass connect    the route's upstream to accept       connect_timeout (each upstream tried)   -               reactor Dial
+//	pass relay      a byte either way                    the route's idle_timeout (10 m)         two pipes        connHandler expireRelays
+//	(relay send)    either peer to read                  send_timeout, not while waiting on the  pipe (1 MiB)    reactor sweep
+//	                                                     other side
+//	quic hello      the rest of a QUIC ClientHello       min(header_timeout, 10 s) (its first    8 datagrams,    quicRouter sweep
+//	                                                     Initial)                                16 KiB; 4,096
+//	quic relay      a datagram either way                min(idle_timeout, 3 m)                  max_connections quicRouter sweep
+//	                                                                                             flows
 //
 // The reactor's read deadline fires only while nothing is queued for the
 // client; while output is queued, send_timeout applies instead. And at

@@ -98,7 +98,7 @@ const (
 	maxHeldDatagrams = 8 // a ClientHello in QUIC takes 1-3 datagrams
 	maxHeldBytes     = 16 << 10
 	maxFlowCIDs      = 8
-	quicDatagramMax  = 9216 // jumbo frames; quic-go sends at most 1452
+	quicDatagramMax  = 1 << 16 // a UDP datagram's most
 	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
 	// close silently after their own idle timeout (seconds to minutes),
 	// so a flow quiet this long is dead.
@@ -335,52 +335,44 @@ func (f *quicFlow) fromUpstream() {
 	r := f.r
 	gro := enableGRO(f.up)
 	gso := gro
-	buf := make([]byte, quicDatagramMax)
-	if gro {
-		buf = make([]byte, 1<<16)
-	}
-	oob := make([]byte, 64)
 	for {
-		n, oobn, _, _, err := f.up.ReadMsgUDPAddrPort(buf, oob)
-		if err != nil {
-			if f.gone.Load() || errors.Is(err, net.ErrClosed) {
-				return
+		err := readUDP(f.up, func(d, oob []byte) {
+			n, seg := len(d), len(d)
+			if gro {
+				if s := groSegment(oob); s > 0 && s < n {
+					seg = s
+				}
 			}
-			// ICMP port unreachable and the like: the upstream is not
-			// there now. The flow stays until it is idle; the client's
-			// next datagrams may find the upstream back.
-			r.px.limited(r.log, "passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		d := buf[:n]
-		seg := n
-		if gro {
-			if s := groSegment(oob[:oobn]); s > 0 && s < n {
-				seg = s
+			for off := 0; off < n; off += seg {
+				if p, ok := quicinitial.Long(d[off:min(off+seg, n)]); ok && len(p.SCID) > 0 {
+					f.learn(p.SCID)
+				}
 			}
-		}
-		for off := 0; off < n; off += seg {
-			if p, ok := quicinitial.Long(d[off:min(off+seg, n)]); ok && len(p.SCID) > 0 {
-				f.learn(p.SCID)
+			var err error
+			if seg < n && gso {
+				_, _, err = r.udp.WriteMsgUDPAddrPort(d, gsoControl(seg), f.client)
+				if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EINVAL) {
+					gso, err = false, nil // this path cannot segment: one by one from now on
+				}
 			}
-		}
-		if seg < n && gso {
-			_, _, err = r.udp.WriteMsgUDPAddrPort(d, gsoControl(seg), f.client)
-			if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EINVAL) {
-				gso, err = false, nil // this path cannot segment: one by one from now on
+			if seg == n || !gso {
+				for off := 0; off < n && err == nil; off += seg {
+					_, err = r.udp.WriteToUDPAddrPort(d[off:min(off+seg, n)], f.client)
+				}
 			}
-		}
-		if seg == n || !gso {
-			for off := 0; off < n && err == nil; off += seg {
-				_, err = r.udp.WriteToUDPAddrPort(d[off:min(off+seg, n)], f.client)
+			if err == nil {
+				f.last.Store(time.Now().UnixNano())
+				r.px.stats.quicBytesDown.Add(int64(n))
 			}
-		}
-		if errors.Is(err, net.ErrClosed) {
+		})
+		if f.gone.Load() || errors.Is(err, net.ErrClosed) {
 			return
 		}
-		f.last.Store(time.Now().UnixNano())
-		r.px.stats.quicBytesDown.Add(int64(n))
+		// ICMP port unreachable and the like: the upstream is not there
+		// now. The flow stays until it is idle; the client's next
+		// datagrams may find the upstream back.
+		r.px.limited(r.log, "passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"os"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -59,4 +60,42 @@ func gsoControl(size int) []byte {
 	h.SetLen(unix.CmsgLen(2))
 	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(size))
 	return b
+}
+
+// udpBatches holds the buffers UDP reads go into: one per read in
+// progress, not one per socket, so an idle QUIC relay holds none.
+var udpBatches = sync.Pool{New: func() any { b := make([]byte, 1<<16); return &b }}
+
+// readUDP reads datagrams from c as they come and hands each read (one
+// datagram, or a UDP_GRO batch) to fn with its control messages, until
+// a read fails: it returns that error (net.ErrClosed once c is closed).
+// A buffer is taken only while the socket has something to read.
+func readUDP(c *net.UDPConn, fn func(d, oob []byte)) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var rerr error
+	oob := make([]byte, 64)
+	err = raw.Read(func(fd uintptr) bool {
+		bp := udpBatches.Get().(*[]byte)
+		defer udpBatches.Put(bp)
+		for {
+			n, oobn, _, _, err := unix.Recvmsg(int(fd), *bp, oob, unix.MSG_DONTWAIT)
+			switch {
+			case err == unix.EAGAIN:
+				return false // wait for the next datagram
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				rerr = os.NewSyscallError("recvmsg", err)
+				return true
+			}
+			fn((*bp)[:n], oob[:oobn])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return rerr
 }
