@@ -44,7 +44,10 @@ type passCounters struct {
 	// QUIC: flows, the datagram bytes each way, datagrams dropped for
 	// want of HTTP/3 of the engine's own.
 	quicRelayed, quicActive, quicBytesUp, quicBytesDown, quicDropped atomic.Int64
-	quicFailures                                                     [passReasons]atomic.Int64
+	// quicUnconfirmed counts flows dropped because their client never
+	// answered the upstream (a spoofed address, or a client gone).
+	quicUnconfirmed atomic.Int64
+	quicFailures    [passReasons]atomic.Int64
 }
 
 // passReason is why a connection meant for passthrough was not relayed.

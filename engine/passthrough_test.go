@@ -598,3 +598,63 @@ func TestPassthroughQUIC(t *testing.T) {
 		}
 	})
 }
+
+// TestPassthroughQUICSpoofed: a client's first flight replayed from
+// addresses that never answer (what a spoofed flood looks like) opens
+// flows that are dropped once header_timeout passes unanswered; past
+// max_connections flows, new ones are refused and counted; a real client
+// afterwards is relayed as before.
+func TestPassthroughQUICSpoofed(t *testing.T) {
+	addrA, pkiA := startH3Origin(t, "a.test")
+	ts := start(t, passthroughConfig("[limits]\nheader_timeout = \"1s\"\nmax_connections = 4\n", "a.test", addrA))
+
+	// A quic-go client's first flight, sent nowhere it could be answered.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: "a.test", NextProtos: []string{"h3"}}, nil)
+	var flight [][]byte
+	buf := make([]byte, 2048)
+	pc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	for {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		flight = append(flight, bytes.Clone(buf[:n]))
+	}
+	cancel()
+	pc.Close()
+	if len(flight) == 0 {
+		t.Fatal("the client sent nothing")
+	}
+
+	engine, _ := net.ResolveUDPAddr("udp", ts.addr)
+	var socks []*net.UDPConn
+	for range 6 {
+		c, err := net.DialUDP("udp", nil, engine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		socks = append(socks, c)
+		for _, d := range flight {
+			c.Write(d)
+		}
+	}
+	st := ts.Stats()
+	if !waitFor(5*time.Second, func() bool { st = ts.Stats(); return st.QUICPassRelayed == 4 && st.QUICPassFailures["table_full"] >= 2 }) {
+		t.Fatalf("six replayed first flights with room for four: relayed %d, failures %v", st.QUICPassRelayed, st.QUICPassFailures)
+	}
+	if !waitFor(10*time.Second, func() bool { st = ts.Stats(); return st.QUICPassActive == 0 }) || st.QUICPassUnconfirmed != 4 {
+		t.Fatalf("unanswered flows: %d still open, %d dropped unconfirmed; want 0 and 4", st.QUICPassActive, st.QUICPassUnconfirmed)
+	}
+	c := quicPassClient(t, ts.addr, pkiA.pool)
+	resp, err := c.Get("https://a.test:" + portOf(ts.addr) + "/")
+	if err != nil {
+		t.Fatalf("a real client after the flood: %v", err)
+	}
+	resp.Body.Close()
+}

@@ -90,6 +90,16 @@ type quicFlow struct {
 	cids [][]byte     // guarded by r.mu: connection IDs that name this flow
 	last atomic.Int64 // unix ns of the last datagram either way
 	gone atomic.Bool
+	// answered: the upstream has sent the client something. confirmed:
+	// the client has since sent something other than its first flight
+	// again (a packet for another connection ID than its first), as a
+	// client that got the answer does. A flow not confirmed within
+	// helloWait of its opening is dropped, so that Initials replayed
+	// from spoofed addresses hold a flow seconds, not minutes. (Without
+	// the keys a relay cannot validate an address the way QUIC does: a
+	// spoofer who also forges later packets still gets the idle timeout.)
+	answered, confirmed atomic.Bool
+	opened              time.Time
 }
 
 // Bounds of the router's tables.
@@ -154,6 +164,9 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	cl := r.clients[from]
 	if cl != nil {
 		if f := cl.match(d, long, isLong); f != nil {
+			if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0])) {
+				f.confirmed.Store(true)
+			}
 			r.mu.Unlock()
 			f.toUpstream(d)
 			return false
@@ -309,7 +322,8 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 		}
 		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, cids: [][]byte{bytes.Clone(dcid)},
 			idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap)}
-		f.last.Store(time.Now().UnixNano())
+		f.opened = time.Now()
+		f.last.Store(f.opened.UnixNano())
 		u.active.Add(1)
 		go f.fromUpstream()
 		return f, nil
@@ -362,6 +376,7 @@ func (f *quicFlow) fromUpstream() {
 			}
 			if err == nil {
 				f.last.Store(time.Now().UnixNano())
+				f.answered.Store(true)
 				r.px.stats.quicBytesDown.Add(int64(n))
 			}
 		})
@@ -420,6 +435,11 @@ func (r *quicRouter) expire(now time.Time) {
 		kept := cl.flows[:0]
 		for _, f := range cl.flows {
 			if now.UnixNano()-f.last.Load() > int64(f.idle) {
+				dead = append(dead, f)
+				continue
+			}
+			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait {
+				r.px.stats.quicUnconfirmed.Add(1)
 				dead = append(dead, f)
 				continue
 			}

@@ -147,6 +147,7 @@ type Stats struct {
 	QUICPassRelayed, QUICPassActive    int64
 	QUICPassBytesUp, QUICPassBytesDown int64
 	QUICPassDropped                    int64
+	QUICPassUnconfirmed                int64 // flows dropped after header_timeout (at most 10 s) because the client never answered the upstream
 	QUICPassFailures                   map[string]int64
 }
 
@@ -509,7 +510,7 @@ func (s *Server) Stats() Stats {
 		}
 		st.QUICPassRelayed, st.QUICPassActive = p.stats.quicRelayed.Load(), p.stats.quicActive.Load()
 		st.QUICPassBytesUp, st.QUICPassBytesDown = p.stats.quicBytesUp.Load(), p.stats.quicBytesDown.Load()
-		st.QUICPassDropped = p.stats.quicDropped.Load()
+		st.QUICPassDropped, st.QUICPassUnconfirmed = p.stats.quicDropped.Load(), p.stats.quicUnconfirmed.Load()
 	}
 	s.h3Stats(&st)
 	return st
