@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,8 +50,10 @@ type quicRouter struct {
 	mu      sync.Mutex
 	clients map[netip.AddrPort]*quicClient // guarded by mu
 	pending map[string]*quicPending        // guarded by mu; by client address and DCID
-	flows   int                            // guarded by mu
-	closed  bool                           // guarded by mu
+	// pendingOrder is pending's keys, oldest first; some may be gone.
+	pendingOrder []string // guarded by mu
+	flows        int      // guarded by mu
+	closed       bool     // guarded by mu
 
 	// Owned by the reading goroutine (quic-go's, or run's).
 	ready []quicDatagram // released to quic-go, oldest first
@@ -187,12 +190,13 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 			return true // 0-RTT or Handshake of a connection not relayed
 		}
 		if len(r.pending) >= maxPendingHellos {
-			r.mu.Unlock()
-			r.fail(reasonTableFull, from, "", "too many QUIC ClientHellos being gathered; dropping a new one")
-			return false
+			// Full: the oldest goes, so a flood of half hellos delays a
+			// real client by its own pace, not by helloWait.
+			r.evictPending()
 		}
 		pd = &quicPending{since: time.Now()}
 		r.pending[key] = pd
+		r.pendingOrder = append(r.pendingOrder, key)
 	}
 	if len(pd.held) == maxHeldDatagrams || pd.bytes+len(d) > maxHeldBytes {
 		delete(r.pending, key)
@@ -217,7 +221,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		r.release(pd, from, info.ServerName, err)
 		return false
 	}
-	if r.flows >= r.maxFlows {
+	if r.flows >= r.maxFlows && !r.evictUnconfirmed() {
 		r.mu.Unlock()
 		r.fail(reasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
@@ -241,6 +245,47 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		f.toUpstream(h)
 	}
 	return false
+}
+
+// evictPending drops the oldest ClientHello being gathered, counted as
+// table_full. Called with mu held.
+func (r *quicRouter) evictPending() {
+	for len(r.pendingOrder) > 0 {
+		k := r.pendingOrder[0]
+		r.pendingOrder = r.pendingOrder[1:]
+		if _, ok := r.pending[k]; ok {
+			delete(r.pending, k)
+			r.px.stats.quicFailures[reasonTableFull].Add(1)
+			return
+		}
+	}
+}
+
+// evictUnconfirmed makes room for a new flow by dropping the oldest one
+// whose client has not answered yet (see quicFlow.confirmed): confirmed
+// flows are never dropped for a new one. It reports whether it could.
+// Called with mu held.
+func (r *quicRouter) evictUnconfirmed() bool {
+	var victim *quicFlow
+	var at *quicClient
+	for _, cl := range r.clients {
+		for _, f := range cl.flows {
+			if !f.confirmed.Load() && (victim == nil || f.opened.Before(victim.opened)) {
+				victim, at = f, cl
+			}
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	at.flows = slices.DeleteFunc(at.flows, func(f *quicFlow) bool { return f == victim })
+	if len(at.flows) == 0 && !at.own {
+		delete(r.clients, victim.client)
+	}
+	r.flows--
+	r.px.stats.quicUnconfirmed.Add(1)
+	go victim.close()
+	return true
 }
 
 // release hands the datagrams of a hello no route takes to the engine's
@@ -431,6 +476,15 @@ func (r *quicRouter) expire(now time.Time) {
 			r.px.stats.quicFailures[reasonHelloTimeout].Add(1)
 		}
 	}
+	// Keep pendingOrder to the keys still there.
+	kept := r.pendingOrder[:0]
+	for _, k := range r.pendingOrder {
+		if _, ok := r.pending[k]; ok {
+			kept = append(kept, k)
+		}
+	}
+	clear(r.pendingOrder[len(kept):])
+	r.pendingOrder = kept
 	for addr, cl := range r.clients {
 		kept := cl.flows[:0]
 		for _, f := range cl.flows {
