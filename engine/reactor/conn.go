@@ -533,7 +533,7 @@ const spliceSegSize = 1 << 20
 // closed).
 func (l *Loop) spliceSeg(c *Conn, s *seg, budget *int) bool {
 	if c.pipe[0] < 0 {
-		p, err := newPipe()
+		p, err := l.getPipe()
 		if err != nil {
 			l.log.Warn("cannot make a pipe for splice; connection reset", "peer", c.peer, "err", err)
 			l.closeConn(c, true)
@@ -649,9 +649,9 @@ func (c *Conn) releaseOutput() {
 		}
 	}
 	if c.pipe[0] >= 0 {
-		closeFd(c.pipe[0])
-		closeFd(c.pipe[1])
+		c.loop.putPipe(c.pipe, c.pipeLen == 0)
 		c.pipe = [2]int{-1, -1}
+		c.pipeLen = 0
 	}
 	clear(c.out)
 	c.out = c.out[:0]

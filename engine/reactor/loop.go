@@ -37,6 +37,7 @@ type Loop struct {
 	bufs      [][]byte // free input buffers
 	bigBufs   [][]byte // free bulk input buffers (Conn.SetBulkInput)
 	bigInUse  int      // bulk input buffers held by connections
+	pipes     [][2]int // free empty pipes for splice, reused: a relay needs two
 	ready     []*Conn  // connections that yielded with work left
 	readyNext []*Conn  // the other list: ready's store while ready is processed
 	now       int64    // monotonic nanoseconds, refreshed each turn
@@ -707,6 +708,33 @@ func (l *Loop) sweep() {
 	}
 }
 
+// maxFreePipes bounds the empty pipes a loop keeps for reuse.
+const maxFreePipes = 64
+
+// getPipe returns an empty pipe: a kept one, or a new one.
+func (l *Loop) getPipe() ([2]int, error) {
+	if n := len(l.pipes); n > 0 {
+		p := l.pipes[n-1]
+		l.pipes = l.pipes[:n-1]
+		return p, nil
+	}
+	return newPipe()
+}
+
+// putPipe keeps an empty pipe for the next splice (a pipe costs four
+// system calls to make and close, and the kernel's buffers with it), or
+// closes it.
+func (l *Loop) putPipe(p [2]int, empty bool) {
+	// pipeEmpty asks the kernel too: bytes left in a reused pipe would go
+	// to another connection.
+	if empty && len(l.pipes) < maxFreePipes && !l.stopped && pipeEmpty(p[0]) {
+		l.pipes = append(l.pipes, p)
+		return
+	}
+	closeFd(p[0])
+	closeFd(p[1])
+}
+
 // awaitsSource reports whether c's output waits on the socket it
 // splices from rather than on its own peer: not a send stall.
 func (c *Conn) awaitsSource() bool { return c.out[0].from != nil && c.pipeLen == 0 }
@@ -751,6 +779,11 @@ func (l *Loop) closeAll() {
 }
 
 func (l *Loop) closeFds() {
+	for _, p := range l.pipes {
+		closeFd(p[0])
+		closeFd(p[1])
+	}
+	l.pipes = nil
 	if l.lfd >= 0 {
 		closeFd(l.lfd)
 		l.lfd = -1

@@ -181,6 +181,28 @@ func TestRelay(t *testing.T) {
 		}
 	})
 
+	t.Run("pipes kept for reuse are empty", func(t *testing.T) {
+		for _, l := range g.loops {
+			res := make(chan string, 1)
+			l.Post(func() {
+				for _, p := range l.pipes {
+					if !pipeEmpty(p[0]) {
+						res <- "a kept pipe holds bytes"
+						return
+					}
+				}
+				if len(l.pipes) == 0 {
+					res <- "no pipe kept after two relays ended"
+					return
+				}
+				res <- ""
+			})
+			if msg := <-res; msg != "" {
+				t.Fatal(msg)
+			}
+		}
+	})
+
 	t.Run("backend reset", func(t *testing.T) {
 		c, b := dial()
 		defer c.Close()

@@ -242,6 +242,12 @@ func newPipe() ([2]int, error) {
 	return p, nil
 }
 
+// pipeEmpty reports whether the pipe whose read end is fd holds no bytes.
+func pipeEmpty(fd int) bool {
+	n, err := unix.IoctlGetInt(fd, unix.TIOCINQ) // FIONREAD
+	return err == nil && n == 0
+}
+
 // spliceFd moves up to n bytes from in to out; one of them is a pipe.
 func spliceFd(in, out, n int) (int, error) {
 	k, err := unix.Splice(in, nil, out, nil, n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)

@@ -35,6 +35,7 @@ func connect(Addr) (int, error)                               { return -1, errNo
 func newPipe() ([2]int, error)                                { return [2]int{}, errNotLinux }
 func peekStale(int) bool                                      { return true }
 func spliceFd(int, int, int) (int, error)                     { return 0, errNotLinux }
+func pipeEmpty(int) bool                                      { return false }
 func connectErr(int) error                                    { return errNotLinux }
 func shutdownWrite(int)                                       {}
 func localAddr(int) (Addr, error)                             { return Addr{}, errNotLinux }
