@@ -599,6 +599,94 @@ func TestPassthroughQUIC(t *testing.T) {
 	})
 }
 
+// firstFlight is a quic-go client's first flight for sni, sent nowhere
+// it could be answered: what a spoofer replays.
+func firstFlight(t *testing.T, sni string) [][]byte {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}, nil)
+	var flight [][]byte
+	buf := make([]byte, 2048)
+	pc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	for {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		flight = append(flight, bytes.Clone(buf[:n]))
+	}
+	if len(flight) == 0 {
+		t.Fatal("the client sent nothing")
+	}
+	return flight
+}
+
+// TestPassthroughQUICSharedSocket: connections that share one client
+// socket (one quic.Transport) are each routed by their own server name,
+// and a first flight forged from that socket's address (a spoofer's
+// single packet) opens nothing in place of the live connection.
+func TestPassthroughQUICSharedSocket(t *testing.T) {
+	addrA, pkiA := startH3Origin(t, "a.test")
+	addrB, pkiB := startH3Origin(t, "b.test")
+	ts := start(t, passthroughConfig("[limits]\nheader_timeout = \"2s\"\n", "a.test", addrA, "b.test", addrB))
+	pool := pkiA.pool.Clone()
+	pem, _ := os.ReadFile(pkiB.caFile)
+	pool.AppendCertsFromPEM(pem)
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qt := &quic.Transport{Conn: udp}
+	defer qt.Close()
+	engine, _ := net.ResolveUDPAddr("udp", ts.addr)
+	client := func() *http.Client {
+		tr := &http3.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool},
+			QUICConfig:      &quic.Config{HandshakeIdleTimeout: 2 * time.Second},
+			Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+				return qt.Dial(ctx, engine, tc, qc)
+			},
+		}
+		t.Cleanup(func() { tr.Close() })
+		return &http.Client{Transport: tr, Timeout: scale(20 * time.Second)}
+	}
+	get := func(c *http.Client, name string) (string, error) {
+		resp, err := c.Get("https://" + name + ":" + portOf(ts.addr) + "/")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	ca, cb, cc := client(), client(), client()
+	if got, err := get(ca, "a.test"); err != nil || got != "origin a.test" {
+		t.Fatalf("a.test: %q %v", got, err)
+	}
+	if got, err := get(cb, "b.test"); err != nil || got != "origin b.test" {
+		t.Fatalf("b.test on the same socket after a.test: %q %v; want b.test's origin", got, err)
+	}
+	if got, err := get(cc, "c.test"); err == nil {
+		t.Fatalf("c.test (no route) on the same socket answered %q", got)
+	}
+	// A forged first flight for b.test from the live connections' address.
+	for _, d := range firstFlight(t, "b.test") {
+		qt.WriteTo(d, engine)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, name := range []string{"a.test", "b.test"} {
+		if got, err := get(map[string]*http.Client{"a.test": ca, "b.test": cb}[name], name); err != nil || got != "origin "+name {
+			t.Fatalf("%s after a forged Initial from its address: %q %v", name, got, err)
+		}
+	}
+}
+
 // TestPassthroughQUICSpoofed: a client's first flight replayed from
 // addresses that never answer (what a spoofed flood looks like) opens
 // flows that are dropped once header_timeout passes unanswered; at
@@ -618,28 +706,7 @@ func TestPassthroughQUICSpoofed(t *testing.T) {
 	}
 	get("before the flood")
 
-	// A quic-go client's first flight, sent nowhere it could be answered.
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: "a.test", NextProtos: []string{"h3"}}, nil)
-	var flight [][]byte
-	buf := make([]byte, 2048)
-	pc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	for {
-		n, _, err := pc.ReadFrom(buf)
-		if err != nil {
-			break
-		}
-		flight = append(flight, bytes.Clone(buf[:n]))
-	}
-	cancel()
-	pc.Close()
-	if len(flight) == 0 {
-		t.Fatal("the client sent nothing")
-	}
+	flight := firstFlight(t, "a.test")
 
 	engine, _ := net.ResolveUDPAddr("udp", ts.addr)
 	var socks []*net.UDPConn

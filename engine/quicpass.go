@@ -90,9 +90,10 @@ type quicFlow struct {
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
 
-	cids [][]byte     // guarded by r.mu: connection IDs that name this flow
-	last atomic.Int64 // unix ns of the last datagram either way
-	gone atomic.Bool
+	cids   [][]byte     // guarded by r.mu: connection IDs that name this flow
+	cidLen int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
+	last   atomic.Int64 // unix ns of the last datagram either way
+	gone   atomic.Bool
 	// answered: the upstream has sent the client something. confirmed:
 	// the client has since sent something other than its first flight
 	// again (a packet for another connection ID than its first), as a
@@ -165,30 +166,40 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	long, isLong := quicinitial.Long(d)
 	r.mu.Lock()
 	cl := r.clients[from]
+	relay := func(f *quicFlow) bool {
+		if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0])) {
+			f.confirmed.Store(true)
+		}
+		r.mu.Unlock()
+		f.toUpstream(d)
+		return false
+	}
 	if cl != nil {
-		if f := cl.match(d, long, isLong); f != nil {
-			if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0])) {
-				f.confirmed.Store(true)
-			}
-			r.mu.Unlock()
-			f.toUpstream(d)
-			return false
+		if f := cl.byCID(d, long, isLong); f != nil {
+			return relay(f)
 		}
 	}
-	if !isLong {
+	var key string
+	var pd *quicPending
+	if isLong {
+		key = pendingKey(from, long.DCID)
+		pd = r.pending[key]
+	}
+	if pd == nil && (!isLong || !quicinitial.Opens(d)) {
+		// Not the start of a connection: a packet of one the router
+		// knows by address only (see guess), or one for the engine.
+		if cl != nil {
+			if f := cl.guess(d, long, isLong); f != nil {
+				return relay(f)
+			}
+		}
 		r.mu.Unlock()
 		if !r.own {
 			r.px.stats.quicDropped.Add(1)
 		}
 		return true
 	}
-	key := pendingKey(from, long.DCID)
-	pd := r.pending[key]
 	if pd == nil {
-		if _, initial := quicinitial.Peek(d); !initial {
-			r.mu.Unlock()
-			return true // 0-RTT or Handshake of a connection not relayed
-		}
 		if len(r.pending) >= maxPendingHellos {
 			// Full: the oldest goes, so a flood of half hellos delays a
 			// real client by its own pace, not by helloWait.
@@ -331,7 +342,7 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 
 // match finds the flow a datagram from this client belongs to. Called
 // with the router's mu held.
-func (cl *quicClient) match(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
+func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
 	for _, f := range cl.flows {
 		for _, id := range f.cids {
 			if isLong && bytes.Equal(long.DCID, id) || !isLong && len(id) > 0 && len(d) > len(id) && bytes.Equal(d[1:1+len(id)], id) {
@@ -339,15 +350,54 @@ func (cl *quicClient) match(d []byte, long quicinitial.Packet, isLong bool) *qui
 			}
 		}
 	}
-	if len(cl.flows) == 1 && !cl.own && (!isLong || !quicinitial.Opens(d)) {
-		// A connection ID the router has not seen in the clear: one
-		// issued later (NEW_CONNECTION_ID, encrypted), or (seen with
-		// quic-go v0.65 on both ends, in packet captures) the one the
-		// client moves to after the server's first Initial, which is
-		// not that packet's Source Connection ID.
-		return cl.flows[0]
-	}
 	return nil
+}
+
+// guess finds the flow of a packet whose connection ID the router has
+// not seen in the clear: one the client took from NEW_CONNECTION_ID
+// (encrypted), or (seen with quic-go v0.65 on both ends, in packet
+// captures) the one it moves to after the server's first flight. It then
+// learns the ID, so that the next packets match by it. With one flow at
+// the address that flow is the one; with several, a long-header packet
+// (a handshake under way) goes to the newest flow not yet confirmed, and
+// a short-header one to the only confirmed flow: so a forged Initial
+// from a client's address opens a flow beside the client's, never in its
+// place. Otherwise, and at an address the engine's own HTTP/3 uses too,
+// nil. Called with the router's mu held.
+func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
+	if cl.own || len(cl.flows) == 0 {
+		return nil
+	}
+	var f *quicFlow
+	switch {
+	case len(cl.flows) == 1:
+		f = cl.flows[0]
+	case isLong:
+		for _, g := range cl.flows {
+			if !g.confirmed.Load() && (f == nil || g.opened.After(f.opened)) {
+				f = g
+			}
+		}
+	default:
+		for _, g := range cl.flows {
+			if g.confirmed.Load() {
+				if f != nil {
+					return nil // two confirmed connections: no telling which
+				}
+				f = g
+			}
+		}
+	}
+	if f == nil {
+		return nil
+	}
+	switch {
+	case isLong && len(long.DCID) > 0:
+		f.addCID(long.DCID)
+	case !isLong && f.cidLen > 0 && len(d) > f.cidLen:
+		f.addCID(d[1 : 1+f.cidLen])
+	}
+	return f
 }
 
 // open connects a UDP socket to an upstream of rt for a new flow. Called
@@ -442,14 +492,26 @@ func (f *quicFlow) learn(id []byte) {
 	r := f.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if f.cidLen == 0 {
+		f.cidLen = len(id) // the length of the IDs the upstream issues, for short headers
+	}
+	f.addCID(id)
+}
+
+// addCID notes a connection ID of this flow; past maxFlowCIDs the oldest
+// learned one goes (the client's first DCID stays). Called with the
+// router's mu held.
+func (f *quicFlow) addCID(id []byte) {
 	for _, c := range f.cids {
 		if bytes.Equal(c, id) {
 			return
 		}
 	}
-	if len(f.cids) < maxFlowCIDs {
-		f.cids = append(f.cids, bytes.Clone(id))
+	if len(f.cids) == maxFlowCIDs {
+		copy(f.cids[1:], f.cids[2:])
+		f.cids = f.cids[:maxFlowCIDs-1]
 	}
+	f.cids = append(f.cids, bytes.Clone(id))
 }
 
 // sweep expires quiet flows and ClientHellos that never completed, once
