@@ -345,7 +345,13 @@ func (h *connHandler) expireRelays() {
 		moved := pc.c.Sent() + pc.u.Sent()
 		if moved != pc.moved {
 			pc.moved, pc.movedAt = moved, now
-		} else if now-pc.movedAt > int64(pc.r.cfg.IdleTimeout.D()) {
+			pc.c.MarkIdle(false)
+			continue
+		}
+		// Quiet since the last check: at max_connections the loop may
+		// close it, the longest quiet first, to admit a new client.
+		pc.c.MarkIdle(true)
+		if now-pc.movedAt > int64(pc.r.cfg.IdleTimeout.D()) {
 			idle = append(idle, pc)
 		}
 	}

@@ -53,6 +53,7 @@ type Conn struct {
 	timedOut        bool  // closed by its read deadline or the send timeout
 	splicing        bool  // another connection splices from this socket: its input is not read
 	spliceTo        *Conn // that connection, woken when this socket has input
+	idleSince       int64 // MarkIdle: loop time since when; 0 = not idle
 	sendTimeout     int64 // overrides Config.SendTimeout when set
 	pipe            [2]int
 	pipeLen         int  // bytes in pipe, read from the source and not yet written
@@ -305,6 +306,20 @@ func (c *Conn) SetSendTimeout(d time.Duration) { c.sendTimeout = int64(d) }
 // socket that nobody asked for (bytes, or the peer's close): a pooled
 // connection to check just before it is reused.
 func (c *Conn) Stale() bool { return c.closed || c.eof || c.rpos != c.wpos || peekStale(c.fd) }
+
+// MarkIdle tells the loop whether the connection is idle though it has
+// output queued (a relay on which nothing moves), from now if it was not
+// already: at max_connections, a connection idle past
+// Config.ReclaimAfter may be closed to admit a new one when no
+// connection waits for its client.
+func (c *Conn) MarkIdle(idle bool) {
+	switch {
+	case !idle:
+		c.idleSince = 0
+	case c.idleSince == 0:
+		c.idleSince = c.loop.now
+	}
+}
 
 // HasReadDeadline reports whether a read deadline is set.
 func (c *Conn) HasReadDeadline() bool { return c.deadline != 0 }

@@ -322,6 +322,18 @@ func (l *Loop) admit() bool {
 		}
 	}
 	if victim == nil {
+		// Then the connection idle longest past ReclaimAfter by its
+		// handler's word (MarkIdle).
+		for _, c := range l.slots {
+			if c == nil || c.outbound || c.closed || c.busy || c.idleSince == 0 || l.now-c.idleSince < int64(l.cfg.ReclaimAfter) {
+				continue
+			}
+			if victim == nil || c.idleSince < victim.idleSince {
+				victim = c
+			}
+		}
+	}
+	if victim == nil {
 		return false
 	}
 	l.stats.reclaimed.Add(1)

@@ -62,6 +62,11 @@ type Config struct {
 	// CPU its client runs on (measured on loopback: a single download at
 	// 75% of nginx pinned, 100% unpinned).
 	Pin bool
+	// ReclaimAfter is how long a connection its handler marked idle
+	// (Conn.MarkIdle: a relay on which nothing moves) must have been
+	// idle before a loop at its share closes it to admit a new one, when
+	// no connection waits for its client. Zero means 10s.
+	ReclaimAfter time.Duration
 	// NewHandler returns the handler of loop i.
 	NewHandler func(l *Loop) Handler
 	Logger     *slog.Logger
@@ -76,6 +81,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.ReadBuffer <= 0 {
 		c.ReadBuffer = 20 << 10
+	}
+	if c.ReclaimAfter <= 0 {
+		c.ReclaimAfter = 10 * time.Second
 	}
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = 60 * time.Second

@@ -217,3 +217,63 @@ func TestRelay(t *testing.T) {
 		}
 	})
 }
+
+// idleHandler echoes, and marks every connection idle from its start,
+// as a relay on which nothing moves is.
+type idleHandler struct{ echoHandler }
+
+func (idleHandler) Open(c *Conn) { c.MarkIdle(true) }
+
+// TestReclaimIdle: at its share of MaxConns a loop closes the
+// connection its handler marked idle longest, once past ReclaimAfter, to
+// admit a new one; before that the new one is refused.
+func TestReclaimIdle(t *testing.T) {
+	cfg := Config{Addr: "127.0.0.1:0", Workers: 1, MaxConns: 2, ReclaimAfter: 300 * time.Millisecond,
+		NewHandler: func(*Loop) Handler { return idleHandler{} }}
+	g, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	defer func() { g.Shutdown(t.Context()); <-done }()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	closedSoon := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return err == io.EOF || errors.Is(err, syscall.ECONNRESET)
+	}
+	first := dial()
+	defer first.Close()
+	time.Sleep(50 * time.Millisecond)
+	second := dial()
+	defer second.Close()
+	early := dial() // neither is idle 300 ms yet: refused
+	defer early.Close()
+	if !closedSoon(early) {
+		t.Fatal("a third connection was admitted before any was idle ReclaimAfter")
+	}
+	time.Sleep(400 * time.Millisecond)
+	third := dial()
+	defer third.Close()
+	third.Write([]byte("hi"))
+	buf := make([]byte, 2)
+	third.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(third, buf); err != nil {
+		t.Fatalf("the new connection was not served: %v", err)
+	}
+	if !closedSoon(first) {
+		t.Error("the connection idle longest was not the one closed")
+	}
+	second.Write([]byte("ok"))
+	second.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(second, buf); err != nil {
+		t.Errorf("the younger idle connection was closed too: %v", err)
+	}
+}
