@@ -42,32 +42,11 @@ func (o *origin) stop() {
 // startOrigin runs nginx from nginx-origin.conf.tmpl and, when withH3,
 // bench/compare/gohttp serving the same files over HTTP/3 (gohttpBin).
 func startOrigin(work string, peers peerTemplates, withH3 bool, gohttpBin string) (*origin, error) {
-	if _, err := exec.LookPath("nginx"); err != nil {
-		return nil, fmt.Errorf("nginx not installed (the relays' TLS origin): install Debian's package with `apt-get install -y nginx` (as root) and run this again")
-	}
-	ports, err := freePorts(true)
+	addr, p, err := startNginxFile(work, peers, "nginx-origin", "__ORIGIN_PORT__", true, "the relays' TLS origin", "https")
 	if err != nil {
 		return nil, err
 	}
-	conf, err := peers.fill("nginx-origin.conf.tmpl", "__DIR__", work, "__ORIGIN_PORT__", strconv.Itoa(ports[0]))
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range []string{"run", "logs"} {
-		os.MkdirAll(filepath.Join(work, d), 0o755)
-	}
-	path := filepath.Join(work, "nginx-origin.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	o := &origin{addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	if o.tcp, err = startProc(filepath.Join(work, "nginx-origin.log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", "nginx-origin-error.log")}); err != nil {
-		return nil, err
-	}
-	if err := o.tcp.waitReady("https://" + o.addr + "/1k.bin"); err != nil {
-		o.stop()
-		return nil, err
-	}
+	o := &origin{addr: addr, tcp: p}
 	if withH3 {
 		args := []string{"-root", filepath.Join(work, "www"), "-h3", o.addr, "-cert", filepath.Join(work, "cert.pem"), "-key", filepath.Join(work, "key.pem")}
 		if o.udp, err = startProc(filepath.Join(work, "gohttp-h3-origin.log"), gohttpBin, args); err != nil {

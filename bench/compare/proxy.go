@@ -34,37 +34,51 @@ type backend struct {
 
 // startBackend runs nginx from nginx-backend.conf.tmpl on the fixtures.
 func startBackend(work string, peers peerTemplates) (*backend, error) {
-	if _, err := exec.LookPath("nginx"); err != nil {
-		return nil, fmt.Errorf("nginx not installed (the proxies' file server): install Debian's package with `apt-get install -y nginx` (as root) and run this again")
-	}
-	ports, err := freePorts(false)
+	addr, p, err := startNginxFile(work, peers, "nginx-backend", "__BACKEND_PORT__", false, "the proxies' file server", "http")
 	if err != nil {
 		return nil, err
 	}
-	conf, err := peers.fill("nginx-backend.conf.tmpl", "__DIR__", work, "__BACKEND_PORT__", strconv.Itoa(ports[0]))
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range []string{"run", "logs"} {
-		os.MkdirAll(filepath.Join(work, d), 0o755)
-	}
-	path := filepath.Join(work, "nginx-backend.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	b := &backend{addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	if b.proc, err = startProc(filepath.Join(work, "nginx-backend.log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", "nginx-backend-error.log")}); err != nil {
-		return nil, err
-	}
-	if err := b.proc.waitReady("http://" + b.addr + "/1k.bin"); err != nil {
-		b.proc.stop()
-		return nil, err
-	}
+	b := &backend{addr: addr, proc: p}
 	if _, err := b.accepts(); err != nil {
 		b.proc.stop()
 		return nil, err
 	}
 	return b, nil
+}
+
+// startNginxFile runs nginx from name.conf.tmpl (__DIR__ the work folder,
+// portKey a free 127.0.0.1 port, with UDP free at the same number when
+// udp is set), until it answers /1k.bin over scheme. role names what the
+// run needs it for, in the error when nginx is missing.
+func startNginxFile(work string, peers peerTemplates, name, portKey string, udp bool, role, scheme string) (string, *proc, error) {
+	if _, err := exec.LookPath("nginx"); err != nil {
+		return "", nil, fmt.Errorf("nginx not installed (%s): install Debian's package with `apt-get install -y nginx` (as root) and run this again", role)
+	}
+	ports, err := freePorts(udp)
+	if err != nil {
+		return "", nil, err
+	}
+	conf, err := peers.fill(name+".conf.tmpl", "__DIR__", work, portKey, strconv.Itoa(ports[0]))
+	if err != nil {
+		return "", nil, err
+	}
+	for _, d := range []string{"run", "logs"} {
+		os.MkdirAll(filepath.Join(work, d), 0o755)
+	}
+	path := filepath.Join(work, name+".conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return "", nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p, err := startProc(filepath.Join(work, name+".log"), "nginx", []string{"-c", path, "-e", filepath.Join(work, "logs", name+"-error.log")})
+	if err != nil {
+		return "", nil, err
+	}
+	if err := p.waitReady(scheme + "://" + addr + "/1k.bin"); err != nil {
+		p.stop()
+		return "", nil, err
+	}
+	return addr, p, nil
 }
 
 var stubAccepts = regexp.MustCompile(`server accepts handled requests\s+(\d+) `)

@@ -30,10 +30,14 @@ func (echoHandler) Serve(c *Conn) {
 }
 func (echoHandler) Closed(c *Conn) {}
 
+// startGroup runs a group on a free loopback port until the test ends;
+// its loops echo unless cfg names a handler.
 func startGroup(t *testing.T, cfg Config) *Group {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
-	cfg.NewHandler = func(*Loop) Handler { return echoHandler{} }
+	if cfg.NewHandler == nil {
+		cfg.NewHandler = func(*Loop) Handler { return echoHandler{} }
+	}
 	g, err := Listen(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -79,19 +79,8 @@ func (h *relayHandler) Closed(x *Conn) {
 func startRelay(t *testing.T, cfg Config, backend net.Listener) *Group {
 	t.Helper()
 	h := &relayHandler{backend: netip.MustParseAddrPort(backend.Addr().String()), up: &relayHandler{}}
-	cfg.Addr = "127.0.0.1:0"
 	cfg.NewHandler = func(*Loop) Handler { return h }
-	g, err := Listen(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Run() }()
-	t.Cleanup(func() {
-		g.Shutdown(t.Context())
-		<-done
-	})
-	return g
+	return startGroup(t, cfg)
 }
 
 func pattern(n int, seed byte) []byte {
@@ -228,15 +217,8 @@ func (idleHandler) Open(c *Conn) { c.MarkIdle(true) }
 // connection its handler marked idle longest, once past ReclaimAfter, to
 // admit a new one; before that the new one is refused.
 func TestReclaimIdle(t *testing.T) {
-	cfg := Config{Addr: "127.0.0.1:0", Workers: 1, MaxConns: 2, ReclaimAfter: 300 * time.Millisecond,
-		NewHandler: func(*Loop) Handler { return idleHandler{} }}
-	g, err := Listen(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Run() }()
-	defer func() { g.Shutdown(t.Context()); <-done }()
+	g := startGroup(t, Config{Workers: 1, MaxConns: 2, ReclaimAfter: 300 * time.Millisecond,
+		NewHandler: func(*Loop) Handler { return idleHandler{} }})
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", g.Addr())
 		if err != nil {
