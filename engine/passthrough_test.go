@@ -685,6 +685,28 @@ func TestPassthroughQUICSharedSocket(t *testing.T) {
 			t.Fatalf("%s after a forged Initial from its address: %q %v", name, got, err)
 		}
 	}
+
+	// Beside the engine's own HTTP/3: its connection first, then a
+	// relayed one, on one socket.
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "index.html"), "engine's own")
+	own := newPKI(t, t.TempDir(), "files.test")
+	mixed := start(t, passthroughConfig(fmt.Sprintf("[kernel]\nktls = \"auto\"\n[[sites]]\ndomain = \"files.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+		root, own.certFile, own.keyFile), "a.test", addrA))
+	pem, _ = os.ReadFile(own.caFile)
+	pool.AppendCertsFromPEM(pem)
+	engine, _ = net.ResolveUDPAddr("udp", mixed.addr)
+	ts = mixed
+	cf, ca2 := client(), client()
+	if got, err := get(cf, "files.test"); err != nil || got != "engine's own" {
+		t.Fatalf("files.test (the engine's own HTTP/3): %q %v", got, err)
+	}
+	if got, err := get(ca2, "a.test"); err != nil || got != "origin a.test" {
+		t.Fatalf("a.test after the engine's own connection on the same socket: %q %v", got, err)
+	}
+	if got, err := get(cf, "files.test"); err != nil || got != "engine's own" {
+		t.Fatalf("files.test again: %q %v", got, err)
+	}
 }
 
 // TestPassthroughQUICSpoofed: a client's first flight replayed from

@@ -64,6 +64,10 @@ type quicRouter struct {
 type quicClient struct {
 	flows []*quicFlow // guarded by the router's mu
 	own   bool        // an Initial from this address went to the engine's own HTTP/3
+	// ownAt is when a datagram of this address last went to the engine's
+	// own HTTP/3 (unix ns): the mark is kept while it is in use, so that
+	// a forged Initial cannot make the address's packets a relay's.
+	ownAt int64
 }
 
 // quicPending is a ClientHello being gathered: the datagrams so far, held
@@ -112,6 +116,7 @@ const (
 	maxHeldDatagrams = 8 // a ClientHello in QUIC takes 1-3 datagrams
 	maxHeldBytes     = 16 << 10
 	maxFlowCIDs      = 8
+	maxQUICClients   = 1 << 16 // addresses the router remembers (flows, or the mark of the engine's own HTTP/3)
 	quicDatagramMax  = 1 << 16 // a UDP datagram's most
 	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
 	// close silently after their own idle timeout (seconds to minutes),
@@ -185,13 +190,18 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		key = pendingKey(from, long.DCID)
 		pd = r.pending[key]
 	}
-	if pd == nil && (!isLong || !quicinitial.Opens(d)) {
-		// Not the start of a connection: a packet of one the router
-		// knows by address only (see guess), or one for the engine.
+	if pd == nil && (!isLong || !quicinitial.CarriesHello(d)) {
+		// Not part of a ClientHello: a packet of a connection the router
+		// knows by address only (see guess), or one for the engine. (Part
+		// of one is held with it, even when it comes before its
+		// beginning, and never guessed into a flow.)
 		if cl != nil {
 			if f := cl.guess(d, long, isLong); f != nil {
 				return relay(f)
 			}
+		}
+		if cl != nil && cl.own {
+			cl.ownAt = time.Now().UnixNano()
 		}
 		r.mu.Unlock()
 		if !r.own {
@@ -305,11 +315,13 @@ func (r *quicRouter) release(pd *quicPending, from netip.AddrPort, sni string, e
 	if r.own {
 		r.mu.Lock()
 		cl := r.clients[from]
-		if cl == nil {
+		if cl == nil && len(r.clients) < maxQUICClients {
 			cl = &quicClient{}
 			r.clients[from] = cl
 		}
-		cl.own = true
+		if cl != nil {
+			cl.own, cl.ownAt = true, time.Now().UnixNano()
+		}
 		r.mu.Unlock()
 		for _, h := range pd.held {
 			r.ready = append(r.ready, quicDatagram{h, from})
@@ -357,27 +369,33 @@ func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) *qui
 // not seen in the clear: one the client took from NEW_CONNECTION_ID
 // (encrypted), or (seen with quic-go v0.65 on both ends, in packet
 // captures) the one it moves to after the server's first flight. It then
-// learns the ID, so that the next packets match by it. With one flow at
-// the address that flow is the one; with several, a long-header packet
-// (a handshake under way) goes to the newest flow not yet confirmed, and
-// a short-header one to the only confirmed flow: so a forged Initial
-// from a client's address opens a flow beside the client's, never in its
-// place. Otherwise, and at an address the engine's own HTTP/3 uses too,
-// nil. Called with the router's mu held.
+// learns the ID, so that the next packets match by it. A long-header
+// packet (a handshake under way) goes to the newest flow not yet
+// confirmed, else to the address's one flow; a short-header one to the
+// address's one flow, else to its only confirmed flow: so a forged
+// Initial from a client's address opens a flow beside the client's,
+// never in its place. At an address the engine's own HTTP/3 uses too, a
+// short-header packet is the engine's. Otherwise nil. Called with the
+// router's mu held.
 func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
-	if cl.own || len(cl.flows) == 0 {
+	if len(cl.flows) == 0 {
 		return nil
 	}
 	var f *quicFlow
 	switch {
-	case len(cl.flows) == 1:
-		f = cl.flows[0]
 	case isLong:
 		for _, g := range cl.flows {
 			if !g.confirmed.Load() && (f == nil || g.opened.After(f.opened)) {
 				f = g
 			}
 		}
+		if f == nil && len(cl.flows) == 1 && !cl.own {
+			f = cl.flows[0]
+		}
+	case cl.own:
+		return nil // the engine's own connection's, as likely
+	case len(cl.flows) == 1:
+		f = cl.flows[0]
 	default:
 		for _, g := range cl.flows {
 			if g.confirmed.Load() {
@@ -478,9 +496,17 @@ func (f *quicFlow) fromUpstream() {
 		if f.gone.Load() || errors.Is(err, net.ErrClosed) {
 			return
 		}
-		// ICMP port unreachable and the like: the upstream is not there
-		// now. The flow stays until it is idle; the client's next
-		// datagrams may find the upstream back.
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// ICMP port unreachable: nothing listens there. The upstream
+			// backs off as a refused TCP connect does, and the flow goes;
+			// the client's next Initial opens one to another upstream.
+			backoff := f.ups.failed()
+			r.px.limited(r.log, "passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.name, "backoff", backoff)
+			r.drop(f)
+			return
+		}
+		// Other errors: the flow stays until it is idle; the client's
+		// next datagrams may get through.
 		r.px.limited(r.log, "passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -563,8 +589,8 @@ func (r *quicRouter) expire(now time.Time) {
 		}
 		clear(cl.flows[len(kept):])
 		cl.flows = kept
-		if len(kept) == 0 {
-			delete(r.clients, addr) // own marks go too: an idle address is forgotten
+		if len(kept) == 0 && (!cl.own || now.UnixNano()-cl.ownAt > int64(quicIdleCap)) {
+			delete(r.clients, addr) // an idle address is forgotten
 		}
 	}
 	r.flows -= len(dead)
@@ -581,6 +607,21 @@ func (f *quicFlow) close() {
 	f.up.Close()
 	f.ups.active.Add(-1)
 	f.r.px.stats.quicActive.Add(-1)
+}
+
+// drop removes a flow from the tables and closes it.
+func (r *quicRouter) drop(f *quicFlow) {
+	r.mu.Lock()
+	if cl := r.clients[f.client]; cl != nil {
+		n := len(cl.flows)
+		cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
+		r.flows -= n - len(cl.flows)
+		if len(cl.flows) == 0 && !cl.own {
+			delete(r.clients, f.client)
+		}
+	}
+	r.mu.Unlock()
+	f.close()
 }
 
 // Close stops the router and its flows; the socket is closed by its

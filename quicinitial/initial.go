@@ -277,14 +277,14 @@ func (c *Hello) Add(d []byte) (clienthello.Info, error) {
 	return clienthello.FromHandshake(c.crypto)
 }
 
-// Opens reports whether a datagram starts a connection: its Initial
-// packets carry CRYPTO data from offset 0, the beginning of a
-// ClientHello, as a client's first flight does and its later Initials
+// CarriesHello reports whether a datagram carries part of a client's
+// ClientHello: CRYPTO data in its Initial packets, at any offset, as a
+// client's first flight does (in order or not), and its later Initials
 // (acknowledgements of the server's) do not.
-func Opens(d []byte) bool {
+func CarriesHello(d []byte) bool {
 	var h Hello
 	h.Add(d)
-	return len(h.crypto) > 0
+	return len(h.crypto) > 0 || len(h.pending) > 0
 }
 
 // frames takes the CRYPTO frames of an Initial payload (RFC 9000 §17.2.2:
