@@ -80,8 +80,10 @@ func (p *passthrough) route(name string) *route { return p.routes.match([]byte(n
 
 // TLS alerts sent in the clear before any handshake (RFC 8446 §6).
 const (
-	alertInternalError    = 80
-	alertUnrecognizedName = 112
+	alertUnexpectedMessage = 10
+	alertDecodeError       = 50
+	alertInternalError     = 80
+	alertUnrecognizedName  = 112
 )
 
 func plainAlert(desc byte) []byte { return []byte{21, 3, 3, 0, 2, 2, desc} }
@@ -131,10 +133,10 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 			hc.pass = nil
 			return false // the handshake answers it with its alert
 		}
-		pc.refuse(reasonNotTLS, 10, "not a TLS handshake on a passthrough listener") // unexpected_message
+		pc.refuse(reasonNotTLS, alertUnexpectedMessage, "not a TLS handshake on a passthrough listener")
 		return true
 	case err != nil:
-		pc.refuse(reasonBadHello, 50, "malformed ClientHello: "+err.Error()) // decode_error
+		pc.refuse(reasonBadHello, alertDecodeError, "malformed ClientHello: "+err.Error())
 		return true
 	}
 	pc.sni = info.ServerName
