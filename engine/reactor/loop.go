@@ -747,9 +747,12 @@ func (l *Loop) putPipe(p [2]int, empty bool) {
 	closeFd(p[1])
 }
 
-// awaitsSource reports whether c's output waits on the socket it
-// splices from rather than on its own peer: not a send stall.
-func (c *Conn) awaitsSource() bool { return c.out[0].from != nil && c.pipeLen == 0 }
+// awaitsSource reports whether c's output is a relay (Relay) waiting on
+// the socket it splices from rather than on its own peer: not a send
+// stall (the relay's owner bounds its quiet time). A counted Splice
+// waiting on its source stays under the send timeout: a body whose
+// source stalls must not hold the connection forever.
+func (c *Conn) awaitsSource() bool { return c.out[0].from != nil && c.out[0].n < 0 && c.pipeLen == 0 }
 
 // drain stops accepting and closes idle connections; the rest close after
 // their response (handlers check Draining).

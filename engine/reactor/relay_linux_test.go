@@ -15,7 +15,7 @@ import (
 // with Relay: what a passthrough proxy does after it has routed.
 type relayHandler struct {
 	backend netip.AddrPort
-	up      *relayHandler // the upstream side's handler; nil on it
+	up      Handler // the upstream side's handler; nil on it
 }
 
 type relayPair struct {
@@ -257,5 +257,50 @@ func TestReclaimIdle(t *testing.T) {
 	second.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := io.ReadFull(second, buf); err != nil {
 		t.Errorf("the younger idle connection was closed too: %v", err)
+	}
+}
+
+// spliceHandler splices a counted body from a backend that never sends
+// it, as a proxied response whose upstream stalls.
+type spliceHandler struct{ relayHandler }
+
+func (h *spliceHandler) Serve(x *Conn) {
+	p := x.State.(*relayPair)
+	if !p.started && x == p.u && x.Connected() {
+		p.started = true
+		p.c.Splice(p.u, 1<<20)
+	}
+}
+
+// TestSpliceStallTimesOut: a counted Splice whose source sends nothing
+// is a stall the send timeout ends (unlike a Relay, whose quiet is its
+// owner's to bound).
+func TestSpliceStallTimesOut(t *testing.T) {
+	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	go func() {
+		for {
+			c, err := backend.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // silent until the test ends
+		}
+	}()
+	h := &spliceHandler{relayHandler{backend: netip.MustParseAddrPort(backend.Addr().String()), up: &spliceHandler{}}}
+	g := startGroup(t, Config{Workers: 1, SendTimeout: 300 * time.Millisecond, NewHandler: func(*Loop) Handler { return h }})
+	c, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a splice from a silent source: read %v; want the connection closed by the send timeout", err)
 	}
 }
