@@ -30,13 +30,19 @@ import (
 // the engine adds no amplification of its own.
 //
 // Flows are keyed by the client's address and told apart by connection
-// IDs: the client's first Destination Connection ID, and the Source
-// Connection IDs the upstream used in its long-header packets, which the
-// client's later packets carry as their destination. Connection IDs
-// issued later (NEW_CONNECTION_ID) are encrypted; a short-header packet
-// whose ID is unknown goes to the address's one flow when it has exactly
-// one and no connection to the engine itself. A client that changes
-// address (migration, NAT rebinding) is not followed.
+// IDs: the client's first Destination Connection ID, the Source
+// Connection IDs the upstream used in its long-header packets, and IDs
+// learned from the client's own packets when they were routed by a
+// guess (see quicClient.guess: IDs issued by NEW_CONNECTION_ID are
+// encrypted). A datagram carrying part of a ClientHello is always held
+// with its hello, never guessed into a flow. A flow whose client never
+// answers the upstream is dropped after helloWait (see
+// quicFlow.confirmed). A client that changes address (migration, NAT
+// rebinding) is not followed.
+//
+// Invariant: every table is bounded (maxPendingHellos hellos of at most
+// maxHeldBytes, maxFlows flows, maxQUICClients addresses), and a full one
+// makes room from what is unconfirmed, never from a confirmed flow.
 type quicRouter struct {
 	// Immutable after construction.
 	px        *passthrough
