@@ -41,7 +41,8 @@ import (
 // rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
-// maxHeldBytes, maxFlows flows, maxQUICClients addresses), and a full one
+// maxHeldBytes, maxFlows flows and their addresses, maxQUICClients
+// addresses more marked as the engine's own), and a full one
 // makes room from what is unconfirmed, never from a confirmed flow.
 type quicRouter struct {
 	// Immutable after construction.
