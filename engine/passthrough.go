@@ -10,6 +10,7 @@ import (
 	"github.com/mediaship/engine/clienthello"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/proxyproto"
 )
 
@@ -78,16 +79,6 @@ func newPassthrough(cfg *config.Config) (*passthrough, error) {
 // "*" route takes it), or nil.
 func (p *passthrough) route(name string) *route { return p.routes.match([]byte(name), []byte("/")) }
 
-// TLS alerts sent in the clear before any handshake (RFC 8446 §6).
-const (
-	alertUnexpectedMessage = 10
-	alertDecodeError       = 50
-	alertInternalError     = 80
-	alertUnrecognizedName  = 112
-)
-
-func plainAlert(desc byte) []byte { return []byte{21, 3, 3, 0, 2, 2, desc} }
-
 // passConn is one client connection in passthrough: reading its
 // ClientHello, then connecting, then relaying. Owned by the loop.
 type passConn struct {
@@ -133,10 +124,10 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 			hc.pass = nil
 			return false // the handshake answers it with its alert
 		}
-		pc.refuse(reasonNotTLS, alertUnexpectedMessage, "not a TLS handshake on a passthrough listener")
+		pc.refuse(reasonNotTLS, ktls.AlertUnexpectedMessage, "not a TLS handshake on a passthrough listener")
 		return true
 	case err != nil:
-		pc.refuse(reasonBadHello, alertDecodeError, "malformed ClientHello: "+err.Error())
+		pc.refuse(reasonBadHello, ktls.AlertDecodeError, "malformed ClientHello: "+err.Error())
 		return true
 	}
 	pc.sni = info.ServerName
@@ -150,7 +141,7 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 		if info.ServerName == "" {
 			reason = reasonNoSNI
 		}
-		pc.refuse(reason, alertUnrecognizedName, "no passthrough route and no site for the server name")
+		pc.refuse(reason, ktls.AlertUnrecognizedName, "no passthrough route and no site for the server name")
 		return true
 	}
 	pc.r = r
@@ -188,7 +179,7 @@ func (pc *passConn) refuse(why passReason, desc byte, msg string) {
 	}
 	h.h1.limiter.log(h.h1.log, "passthrough: "+msg, args...)
 	if desc != 0 {
-		c.Write(plainAlert(desc))
+		c.Write(ktls.ClearAlert(desc))
 	}
 	c.CloseAfterFlush()
 	c.Wake() // refuse may run from the upstream's events
@@ -214,7 +205,7 @@ func (pc *passConn) dial() {
 		u.active.Add(1)
 		return
 	}
-	pc.refuse(reasonUpstream, alertInternalError, "no upstream could be connected")
+	pc.refuse(reasonUpstream, ktls.AlertInternalError, "no upstream could be connected")
 }
 
 func (pc *passConn) upFailed(u *upstream, err error) {

@@ -22,7 +22,7 @@ func (s *Stream) pumpUser() {
 	for len(t.queue) > 0 && t.queue[0].mark != markNone {
 		switch t.queue[0].mark {
 		case markClose:
-			s.sendAlert(alertCloseNotify)
+			s.sendAlert(ktls.AlertCloseNotify)
 			s.c.CloseAfterFlush()
 			t.queue = t.queue[:0]
 			t.compact()
@@ -109,7 +109,7 @@ func (s *Stream) pumpKernel() {
 		p := &t.queue[0]
 		switch {
 		case p.mark == markClose:
-			s.sendAlert(alertCloseNotify)
+			s.sendAlert(ktls.AlertCloseNotify)
 			s.c.CloseAfterFlush()
 			t.queue = t.queue[:0]
 			t.compact()
@@ -140,7 +140,7 @@ func (s *Stream) updateWriteKey() bool {
 		k, err = ktls.TrafficKeys(t.sess.Suite, next)
 	}
 	if err != nil {
-		s.fatal(alertInternalError, err.Error())
+		s.fatal(ktls.AlertInternalError, err.Error())
 		return false
 	}
 	msg := []byte{24, 0, 0, 1, 0} // KeyUpdate(update_not_requested)
@@ -162,12 +162,12 @@ func (s *Stream) updateWriteKey() bool {
 	} else {
 		rec, err := t.seal.Seal(nil, ktls.RecordHandshake, msg)
 		if err != nil {
-			s.fatal(alertInternalError, err.Error())
+			s.fatal(ktls.AlertInternalError, err.Error())
 			return false
 		}
 		s.c.Write(rec)
 		if t.seal, err = ktls.NewSealer(k, 0); err != nil {
-			s.fatal(alertInternalError, err.Error())
+			s.fatal(ktls.AlertInternalError, err.Error())
 			return false
 		}
 	}

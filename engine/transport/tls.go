@@ -9,16 +9,6 @@ import (
 	"github.com/mediaship/engine/ktls"
 )
 
-// TLS alert descriptions (RFC 8446 §6).
-const (
-	alertCloseNotify       = 0
-	alertUnexpectedMessage = 10
-	alertBadRecordMAC      = 20
-	alertRecordOverflow    = 22
-	alertDecodeError       = 50
-	alertInternalError     = 80
-)
-
 // maxEmptyRecords bounds a run of records without application data.
 const maxEmptyRecords = 32
 
@@ -107,7 +97,7 @@ func (s *Stream) handshake() {
 		// TLS allows: an alert in the clear, as TLS does before keys.
 		env.Stats.HandshakeErrors.Add(1)
 		env.Note("not a TLS handshake; closing", "peer", c.Peer())
-		c.Write([]byte{21, 3, 3, 0, 2, 2, alertUnexpectedMessage})
+		c.Write(ktls.ClearAlert(ktls.AlertUnexpectedMessage))
 		c.CloseAfterFlush()
 		return
 	}
@@ -192,7 +182,7 @@ func (s *Stream) readRecords() bool {
 		}
 		n := ktls.RecordLen(raw)
 		if n > maxCiphertext {
-			s.fatal(alertRecordOverflow, "record too large")
+			s.fatal(ktls.AlertRecordOverflow, "record too large")
 			return false
 		}
 		if n == 0 || len(raw) < n {
@@ -218,13 +208,13 @@ func (s *Stream) readRecords() bool {
 		if err != nil {
 			switch {
 			case errors.Is(err, ktls.ErrRecordLimit):
-				s.fatal(alertInternalError, "read key exhausted")
+				s.fatal(ktls.AlertInternalError, "read key exhausted")
 			case errors.Is(err, ktls.ErrRecordOverflow):
-				s.fatal(alertRecordOverflow, err.Error())
+				s.fatal(ktls.AlertRecordOverflow, err.Error())
 			case errors.Is(err, ktls.ErrUnexpectedRecord):
-				s.fatal(alertUnexpectedMessage, err.Error())
+				s.fatal(ktls.AlertUnexpectedMessage, err.Error())
 			default:
-				s.fatal(alertBadRecordMAC, err.Error())
+				s.fatal(ktls.AlertBadRecordMAC, err.Error())
 			}
 			return false
 		}
@@ -235,7 +225,7 @@ func (s *Stream) readRecords() bool {
 		if rec.Type == ktls.RecordApplicationData && len(rec.Data) > 0 {
 			t.empty = 0
 		} else if t.empty++; t.empty > maxEmptyRecords {
-			s.fatal(alertUnexpectedMessage, "too many records without application data")
+			s.fatal(ktls.AlertUnexpectedMessage, "too many records without application data")
 			return false
 		}
 		switch rec.Type {
@@ -247,10 +237,10 @@ func (s *Stream) readRecords() bool {
 			if len(rec.Data) != 2 {
 				// RFC 8446 §5.1: a record of type alert holds exactly
 				// one alert message.
-				s.fatal(alertDecodeError, "alert record of the wrong length")
+				s.fatal(ktls.AlertDecodeError, "alert record of the wrong length")
 				return false
 			}
-			if rec.Data[1] == alertCloseNotify {
+			if rec.Data[1] == ktls.AlertCloseNotify {
 				// RFC 8446 §6.1: "Any data received after a closure
 				// alert has been received MUST be ignored." What came
 				// before it is still answered.
@@ -267,14 +257,14 @@ func (s *Stream) readRecords() bool {
 			if len(msgs) == 0 {
 				// RFC 8446 §5.1: "Implementations MUST NOT send
 				// zero-length fragments of Handshake types."
-				s.fatal(alertUnexpectedMessage, "empty handshake record")
+				s.fatal(ktls.AlertUnexpectedMessage, "empty handshake record")
 				return false
 			}
 			if !s.postHandshake(msgs) {
 				return false
 			}
 		default:
-			s.fatal(alertUnexpectedMessage, "unexpected record type")
+			s.fatal(ktls.AlertUnexpectedMessage, "unexpected record type")
 			return false
 		}
 	}
@@ -287,19 +277,19 @@ func (s *Stream) postHandshake(b []byte) bool {
 	t := s.tls
 	for len(b) > 0 {
 		if len(b) < 4 {
-			s.fatal(alertDecodeError, "truncated handshake message")
+			s.fatal(ktls.AlertDecodeError, "truncated handshake message")
 			return false
 		}
 		typ, size := b[0], int(b[1])<<16|int(b[2])<<8|int(b[3])
 		if len(b) < 4+size {
-			s.fatal(alertDecodeError, "handshake message split across records")
+			s.fatal(ktls.AlertDecodeError, "handshake message split across records")
 			return false
 		}
 		body := b[4 : 4+size]
 		b = b[4+size:]
 		const keyUpdate = 24
 		if typ != keyUpdate || size != 1 || body[0] > 1 || t.sess.Version != tls.VersionTLS13 {
-			s.fatal(alertUnexpectedMessage, "handshake message after the handshake")
+			s.fatal(ktls.AlertUnexpectedMessage, "handshake message after the handshake")
 			return false
 		}
 		// RFC 8446 §4.6.3: the sender's key changes after this record.
@@ -312,7 +302,7 @@ func (s *Stream) postHandshake(b []byte) bool {
 			}
 		}
 		if err != nil {
-			s.fatal(alertInternalError, err.Error())
+			s.fatal(ktls.AlertInternalError, err.Error())
 			return false
 		}
 		s.env.Stats.KeyUpdates.Add(1)
@@ -322,7 +312,7 @@ func (s *Stream) postHandshake(b []byte) bool {
 		if len(b) > 0 {
 			// RFC 8446 §5.1: a KeyUpdate must end its record, since the
 			// bytes after it are under the new key.
-			s.fatal(alertUnexpectedMessage, "KeyUpdate not at the end of its record")
+			s.fatal(ktls.AlertUnexpectedMessage, "KeyUpdate not at the end of its record")
 			return false
 		}
 	}
@@ -352,7 +342,7 @@ func (s *Stream) fatal(desc byte, why string) {
 func (s *Stream) sendAlert(desc byte) {
 	t := s.tls
 	level := byte(2)
-	if desc == alertCloseNotify {
+	if desc == ktls.AlertCloseNotify {
 		level = 1
 	}
 	msg := []byte{level, desc}
