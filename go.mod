@@ -3,17 +3,25 @@ module github.com/mediaship/engine
 go 1.26.0
 
 require (
+	github.com/caddyserver/certmagic v0.25.6
 	github.com/cilium/ebpf v0.22.0
+	github.com/mholt/acmez/v3 v3.1.7
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/quic-go/qpack v0.6.0
 	github.com/quic-go/quic-go v0.65.0
 	github.com/zeebo/blake3 v0.2.4
+	go.uber.org/zap v1.28.0
 	golang.org/x/crypto v0.59.0
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 )
 
 require (
-	github.com/klauspost/cpuid/v2 v2.0.12 // indirect
+	github.com/caddyserver/zerossl v0.1.6 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
+	github.com/libdns/libdns v1.1.1 // indirect
+	github.com/miekg/dns v1.1.73 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap/exp v0.3.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )

@@ -22,6 +22,9 @@ type certTable struct {
 	// min_version = "1.2", and whether the default site is one.
 	v12   map[string]bool
 	def12 bool
+	// acme maps the placeholder certificate of each ACME name to the
+	// name: the handshake asks the ACME manager for the real one.
+	acme map[*tls.Certificate]string
 }
 
 type wildcardCert struct {
@@ -54,17 +57,25 @@ func (t *certTable) allows12(serverName string) bool {
 type certStore struct {
 	cur        atomic.Pointer[certTable]
 	selfSigned *tls.Certificate // when serve --self-signed made one
+	acme       *acmeManager     // nil without ACME names
 }
 
 // loadCertTable reads every site's PEM files. Errors name the file and
 // the config key.
 func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable, error) {
-	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}}
+	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, acme: map[*tls.Certificate]string{}}
 	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so sites sharing files share it
+	placeholder := func(domain string) *tls.Certificate {
+		c := new(tls.Certificate)
+		t.acme[c] = serverName(domain)
+		return c
+	}
 	for i := range cfg.Sites {
 		sc := &cfg.Sites[i]
 		var cert *tls.Certificate
 		switch {
+		case sc.TLS.ACME:
+			cert = placeholder(sc.Domain)
 		case sc.TLS.Cert != "":
 			cert = loaded[sc.TLS.Cert+"\x00"+sc.TLS.Key]
 			if cert == nil {
@@ -112,10 +123,18 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 		}
 		v12 := rp.TLS.MinVersion == "1.2"
 		for i := range rp.Routes {
-			if cert == nil {
-				break
-			}
 			d := strings.ToLower(strings.TrimSuffix(rp.Routes[i].Domain, "."))
+			if rp.TLS.ACME && d != "*" && !strings.HasPrefix(d, "*.") && !rp.Routes[i].Passthrough && t.exact[d] == nil {
+				t.exact[d] = placeholder(d)
+				t.v12[d] = v12
+				if t.def == nil {
+					t.def, t.def12 = t.exact[d], v12
+				}
+				continue
+			}
+			if cert == nil {
+				continue
+			}
 			switch {
 			case d == "*":
 				if t.def == nil {
@@ -133,7 +152,7 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 				}
 			}
 		}
-		if t.def == nil {
+		if t.def == nil && cert != nil {
 			t.def, t.def12 = cert, v12
 		}
 	}
@@ -147,8 +166,15 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 }
 
 // getCertificate is tls.Config.GetCertificate.
+// A name whose ACME certificate is not there yet gets none: crypto/tls,
+// which has no Certificates to fall back on, answers unrecognized_name.
 func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return s.cur.Load().pick(serverName(hello.ServerName)), nil
+	t := s.cur.Load()
+	c := t.pick(serverName(hello.ServerName))
+	if name, ok := t.acme[c]; ok {
+		return s.acme.certificate(hello, name), nil
+	}
+	return c, nil
 }
 
 // serverName normalizes an SNI value or a Host: lowercase, no trailing dot.

@@ -18,6 +18,8 @@ type connHandler struct {
 	env *transport.Env
 	h1  *h1Handler
 	h2  *h2Handler
+	// redirect: the [redirect_http] listener (plain HTTP/1.1 only).
+	redirect bool
 
 	// Owned by the loop goroutine.
 	relays []*passConn // passthrough relays under way, for the idle check
@@ -32,11 +34,17 @@ type httpConn struct {
 	pass *passConn // passthrough: set while the ClientHello is read, and for a relayed connection
 }
 
-func newConnHandler(srv *Server, l *reactor.Loop) *connHandler {
-	h1 := newH1Handler(srv, l)
+// newConnHandler returns loop l's handler; redirect makes it the
+// [redirect_http] listener's: plain HTTP/1.1 answered by handleRedirect.
+func newConnHandler(srv *Server, l *reactor.Loop, redirect bool) *connHandler {
+	h1 := newH1Handler(srv, l, redirect)
 	cfg := srv.cfg
+	tlsConf := srv.tlsConfig
+	if redirect {
+		tlsConf = nil
+	}
 	env := &transport.Env{
-		TLS:           srv.tlsConfig,
+		TLS:           tlsConf,
 		HeaderTimeout: cfg.Limits.HeaderTimeout.D(),
 		InputSize:     int(cfg.Limits.MaxHeaderBytes) + 2*ktls.MaxPlaintext,
 		BatchSize:     int(cfg.Runtime.Settings.H2TLSWriteBuffer),
@@ -48,12 +56,12 @@ func newConnHandler(srv *Server, l *reactor.Loop) *connHandler {
 		Log:           h1.log,
 		Note:          func(msg string, args ...any) { h1.limiter.log(h1.log, msg, args...) },
 	}
-	return &connHandler{srv: srv, env: env, h1: h1, h2: h1.h2}
+	return &connHandler{srv: srv, env: env, h1: h1, h2: h1.h2, redirect: redirect}
 }
 
 func (h *connHandler) Open(c *reactor.Conn) {
 	hc := &httpConn{s: h.env.Open(c)}
-	if h.srv.pass != nil {
+	if h.srv.pass != nil && !h.redirect {
 		hc.pass = &passConn{h: h, c: c}
 	}
 	c.State = hc
@@ -113,8 +121,13 @@ func (h *connHandler) choose(c *reactor.Conn, hc *httpConn) {
 	s := hc.s
 	h2c := false
 	if sess := s.Session(); sess != nil {
+		if sess.ALPN == acmeALPN {
+			// A TLS-ALPN-01 validation: the handshake was the answer.
+			c.Close()
+			return
+		}
 		h2c = sess.ALPN == "h2"
-	} else if h.srv.sites.h2c {
+	} else if h.srv.sites.h2c && !h.redirect {
 		// HTTP/2 with prior knowledge (RFC 9113 §3.3) on a plain
 		// listener where a site allows it.
 		in := s.Input()

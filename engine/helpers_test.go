@@ -177,7 +177,7 @@ func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testSe
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if w != nil {
-		log = slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, w), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		log = slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, w), &slog.HandlerOptions{Level: testLogLevel()}))
 	}
 	srv, err := engine.New(cfg, log)
 	if err != nil {
@@ -323,4 +323,13 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// testLogLevel is the level of server logs a test asks for:
+// ENGINE_TEST_LOG=debug shows debug lines too.
+func testLogLevel() slog.Level {
+	if os.Getenv("ENGINE_TEST_LOG") == "debug" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

@@ -33,6 +33,12 @@ type h1Handler struct {
 	warnedCC bool
 	h2       *h2Handler
 	proxy    *proxyPool // nil without reverse proxy routes
+
+	// The [redirect_http] listener's handler answers every request
+	// with handleRedirect.
+	redirect     bool
+	redirectPort string // for Location; "" for 443
+	locBuf       []byte
 }
 
 // h1Conn is one connection's HTTP/1.1 state.
@@ -48,6 +54,7 @@ type h1Conn struct {
 	headStarted bool // the first byte of a request head has arrived
 	requests    int
 	proxy       *exchange // a proxied request in progress
+	challenge   *challengeAnswer // an HTTP-01 lookup on a worker, or its answer
 
 	// For the access log of the response being sent.
 	logLine  []byte
@@ -58,16 +65,22 @@ type h1Conn struct {
 // a larger one closes the connection after the answer instead.
 const maxSkipBody = 1 << 20
 
-func newH1Handler(s *Server, l *reactor.Loop) *h1Handler {
+func newH1Handler(s *Server, l *reactor.Loop, redirect bool) *h1Handler {
 	h := &h1Handler{
-		srv:     s,
-		loop:    l,
-		log:     s.log.With("loop", l.ID()),
-		parser:  h1.NewParser(s.limits),
-		head:    make([]byte, 0, 512),
-		limiter: logLimiter{perSecond: 20},
+		srv:      s,
+		loop:     l,
+		log:      s.log.With("loop", l.ID()),
+		parser:   h1.NewParser(s.limits),
+		head:     make([]byte, 0, 512),
+		limiter:  logLimiter{perSecond: 20},
+		redirect: redirect,
 	}
 	h.h2 = newH2Handler(h)
+	if redirect {
+		h.log = s.log.With("listener", "redirect_http")
+		h.redirectPort = redirectPort(s)
+		return h
+	}
 	if s.proxy != nil {
 		h.proxy = newProxyPool(h)
 		s.loopMu.Lock()
@@ -210,6 +223,9 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 // handle answers the parsed request h.req whose head is n bytes. It
 // returns false when the answer waits for a worker.
 func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
+	if h.redirect {
+		return h.handleRedirect(c, st, n)
+	}
 	r := &h.req
 	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
 		h.hostBuf = normHost(r.Host, h.hostBuf)

@@ -44,6 +44,7 @@ type Server struct {
 	pass    *passthrough // nil without passthrough routes
 	quic    *quicRouter  // QUIC passthrough; nil without it
 	quicUDP *net.UDPConn // its socket when the engine serves no HTTP/3 itself
+	redir   *reactor.Group // the [redirect_http] listener; nil without it
 
 	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
 	// requests proxied on them.
@@ -53,6 +54,7 @@ type Server struct {
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
+	acme      *acmeManager // nil without ACME names
 	tlsConfig *tls.Config // from ktls.ServerConfig
 	ktlsOK    bool        // preflight found kernel TLS usable: promote
 	ktlsRekey bool        // and able to rekey (KeyUpdate after promotion)
@@ -62,6 +64,7 @@ type Server struct {
 
 type serverCounters struct {
 	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
+	redirects, acmeChallenges                                            atomic.Int64
 
 	tls transport.Stats
 
@@ -80,6 +83,8 @@ type Stats struct {
 	ServerErrors     int64 // 5xx answers
 	Bulk             int64 // responses that took the bulk path
 	CongestionErrors int64 // bulk responses whose congestion control could not be set
+	Redirects        int64 // 308s to https:// from the [redirect_http] listener
+	ACMEChallenges   int64 // ACME validations answered: tls-alpn-01 handshakes begun, http-01 key authorizations sent
 	CacheEntries     int
 	CacheHits        int64
 	CacheMisses      int64
@@ -200,7 +205,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		// Room for a request head, and for a whole HTTP/2 frame.
 		ReadBuffer:  max(int(cfg.Limits.MaxHeaderBytes)+4<<10, 20<<10),
 		SendTimeout: cfg.Limits.SendTimeout.D(),
-		NewHandler:  func(l *reactor.Loop) reactor.Handler { return newConnHandler(s, l) },
+		NewHandler:  func(l *reactor.Loop) reactor.Handler { return newConnHandler(s, l, false) },
 		Logger:      log,
 		NoSteering:  disabled("ENGINE_DISABLE_STEERING"),
 		Pin:         cfg.PinWorkers,
@@ -224,6 +229,22 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			break
 		}
 	}
+	if err == nil && cfg.RedirectHTTP.Listen != "" {
+		rc.Addr, rc.Workers, rc.NoSteering, rc.Pin = cfg.RedirectHTTP.Listen, 1, true, false
+		rc.NewHandler = func(l *reactor.Loop) reactor.Handler { return newConnHandler(s, l, true) }
+		rc.Logger = log.With("listener", "redirect_http")
+		if s.redir, err = reactor.Listen(rc); err != nil {
+			err = &config.Error{File: cfg.File(), Line: cfg.Line("redirect_http.listen"), Key: "redirect_http.listen", Msg: err.Error()}
+			s.group.Close()
+			if s.h3 != nil {
+				s.h3.Close()
+			}
+			if s.quicUDP != nil {
+				s.quic.Close()
+				s.quicUDP.Close()
+			}
+		}
+	}
 	if err != nil {
 		s.cache.Close()
 		s.digests.close()
@@ -232,6 +253,15 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// RedirectAddr returns the address of the [redirect_http] listener, or ""
+// without one.
+func (s *Server) RedirectAddr() string {
+	if s.redir == nil {
+		return ""
+	}
+	return s.redir.Addr()
 }
 
 // anyPort reports whether addr asks for a port the kernel chooses.
@@ -249,8 +279,24 @@ func (s *Server) Addr() string { return s.group.Addr() }
 func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving", "addr", s.Addr(), "workers", len(s.group.Loops()), "steering", s.group.Steering(),
 		"sites", s.sites.describe())
+	if s.acme != nil {
+		// Before the loops accept: certificates in storage are in the
+		// cache by the first handshake (connections wait in the
+		// listener's backlog meanwhile; orders run in the background).
+		if err := s.acme.start(); err != nil {
+			s.log.Error("ACME could not start; names without a stored certificate get none", "err", err)
+		}
+		defer s.acme.stop()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.group.Run() }()
+	redirDone := make(chan error, 1)
+	if s.redir != nil {
+		s.log.Info("redirecting HTTP to HTTPS", "addr", s.redir.Addr())
+		go func() { redirDone <- s.redir.Run() }()
+	} else {
+		redirDone <- nil
+	}
 	h3done := make(chan struct{})
 	if s.h3 != nil {
 		s.log.Info("serving HTTP/3", "udp", s.h3.Addr().String(), "alt-svc", s.h3.AltSvc())
@@ -283,6 +329,9 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 			h3err <- s.h3.Shutdown(sctx)
 		}()
+		if s.redir != nil {
+			go s.redir.Shutdown(sctx)
+		}
 		serr := s.group.Shutdown(sctx)
 		if herr := <-h3err; serr == nil {
 			serr = herr
@@ -292,6 +341,16 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		cancel()
 		err = <-errc
+	}
+	if s.redir != nil {
+		// Stopped already after a signal; when the main listener
+		// stopped on its own, this stops it too.
+		ctx0, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.redir.Shutdown(ctx0)
+		cancel()
+		if rerr := <-redirDone; err == nil && rerr != nil {
+			err = rerr
+		}
 	}
 	if s.h3 != nil {
 		s.h3.Close()
@@ -315,6 +374,13 @@ func (s *Server) Run(ctx context.Context) error {
 // site allows, session tickets on.
 func (s *Server) setupTLS() error {
 	s.certs = &certStore{}
+	if s.cfg.ACMEOn() {
+		m, err := newACME(s.cfg, s.log)
+		if err != nil {
+			return err
+		}
+		s.acme, s.certs.acme = m, m
+	}
 	if s.cfg.SelfSigned() {
 		cert, err := selfSignedCert()
 		if err != nil {
@@ -342,6 +408,10 @@ func (s *Server) setupTLS() error {
 		base.CipherSuites = ktls.TLS12SuiteIDs()
 	}
 	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		if s.acme != nil && s.acme.tlsALPN && isChallengeHello(hello) {
+			s.stats.acmeChallenges.Add(1)
+			return s.acme.challengeConfig(base), nil
+		}
 		var c *tls.Config
 		clone := func() {
 			if c == nil {
@@ -458,6 +528,8 @@ func (s *Server) Stats() Stats {
 		NotFound:         s.stats.notFound.Load(),
 		ServerErrors:     s.stats.serverErrors.Load(),
 		Bulk:             s.stats.bulk.Load(),
+		Redirects:        s.stats.redirects.Load(),
+		ACMEChallenges:   s.stats.acmeChallenges.Load(),
 		CongestionErrors: s.stats.congestionErrors.Load(),
 
 		TLSHandshakes:      s.stats.tls.Handshakes.Load(),

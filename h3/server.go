@@ -295,6 +295,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.ln.Close() // no new connections; those open continue
 	err := s.hs.Shutdown(ctx)
 	s.tr.Close()
+	s.udp.Close() // the Transport closes only a socket it made itself
 	return err
 }
 
@@ -303,6 +304,7 @@ func (s *Server) Close() error {
 	err := s.hs.Close()
 	s.ln.Close()
 	s.tr.Close()
+	s.udp.Close()
 	return err
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mediaship/engine/engine"
 	"github.com/mediaship/engine/engine/config"
@@ -40,7 +43,10 @@ preflight probes the kernel fast paths (kernel TLS, sendfile into it, BBR,
 UDP GSO, socket buffers, eBPF steering, open files) and says what is missing
 and how to fix it. With -c it judges them by what that config requires and
 exits 0 only when all of it is there, 1 when something required is missing,
-2 when it could not run. serve runs the same probes before binding.
+2 when it could not run. serve runs the same probes before binding. With -c
+it also lists the names whose certificates come from ACME: each one's expiry,
+or that storage has none yet and the last error a running engine saw (a
+missing certificate does not change the exit status: serve obtains it).
 `
 
 func main() {
@@ -239,6 +245,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	needs := preflight.All()
+	var acme []engine.ACMEStatus
 	if *configPath != "" {
 		cfg, err := config.Load(*configPath)
 		if err != nil {
@@ -247,13 +254,22 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		needs = engine.PreflightNeeds(cfg)
 		needs.Steering = true
+		acme = engine.ACMEReport(cfg)
 	}
 	r := new(preflight.Prober).Run(needs)
 	var err error
 	if *asJSON {
-		err = r.WriteJSON(stdout)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(struct {
+			*preflight.Report
+			ACME []engine.ACMEStatus `json:"acme,omitempty"`
+		}{r, acme})
 	} else {
 		err = r.WriteText(stdout)
+		if err == nil && len(acme) > 0 {
+			err = writeACMEText(stdout, acme)
+		}
 	}
 	if err != nil {
 		return 2
@@ -262,4 +278,35 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writeACMEText prints the ACME part of engine preflight -c.
+func writeACMEText(w io.Writer, names []engine.ACMEStatus) error {
+	var b strings.Builder
+	b.WriteString("\nACME certificates:\n")
+	width := len("NAME")
+	for _, n := range names {
+		width = max(width, len(n.Name))
+	}
+	fmt.Fprintf(&b, "%-*s  %-7s  %s\n", width, "NAME", "STATUS", "DETAIL")
+	now := time.Now()
+	for _, n := range names {
+		switch {
+		case !n.NotAfter.IsZero() && n.NotAfter.After(now):
+			fmt.Fprintf(&b, "%-*s  %-7s  valid until %s (%d days)", width, n.Name, "OK", n.NotAfter.UTC().Format(time.RFC3339), int(n.NotAfter.Sub(now).Hours()/24))
+		case !n.NotAfter.IsZero():
+			fmt.Fprintf(&b, "%-*s  %-7s  expired %s", width, n.Name, "EXPIRED", n.NotAfter.UTC().Format(time.RFC3339))
+		default:
+			fmt.Fprintf(&b, "%-*s  %-7s  %s", width, n.Name, "NONE", n.Missing)
+		}
+		if !n.LastAttempt.IsZero() {
+			fmt.Fprintf(&b, "; last asked the CA %s", n.LastAttempt.UTC().Format(time.RFC3339))
+		}
+		if n.LastError != "" {
+			fmt.Fprintf(&b, "; last error: %s", n.LastError)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -36,6 +36,8 @@ type Config struct {
 	H3        H3        `toml:"h3"`
 
 	ReverseProxy ReverseProxy `toml:"reverse_proxy"`
+	ACME         ACME         `toml:"acme"`
+	RedirectHTTP RedirectHTTP `toml:"redirect_http"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
@@ -117,10 +119,13 @@ type Protocols struct {
 	H2C *bool `toml:"h2c"`
 }
 
-// TLS is a site's certificate. Both Cert and Key, or neither.
+// TLS is a site's certificate: Cert and Key, or ACME, or none.
 type TLS struct {
 	Cert string `toml:"cert"`
 	Key  string `toml:"key"`
+	// ACME gets the certificate from the [acme] CA and renews it,
+	// instead of Cert and Key.
+	ACME bool `toml:"acme"`
 	// MinVersion is "1.3" (the zero value) or "1.2".
 	MinVersion string `toml:"min_version"`
 	// SessionTickets lets clients resume sessions with tickets (faster
@@ -292,18 +297,21 @@ func (c *Config) Line(key string) int { return c.src.lines[key] }
 func (c *Config) SelfSigned() bool { return c.selfSigned }
 
 // HasTLS reports whether the listener speaks TLS: a site has a
-// certificate, or serve --self-signed made one.
+// certificate (files or ACME), or serve --self-signed made one.
 func (c *Config) HasTLS() bool {
-	if c.selfSigned || c.ReverseProxy.Enabled && c.ReverseProxy.TLS.Cert != "" {
+	if c.selfSigned || c.ReverseProxy.Enabled && c.ReverseProxy.TLS.Has() {
 		return true
 	}
 	for i := range c.Sites {
-		if c.Sites[i].TLS.Cert != "" {
+		if c.Sites[i].TLS.Has() {
 			return true
 		}
 	}
 	return false
 }
+
+// Has reports whether t gives a certificate: files, or ACME.
+func (t *TLS) Has() bool { return t.Cert != "" || t.ACME }
 
 // H3Enabled reports whether HTTP/3 is served: the listener speaks TLS and
 // some site allows h3 (the top-level root's site allows every protocol).

@@ -303,10 +303,13 @@ func (c *Config) certCovers(domain string) bool {
 	if c.selfSigned || c.ReverseProxy.TLS.Cert != "" || domain == "*" {
 		return true // "*": the default certificate answers any name
 	}
+	if c.ReverseProxy.TLS.ACME && !strings.HasPrefix(domain, "*.") {
+		return true
+	}
 	d := strings.ToLower(strings.TrimSuffix(domain, "."))
 	for i := range c.Sites {
 		s := &c.Sites[i]
-		if s.TLS.Cert != "" && strings.ToLower(strings.TrimSuffix(s.Domain, ".")) == d {
+		if s.TLS.Has() && strings.ToLower(strings.TrimSuffix(s.Domain, ".")) == d {
 			return true
 		}
 	}

@@ -21,6 +21,7 @@ func (c *Config) Validate() error {
 	c.validateTop(&errs)
 	c.validateSites(&errs)
 	c.validateProxy(&errs)
+	c.validateACME(&errs)
 	c.validateIntegrity(&errs)
 	c.validateKernel(&errs)
 	c.validateLimits(&errs)

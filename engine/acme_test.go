@@ -1,0 +1,488 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/internal/selfsigned"
+)
+
+// Pebble, Let's Encrypt's ACME test server, and its challenge test server
+// as the DNS that Pebble resolves every name with (to 127.0.0.1): a real
+// CA over loopback that validates each challenge against the engine.
+// .ci/run installs both with go install at pebbleVersion.
+const pebbleVersion = "v2.10.3"
+
+// pebbleCA is a running Pebble.
+type pebbleCA struct {
+	t        *testing.T
+	dir      string
+	dirURL   string // the ACME directory
+	mgmt     string // the management API (roots, intermediates)
+	caRoot   string // PEM file of the root of Pebble's own HTTPS certificate
+	dns      string // the DNS server Pebble asks
+	httpPort int    // where Pebble validates http-01
+	tlsPort  int    // where Pebble validates tls-alpn-01
+	validity int    // certificate lifetime in seconds; 0: Pebble's default
+	ocspURL  string // written into certificates; "" for none
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	port int // the ACME port
+	mp   int // the management port
+
+	// The engine reaches Pebble through a gate on gatePort, a TCP
+	// forwarder that down closes (connections refused) and up opens
+	// again: a CA that is down, without losing Pebble's state. Pebble
+	// writes its URLs with the Host it was asked at, so every request
+	// of the engine's goes through the gate.
+	gatePort int
+	gate     net.Listener
+}
+
+// up opens the gate to Pebble.
+func (p *pebbleCA) up() {
+	t := p.t
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for try := 0; try < 50; try++ {
+		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p.gatePort)); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.gate = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+}
+
+// down closes the gate: the engine's connections to the CA are refused.
+func (p *pebbleCA) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		p.gate.Close()
+		p.gate = nil
+	}
+}
+
+// freeTCPPort returns a TCP port free on 127.0.0.1 now (and on UDP,
+// for the engine's HTTP/3 on the same port).
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		ln.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+}
+
+// startDNS runs pebble-challtestsrv as a DNS server answering every A
+// query with 127.0.0.1 and no AAAA, and returns its address.
+func startDNS(t *testing.T) string {
+	t.Helper()
+	bin := requireGoTool(t, "pebble-challtestsrv")
+	for try := 0; try < 5; try++ {
+		addr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+		cmd := exec.Command(bin, "-dnsserver", addr, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
+			"-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", "", "-management", fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t)))
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if waitFor(scale(5*time.Second), func() bool { return strings.Contains(out.String(), "Starting challenge servers") || strings.Contains(out.String(), "DNS") }) {
+			time.Sleep(100 * time.Millisecond)
+			if cmd.ProcessState == nil {
+				return addr
+			}
+		}
+		t.Logf("challtestsrv: %s", out.String())
+	}
+	t.Fatal("pebble-challtestsrv did not start")
+	return ""
+}
+
+// requireGoTool finds a tool .ci/run installs with go install.
+func requireGoTool(t *testing.T, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if gp, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	hint := "go install github.com/letsencrypt/pebble/v2/cmd/" + name + "@" + pebbleVersion
+	if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
+		t.Fatalf("%s is required (ENGINE_REQUIRE_TOOLS is set) but not installed: %s", name, hint)
+	}
+	t.Skipf("%s not installed; install it (%s) to run this test", name, hint)
+	return ""
+}
+
+// newPebble prepares a Pebble validating on the given ports; start runs it.
+func newPebble(t *testing.T, dns string, httpPort, tlsPort int) *pebbleCA {
+	t.Helper()
+	dir := t.TempDir()
+	cert, err := selfsigned.New("pebble test", 24*time.Hour, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, _ := selfsigned.PEM(cert)
+	writeFile(t, filepath.Join(dir, "cert.pem"), string(certPEM))
+	writeFile(t, filepath.Join(dir, "key.pem"), string(keyPEM))
+	return &pebbleCA{t: t, dir: dir, caRoot: filepath.Join(dir, "cert.pem"), dns: dns,
+		httpPort: httpPort, tlsPort: tlsPort, port: freeTCPPort(t), mp: freeTCPPort(t), gatePort: freeTCPPort(t)}
+}
+
+// start runs Pebble (again, after stop: a new CA, with a new root).
+func (p *pebbleCA) start() {
+	t := p.t
+	t.Helper()
+	bin := requireGoTool(t, "pebble")
+	profile := map[string]any{"description": "test", "validityPeriod": 90 * 24 * 3600}
+	if p.validity > 0 {
+		profile["validityPeriod"] = p.validity
+	}
+	conf := map[string]any{"pebble": map[string]any{
+		"listenAddress":                  fmt.Sprintf("127.0.0.1:%d", p.port),
+		"managementListenAddress":        fmt.Sprintf("127.0.0.1:%d", p.mp),
+		"certificate":                    filepath.Join(p.dir, "cert.pem"),
+		"privateKey":                     filepath.Join(p.dir, "key.pem"),
+		"httpPort":                       p.httpPort,
+		"tlsPort":                        p.tlsPort,
+		"ocspResponderURL":               p.ocspURL,
+		"externalAccountBindingRequired": false,
+		"retryAfter":                     map[string]int{"authz": 1, "order": 1},
+		"keyAlgorithm":                   "ecdsa",
+		"profiles":                       map[string]any{"default": profile},
+	}}
+	b, _ := json.Marshal(conf)
+	writeFile(t, filepath.Join(p.dir, "pebble.json"), string(b))
+	cmd := exec.Command(bin, "-config", filepath.Join(p.dir, "pebble.json"), "-dnsserver", p.dns)
+	cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0")
+	log := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.cmd, p.log = cmd, log
+	p.mu.Unlock()
+	t.Cleanup(p.stop)
+	p.dirURL = fmt.Sprintf("https://localhost:%d/dir", p.port)
+	p.mgmt = fmt.Sprintf("https://localhost:%d", p.mp)
+	if !waitFor(scale(10*time.Second), func() bool { return strings.Contains(log.String(), "Listening on") }) {
+		t.Fatalf("pebble did not start: %s", log.String())
+	}
+	if !waitFor(scale(5*time.Second), func() bool { _, err := p.get("/dir", false); return err == nil }) {
+		t.Fatalf("pebble does not answer: %s", log.String())
+	}
+	p.up()
+	t.Cleanup(p.down)
+}
+
+// stop ends Pebble; its certificates stay valid for the clients that
+// trust its root.
+func (p *pebbleCA) stop() {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// issued counts the certificates Pebble has issued since it started.
+func (p *pebbleCA) issued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Count(p.log.String(), "Issued certificate serial")
+}
+
+func (p *pebbleCA) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// get fetches a path of the ACME server (mgmt: of the management API).
+func (p *pebbleCA) get(path string, mgmt bool) ([]byte, error) {
+	roots := x509.NewCertPool()
+	pemBytes, err := os.ReadFile(p.caRoot)
+	if err != nil {
+		return nil, err
+	}
+	roots.AppendCertsFromPEM(pemBytes)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	defer c.CloseIdleConnections()
+	base := fmt.Sprintf("https://localhost:%d", p.port)
+	if mgmt {
+		base = p.mgmt
+	}
+	resp, err := c.Get(base + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// root returns the root that signs the certificates this Pebble issues.
+func (p *pebbleCA) root() []byte {
+	p.t.Helper()
+	b, err := p.get("/roots/0", true)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return b
+}
+
+// acmeTOML is the [acme] table for this Pebble.
+func (p *pebbleCA) acmeTOML(storage string, challenges ...string) string {
+	q := make([]string, len(challenges))
+	for i, c := range challenges {
+		q[i] = `"` + c + `"`
+	}
+	return fmt.Sprintf("[acme]\nemail = \"ops@example.com\"\nca = %q\nca_root = %q\nstorage = %q\nchallenges = [%s]\nagree = true\nrenew_interval = \"1s\"\n",
+		fmt.Sprintf("https://localhost:%d/dir", p.gatePort), p.caRoot, storage, strings.Join(q, ", "))
+}
+
+// tlsGet fetches path from addr over TLS with SNI name, trusting only
+// roots; it returns the body and the leaf certificate served.
+func tlsGet(addr, name, path string, roots *x509.CertPool) ([]byte, *x509.Certificate, error) {
+	var leaf *x509.Certificate
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: name},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		ForceAttemptHTTP2: false,
+	}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	resp, err := c.Get("https://" + name + path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
+		leaf = resp.TLS.PeerCertificates[0]
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("status %s", resp.Status)
+	}
+	return body, leaf, err
+}
+
+func pool(pems ...[]byte) *x509.CertPool {
+	p := x509.NewCertPool()
+	for _, b := range pems {
+		p.AppendCertsFromPEM(b)
+	}
+	return p
+}
+
+// handshakeAlert returns the error of a TLS handshake with SNI name.
+func handshakeErr(addr, name string) error {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{ServerName: name, InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+// acmeSite writes a site root with a file and returns the root and the
+// file's content.
+func acmeSite(t *testing.T) (string, []byte) {
+	root := t.TempDir()
+	body := bytes.Repeat([]byte("verified bytes from an ACME certificate\n"), 5000)
+	writeFile(t, filepath.Join(root, "file.txt"), string(body))
+	return root, body
+}
+
+func serial(c *x509.Certificate) string {
+	if c == nil {
+		return ""
+	}
+	return c.SerialNumber.String()
+}
+
+var _ = errors.New
+var _ = pem.Decode
+
+// acmeConfig is an engine config serving root for name with an ACME
+// certificate, on the TLS port Pebble validates.
+func acmeConfig(p *pebbleCA, storage, root string, names []string, challenges ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen = \"127.0.0.1:%d\"\n[kernel]\nktls = \"auto\"\n", p.tlsPort)
+	for _, n := range names {
+		fmt.Fprintf(&b, "[[sites]]\ndomain = %q\nroot = %q\n[sites.tls]\nacme = true\n", n, root)
+	}
+	for _, c := range challenges {
+		if c == "http-01" {
+			fmt.Fprintf(&b, "[redirect_http]\nlisten = \"127.0.0.1:%d\"\n", p.httpPort)
+			break
+		}
+	}
+	b.WriteString(p.acmeTOML(storage, challenges...))
+	return b.String()
+}
+
+// TestACMELifecycle runs a whole life against Pebble: issuance by
+// TLS-ALPN-01 while serving (handshakes for the name refused with
+// unrecognized_name until the certificate is there), a restart that
+// reuses storage without a new order, a restart while the CA is down
+// (the stored name served at once, the new one refused, preflight's
+// report naming it and the error, then obtained when the CA is back).
+func TestACMELifecycle(t *testing.T) {
+	t.Parallel()
+	dns := startDNS(t)
+	p := newPebble(t, dns, freeTCPPort(t), freeTCPPort(t))
+	p.start()
+	root, body := acmeSite(t)
+	storage := t.TempDir()
+	logs := &syncBuffer{}
+	t0 := time.Now()
+	srv := startLog(t, acmeConfig(p, storage, root, []string{"a.example.com"}, "tls-alpn-01"), logs)
+	roots := pool(p.root())
+	var got []byte
+	var leaf *x509.Certificate
+	var err error
+	if !waitFor(scale(30*time.Second), func() bool {
+		got, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots)
+		return err == nil
+	}) {
+		t.Fatalf("no verified HTTPS response: %v\n%s", err, p.logText())
+	}
+	t.Logf("first verified HTTPS response %v after start; serial %s", time.Since(t0).Round(time.Millisecond), serial(leaf))
+	if !bytes.Equal(got, body) {
+		t.Fatalf("body differs")
+	}
+	if st := srv.Stats(); st.ACMEChallenges == 0 {
+		t.Errorf("the CA's validations did not reach the engine's handshake: %+v", st)
+	}
+	if !strings.Contains(logs.String(), "no certificate for this name yet") {
+		t.Errorf("no log line for the handshakes refused before the certificate came")
+	}
+	firstSerial := serial(leaf)
+	srv.stop()
+
+	// Restart: storage has the certificate; no new order.
+	issued := p.issued()
+	logs2 := &syncBuffer{}
+	srv = startLog(t, acmeConfig(p, storage, root, []string{"a.example.com"}, "tls-alpn-01"), logs2)
+	if got, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("after a restart, the stored certificate is not served at once: %v", err)
+	}
+	if serial(leaf) != firstSerial {
+		t.Errorf("after a restart the serial is %s, want the stored %s", serial(leaf), firstSerial)
+	}
+	time.Sleep(2 * time.Second)
+	if n := p.issued(); n != issued {
+		t.Errorf("a restart with the certificate in storage made the CA issue %d more", n-issued)
+	}
+	if strings.Contains(logs2.String(), "asking the CA") {
+		t.Errorf("a restart with the certificate in storage asked the CA for one:\n%s", logs2.String())
+	}
+	srv.stop()
+
+	// The CA is down at start: a.example.com is served from storage,
+	// c.example.com is refused with a clear alert until the CA is back.
+	p.down()
+	logs3 := &syncBuffer{}
+	cfg3 := acmeConfig(p, storage, root, []string{"a.example.com", "c.example.com"}, "tls-alpn-01")
+	srv = startLog(t, cfg3, logs3)
+	if _, _, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots); err != nil {
+		t.Fatalf("with the CA down, the stored certificate is not served: %v", err)
+	}
+	err = handshakeErr(srv.addr, "c.example.com")
+	if err == nil || !strings.Contains(err.Error(), "unrecognized name") {
+		t.Fatalf("a name without a certificate: handshake error %v, want the unrecognized_name alert", err)
+	}
+	if !waitFor(scale(20*time.Second), func() bool { return strings.Contains(logs3.String(), "could not get a certificate") }) {
+		t.Fatalf("no log line for the failed order:\n%s", logs3.String())
+	}
+	cfgFile := filepath.Join(t.TempDir(), "engine.toml")
+	writeFile(t, cfgFile, strings.Replace(cfg3, "listen = ", "root = \""+root+"\"\nlisten = ", 1))
+	rc, err := config.Load(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := engine.ACMEReport(rc)
+	if len(rep) != 2 || rep[0].Name != "a.example.com" || rep[0].NotAfter.IsZero() ||
+		rep[1].Name != "c.example.com" || !rep[1].NotAfter.IsZero() || rep[1].LastError == "" || rep[1].Missing == "" {
+		t.Errorf("preflight's ACME report with the CA down: %+v", rep)
+	}
+	p.up()
+	t.Log("CA back; certmagic retries after its first back-off (1 minute)")
+	if !waitFor(scale(150*time.Second), func() bool {
+		_, leaf, err = tlsGet(srv.addr, "c.example.com", "/file.txt", roots)
+		return err == nil
+	}) {
+		t.Fatalf("c.example.com not served after the CA came back: %v\n%s", err, logs3.String())
+	}
+	if _, _, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots); err != nil {
+		t.Errorf("a.example.com after c.example.com was obtained: %v", err)
+	}
+}
