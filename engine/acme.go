@@ -42,14 +42,15 @@ type acmeManager struct {
 	magic   *certmagic.Config
 	cache   *certmagic.Cache
 	issuer  *certmagic.ACMEIssuer
-	names   []string
 	storage string
 	http01  bool
 	tlsALPN bool
 
 	mu     sync.Mutex
+	names  []string               // guarded by mu: the names managed
 	status map[string]*ACMEStatus // guarded by mu
 	cancel context.CancelFunc     // guarded by mu; set by start
+	runCtx context.Context        // guarded by mu; set by start
 }
 
 // ACMEStatus is what the engine knows of one name's certificate; it is
@@ -64,9 +65,10 @@ type ACMEStatus struct {
 	lastLog     time.Time // when a refused handshake for it was last logged
 }
 
-// newACME prepares the manager for cfg's ACME names. Nothing is asked of
-// the CA until start. Errors name the config key.
-func newACME(cfg *config.Config, log *slog.Logger) (*acmeManager, error) {
+// newACME prepares the manager for cfg's ACME names, creating the storage
+// directory when create is set. Nothing is asked of the CA until start.
+// Errors name the config key.
+func newACME(cfg *config.Config, log *slog.Logger, create bool) (*acmeManager, error) {
 	a := &cfg.ACME
 	names := cfg.ACMENames()
 	m := &acmeManager{
@@ -77,9 +79,11 @@ func newACME(cfg *config.Config, log *slog.Logger) (*acmeManager, error) {
 	for _, n := range names {
 		m.status[n] = &ACMEStatus{Name: n, Missing: "not obtained yet"}
 	}
-	if err := os.MkdirAll(filepath.Join(a.Storage, "engine"), 0o700); err != nil {
-		return nil, &config.Error{File: cfg.File(), Line: cfg.Line("acme.storage"), Key: "acme.storage",
-			Msg: fmt.Sprintf("cannot create the ACME storage directory: %v; expected a directory the engine may write (certificates, keys and the account live there)", err)}
+	if create {
+		if err := os.MkdirAll(filepath.Join(a.Storage, "engine"), 0o700); err != nil {
+			return nil, &config.Error{File: cfg.File(), Line: cfg.Line("acme.storage"), Key: "acme.storage",
+				Msg: fmt.Sprintf("cannot create the ACME storage directory: %v; expected a directory the engine may write (certificates, keys and the account live there)", err)}
+		}
 	}
 	var roots *x509.CertPool
 	if a.CARoot != "" {
@@ -141,12 +145,13 @@ func splitPort(addr string) (string, int) {
 func (m *acmeManager) start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.mu.Lock()
-	m.cancel = cancel
+	m.cancel, m.runCtx = cancel, ctx
+	names := m.names
 	m.mu.Unlock()
-	if err := m.magic.ManageAsync(ctx, m.names); err != nil {
+	if err := m.magic.ManageAsync(ctx, names); err != nil {
 		return fmt.Errorf("engine: acme: %w", err)
 	}
-	m.log.Info("ACME: managing certificates", "names", strings.Join(m.names, ","), "storage", m.storage,
+	m.log.Info("ACME: managing certificates", "names", strings.Join(names, ","), "storage", m.storage,
 		"challenges", m.challenges())
 	return nil
 }
@@ -160,6 +165,53 @@ func (m *acmeManager) challenges() string {
 		c = append(c, config.ChallengeHTTP)
 	}
 	return strings.Join(c, ",")
+}
+
+// setNames makes names the managed set (a reload): new names are loaded
+// from storage or obtained in the background, names left out are
+// dropped from the cache and no longer renewed. Their certificates stay
+// in storage.
+func (m *acmeManager) setNames(names []string) error {
+	m.mu.Lock()
+	old := map[string]bool{}
+	for _, n := range m.names {
+		old[n] = true
+	}
+	var added []string
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+		if !old[n] {
+			added = append(added, n)
+			m.status[n] = &ACMEStatus{Name: n, Missing: "not obtained yet"}
+		}
+	}
+	var removed []certmagic.SubjectIssuer
+	for n := range old {
+		if !keep[n] {
+			removed = append(removed, certmagic.SubjectIssuer{Subject: n})
+			delete(m.status, n)
+		}
+	}
+	m.names = names
+	m.mu.Unlock()
+	if len(removed) > 0 {
+		m.cache.RemoveManaged(removed)
+	}
+	if ctx := m.ctx(); len(added) > 0 && ctx != nil { // before start, start manages them
+		if err := m.magic.ManageAsync(ctx, added); err != nil {
+			return fmt.Errorf("engine: acme: %w", err)
+		}
+		m.log.Info("ACME: managing new names after a reload", "names", strings.Join(added, ","))
+	}
+	return nil
+}
+
+// ctx is the context of the manager's orders, cancelled by stop.
+func (m *acmeManager) ctx() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runCtx
 }
 
 // stop ends renewals and obtains under way.
@@ -405,7 +457,14 @@ func ACMEReport(cfg *config.Config) []ACMEStatus {
 	if len(names) == 0 {
 		return nil
 	}
-	m, err := newACME(cfg, slog.New(slog.DiscardHandler))
+	if _, err := os.Stat(cfg.ACME.Storage); err != nil {
+		out := make([]ACMEStatus, len(names))
+		for i, n := range names {
+			out[i] = ACMEStatus{Name: n, Missing: fmt.Sprintf("no certificate: storage %s: %v", cfg.ACME.Storage, err)}
+		}
+		return out
+	}
+	m, err := newACME(cfg, slog.New(slog.DiscardHandler), false)
 	out := make([]ACMEStatus, 0, len(names))
 	for _, n := range names {
 		st := ACMEStatus{Name: n}

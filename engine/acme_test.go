@@ -3,11 +3,12 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,8 +18,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ocsp"
 
 	"github.com/mediaship/engine/engine"
 	"github.com/mediaship/engine/engine/config"
@@ -43,6 +47,7 @@ type pebbleCA struct {
 	tlsPort  int    // where Pebble validates tls-alpn-01
 	validity int    // certificate lifetime in seconds; 0: Pebble's default
 	ocspURL  string // written into certificates; "" for none
+	rsa      bool   // RSA CA keys (Pebble exports only those); else ECDSA
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -111,6 +116,8 @@ func (p *pebbleCA) down() {
 // for the engine's HTTP/3 on the same port).
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
+	handedMu.Lock()
+	defer handedMu.Unlock()
 	for {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -121,10 +128,18 @@ func freeTCPPort(t *testing.T) int {
 		ln.Close()
 		if err == nil {
 			u.Close()
-			return port
+			if !handed[port] { // a port closed again may come back: hand each out once
+				handed[port] = true
+				return port
+			}
 		}
 	}
 }
+
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
 
 // startDNS runs pebble-challtestsrv as a DNS server answering every A
 // query with 127.0.0.1 and no AAAA, and returns its address.
@@ -210,6 +225,9 @@ func (p *pebbleCA) start() {
 		"keyAlgorithm":                   "ecdsa",
 		"profiles":                       map[string]any{"default": profile},
 	}}
+	if p.rsa {
+		conf["pebble"].(map[string]any)["keyAlgorithm"] = "rsa"
+	}
 	b, _ := json.Marshal(conf)
 	writeFile(t, filepath.Join(p.dir, "pebble.json"), string(b))
 	cmd := exec.Command(bin, "-config", filepath.Join(p.dir, "pebble.json"), "-dnsserver", p.dns)
@@ -368,8 +386,6 @@ func serial(c *x509.Certificate) string {
 	return c.SerialNumber.String()
 }
 
-var _ = errors.New
-var _ = pem.Decode
 
 // acmeConfig is an engine config serving root for name with an ACME
 // certificate, on the TLS port Pebble validates.
@@ -404,7 +420,9 @@ func TestACMELifecycle(t *testing.T) {
 	storage := t.TempDir()
 	logs := &syncBuffer{}
 	t0 := time.Now()
-	srv := startLog(t, acmeConfig(p, storage, root, []string{"a.example.com"}, "tls-alpn-01"), logs)
+	// d.example.com is a site without a certificate of its own yet.
+	siteD := fmt.Sprintf("[[sites]]\ndomain = \"d.example.com\"\nroot = %q\n[acme]", root)
+	srv := startLog(t, strings.Replace(acmeConfig(p, storage, root, []string{"a.example.com"}, "tls-alpn-01"), "[acme]", siteD, 1), logs)
 	roots := pool(p.root())
 	var got []byte
 	var leaf *x509.Certificate
@@ -426,6 +444,31 @@ func TestACMELifecycle(t *testing.T) {
 		t.Errorf("no log line for the handshakes refused before the certificate came")
 	}
 	firstSerial := serial(leaf)
+
+	// A reload (SIGHUP) that turns on ACME for d.example.com: it is
+	// obtained, the certificate obtained for a.example.com is kept (no
+	// new order for it). A reload that changes more than certificates
+	// is refused and changes nothing.
+	issued0 := p.issued()
+	two := acmeConfig(p, storage, root, []string{"a.example.com", "d.example.com"}, "tls-alpn-01")
+	if err := srv.Reload(parseConfig(t, strings.Replace(two, "[kernel]\n", "[kernel]\nbulk_threshold = \"2MiB\"\n", 1))); err == nil || !strings.Contains(err.Error(), "kernel changed") {
+		t.Errorf("a reload changing [kernel]: %v, want it refused naming kernel", err)
+	}
+	if err := srv.Reload(parseConfig(t, two)); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if !waitFor(scale(30*time.Second), func() bool {
+		_, _, err = tlsGet(srv.addr, "d.example.com", "/file.txt", roots)
+		return err == nil
+	}) {
+		t.Fatalf("a name added by a reload was not obtained: %v", err)
+	}
+	if _, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots); err != nil || serial(leaf) != firstSerial {
+		t.Errorf("after a reload a.example.com: %v, serial %s want %s", err, serial(leaf), firstSerial)
+	}
+	if n := p.issued() - issued0; n != 1 {
+		t.Errorf("the reload made the CA issue %d certificates, want 1 (for the new name)", n)
+	}
 	srv.stop()
 
 	// Restart: storage has the certificate; no new order.
@@ -485,4 +528,214 @@ func TestACMELifecycle(t *testing.T) {
 	if _, _, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots); err != nil {
 		t.Errorf("a.example.com after c.example.com was obtained: %v", err)
 	}
+}
+
+// TestACMEHTTP01Renewal: issuance by HTTP-01 answered on the
+// [redirect_http] listener, a curl that trusts only Pebble's root
+// receiving the file byte-exact, the listener's 308, and renewal of a
+// short-lived certificate (Pebble issues 30-second ones here) while a
+// keep-alive connection made under the old certificate goes on.
+func TestACMEHTTP01Renewal(t *testing.T) {
+	t.Parallel()
+	curl := requireTool(t, "curl")
+	dns := startDNS(t)
+	p := newPebble(t, dns, freeTCPPort(t), freeTCPPort(t))
+	p.validity = 30
+	p.start()
+	root, body := acmeSite(t)
+	storage := t.TempDir()
+	logs := &syncBuffer{}
+	srv := startLog(t, acmeConfig(p, storage, root, []string{"b.example.com"}, "http-01"), logs)
+	rootPEM := filepath.Join(t.TempDir(), "pebble-root.pem")
+	writeFile(t, rootPEM, string(p.root()))
+	out := filepath.Join(t.TempDir(), "out")
+	url := fmt.Sprintf("https://b.example.com:%d/file.txt", p.tlsPort)
+	var cerr []byte
+	if !waitFor(scale(30*time.Second), func() bool {
+		os.Remove(out)
+		cmd := exec.Command(curl, "-sS", "--fail", "--cacert", rootPEM, "--resolve", fmt.Sprintf("b.example.com:%d:127.0.0.1", p.tlsPort), "-o", out, url)
+		var err error
+		cerr, err = cmd.CombinedOutput()
+		return err == nil
+	}) {
+		t.Fatalf("curl trusting only Pebble's root got no response: %s\n%s", cerr, logs.String())
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, body) {
+		t.Fatalf("curl received %d bytes that differ from the file's %d", len(got), len(body))
+	}
+	if st := srv.Stats(); st.ACMEChallenges == 0 {
+		t.Errorf("the http-01 validations were not answered by the engine: %+v", st)
+	}
+
+	// The redirect listener sends the name's requests to https.
+	c := dial(t, srv.RedirectAddr())
+	c.send(fmt.Sprintf("GET /file.txt?x=1&y=%%20 HTTP/1.1\r\nHost: b.example.com:%d\r\n\r\n", p.httpPort))
+	resp, _ := c.response("GET")
+	if want := fmt.Sprintf("https://b.example.com:%d/file.txt?x=1&y=%%20", p.tlsPort); resp.StatusCode != 308 || resp.Header.Get("Location") != want {
+		t.Errorf("redirect: %d Location %q, want 308 %q", resp.StatusCode, resp.Header.Get("Location"), want)
+	}
+
+	// Renewal: a connection made under the first certificate stays up.
+	roots := pool(p.root())
+	var first *x509.Certificate
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "b.example.com"},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, srv.addr)
+		},
+		IdleConnTimeout: time.Minute,
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	fetch := func() (*http.Response, []byte) {
+		t.Helper()
+		resp, err := client.Get("https://b.example.com/file.txt")
+		if err != nil {
+			t.Fatalf("keep-alive client: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	r1, _ := fetch()
+	first = r1.TLS.PeerCertificates[0]
+	var leaf *x509.Certificate
+	var err error
+	if !waitFor(scale(60*time.Second), func() bool {
+		_, leaf, err = tlsGet(srv.addr, "b.example.com", "/file.txt", roots)
+		if err == nil {
+			fetch() // keep the first connection alive meanwhile
+		}
+		return err == nil && serial(leaf) != serial(first)
+	}) {
+		t.Fatalf("no renewed certificate within 60 s of a 30 s one: %v\n%s", err, logs.String())
+	}
+	if !leaf.NotAfter.After(first.NotAfter) {
+		t.Errorf("renewed certificate expires %v, not after the first's %v", leaf.NotAfter, first.NotAfter)
+	}
+	r2, b2 := fetch()
+	if serial(r2.TLS.PeerCertificates[0]) != serial(first) || !bytes.Equal(b2, body) {
+		t.Errorf("the connection made before the renewal did not go on: serial %s (first %s), %d bytes",
+			serial(r2.TLS.PeerCertificates[0]), serial(first), len(b2))
+	}
+	if !strings.Contains(logs.String(), "renewal=true") {
+		t.Errorf("no renewal logged:\n%s", logs.String())
+	}
+}
+
+// ocspResponder answers OCSP requests for the certificates Pebble issues,
+// signed with Pebble's intermediate key (from its management API): the
+// responder a CA runs, for stapling.
+func ocspResponder(t *testing.T, p *pebbleCA) (url string, asked *atomic.Int64) {
+	t.Helper()
+	asked = &atomic.Int64{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var der []byte
+		if r.Method == http.MethodPost {
+			der, _ = io.ReadAll(io.LimitReader(r.Body, 4096))
+		} else if b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(r.URL.Path, "/")); err == nil {
+			der = b
+		}
+		req, err := ocsp.ParseRequest(der)
+		if err != nil {
+			t.Logf("OCSP responder: %s %s: %v", r.Method, r.URL.Path, err)
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		issuerPEM, err1 := p.get("/intermediates/0", true)
+		keyPEM, err2 := p.get("/intermediate-keys/0", true)
+		if err1 != nil || err2 != nil {
+			t.Logf("OCSP responder: %v %v", err1, err2)
+			http.Error(w, "pebble", 500)
+			return
+		}
+		ib, _ := pem.Decode(issuerPEM)
+		issuer, err := x509.ParseCertificate(ib.Bytes)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		kb, _ := pem.Decode(keyPEM)
+		key, err := parseKey(kb.Bytes)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		now := time.Now().Truncate(time.Minute)
+		resp, err := ocsp.CreateResponse(issuer, issuer, ocsp.Response{
+			Status: ocsp.Good, SerialNumber: req.SerialNumber,
+			ThisUpdate: now.Add(-time.Minute), NextUpdate: now.Add(24 * time.Hour),
+		}, key)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/ocsp-response")
+		w.Write(resp)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/", asked
+}
+
+func parseKey(der []byte) (crypto.Signer, error) {
+	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
+		if s, ok := k.(crypto.Signer); ok {
+			return s, nil
+		}
+	}
+	if k, err := x509.ParseECPrivateKey(der); err == nil {
+		return k, nil
+	}
+	return x509.ParsePKCS1PrivateKey(der)
+}
+
+// TestACMEOCSPStaple: when the CA's certificates name an OCSP responder,
+// the handshake staples its answer (for TLS over TCP and over QUIC).
+func TestACMEOCSPStaple(t *testing.T) {
+	t.Parallel()
+	dns := startDNS(t)
+	p := newPebble(t, dns, freeTCPPort(t), freeTCPPort(t))
+	url, asked := ocspResponder(t, p)
+	p.ocspURL, p.rsa = url, true
+	p.start()
+	root, _ := acmeSite(t)
+	srv := startLog(t, acmeConfig(p, t.TempDir(), root, []string{"o.example.com"}, "tls-alpn-01"), nil)
+	roots := pool(p.root())
+	var state tls.ConnectionState
+	if !waitFor(scale(30*time.Second), func() bool {
+		c, err := tls.Dial("tcp", srv.addr, &tls.Config{RootCAs: roots, ServerName: "o.example.com"})
+		if err != nil {
+			return false
+		}
+		state = c.ConnectionState()
+		c.Close()
+		return len(state.OCSPResponse) > 0
+	}) {
+		t.Fatalf("no OCSP staple in the handshake (responder asked %d times)", asked.Load())
+	}
+	leaf := state.PeerCertificates[0]
+	issuer := state.PeerCertificates[1]
+	resp, err := ocsp.ParseResponseForCert(state.OCSPResponse, leaf, issuer)
+	if err != nil || resp.Status != ocsp.Good {
+		t.Fatalf("stapled OCSP response: %v, status %v", err, resp)
+	}
+}
+
+// parseConfig parses and validates a config text as engine serve does.
+func parseConfig(t *testing.T, text string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(text))
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
 }

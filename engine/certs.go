@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,9 @@ type certStore struct {
 	cur        atomic.Pointer[certTable]
 	selfSigned *tls.Certificate // when serve --self-signed made one
 	acme       *acmeManager     // nil without ACME names
+
+	reloadMu sync.Mutex     // serializes reloads
+	cfg      *config.Config // guarded by reloadMu: the configuration cur was made from; nil: the server's
 }
 
 // loadCertTable reads every site's PEM files. Errors name the file and

@@ -375,7 +375,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) setupTLS() error {
 	s.certs = &certStore{}
 	if s.cfg.ACMEOn() {
-		m, err := newACME(s.cfg, s.log)
+		m, err := newACME(s.cfg, s.log, true)
 		if err != nil {
 			return err
 		}
@@ -500,18 +500,53 @@ func (s *Server) alpn(sni string) []string {
 	return []string{"http/1.1"}
 }
 
-// ReloadCertificates reads every site's certificate files again (SIGHUP).
-// Connections keep going; new handshakes use the new certificates. On an
-// error the old ones stay in use.
-func (s *Server) ReloadCertificates() error {
+// ReloadCertificates reads every site's certificate files again (SIGHUP
+// without a config file). Connections keep going; new handshakes use the
+// new certificates. On an error the old ones stay in use.
+func (s *Server) ReloadCertificates() error { return s.Reload(nil) }
+
+// Reload applies a configuration read again (SIGHUP): where certificates
+// come from (each site's and the proxy's cert and key, and tls.acme) is
+// applied, and the files are read again; certificates ACME obtained are
+// kept, names newly given acme = true are obtained in the background, and
+// names no longer managed stop being renewed. next must have passed
+// Validate; nil reads the current configuration's files again. Any other
+// change needs a restart: Reload then refuses, naming the keys, and keeps
+// everything as it was.
+func (s *Server) Reload(next *config.Config) error {
 	if s.certs == nil {
+		if next != nil && next.HasTLS() {
+			return errors.New("engine: reload: the configuration now serves TLS, and this server was started without it; restart to apply")
+		}
 		return nil
 	}
-	t, err := loadCertTable(s.cfg, s.certs.selfSigned)
+	s.certs.reloadMu.Lock()
+	defer s.certs.reloadMu.Unlock()
+	cur := s.certs.cfg
+	if cur == nil {
+		cur = s.cfg
+	}
+	if next == nil {
+		next = cur
+	}
+	if ch := s.cfg.RestartChanges(next); len(ch) > 0 {
+		return fmt.Errorf("engine: reload: %s changed, and only certificates (tls cert, key, acme) are applied without a restart; nothing was applied: restart to change them", strings.Join(ch, ", "))
+	}
+	names := next.ACMENames()
+	if len(names) > 0 && s.acme == nil {
+		return errors.New("engine: reload: tls.acme is new in this configuration, and ACME starts with the server; restart to apply")
+	}
+	t, err := loadCertTable(next, s.certs.selfSigned)
 	if err != nil {
 		return err
 	}
+	if s.acme != nil {
+		if err := s.acme.setNames(names); err != nil {
+			return err
+		}
+	}
 	s.certs.cur.Store(t)
+	s.certs.cfg = next
 	return nil
 }
 

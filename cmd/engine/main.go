@@ -107,27 +107,31 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	var cfg *config.Config
-	if *configPath != "" {
-		var err error
-		if cfg, err = config.Read(*configPath); err != nil {
-			return configFailed(stderr, err)
+	// load reads the file, applies the flags over it and validates it:
+	// at start, and again on SIGHUP.
+	load := func() (*config.Config, error) {
+		cfg := &config.Config{}
+		if *configPath != "" {
+			var err error
+			if cfg, err = config.Read(*configPath); err != nil {
+				return nil, err
+			}
 		}
-	} else {
-		cfg = &config.Config{}
-	}
-	if *selfSigned {
-		cfg.SetFlag("self-signed", "true")
-	}
-	for _, f := range []struct{ name, v string }{{"root", *root}, {"listen", *listen}, {"workers", *workers}} {
-		if f.v == "" {
-			continue
+		if *selfSigned {
+			cfg.SetFlag("self-signed", "true")
 		}
-		if err := cfg.SetFlag(f.name, f.v); err != nil {
-			return configFailed(stderr, err)
+		for _, f := range []struct{ name, v string }{{"root", *root}, {"listen", *listen}, {"workers", *workers}} {
+			if f.v == "" {
+				continue
+			}
+			if err := cfg.SetFlag(f.name, f.v); err != nil {
+				return nil, err
+			}
 		}
+		return cfg, cfg.Validate()
 	}
-	if err := cfg.Validate(); err != nil {
+	cfg, err := load()
+	if err != nil {
 		return configFailed(stderr, err)
 	}
 	if *check {
@@ -150,7 +154,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
-	srv, err := engine.New(cfg, log)
+	var srv *engine.Server
+	srv, err = engine.New(cfg, log)
 	if err != nil {
 		var ce *config.Error
 		if errors.As(err, &ce) {
@@ -198,10 +203,17 @@ func serve(args []string, stdout, stderr io.Writer) int {
 					log.Info("access log reopened")
 				}
 			case syscall.SIGHUP:
-				if err := srv.ReloadCertificates(); err != nil {
-					log.Error("SIGHUP: certificates not reloaded; the old ones stay in use", "err", err)
+				// The config is read again; where certificates come from
+				// is applied (and their files read again), keeping what
+				// ACME obtained. Other changes need a restart.
+				next, err := load()
+				if err == nil {
+					err = srv.Reload(next)
+				}
+				if err != nil {
+					log.Error("SIGHUP: configuration not reloaded; the running one stays in use", "err", err)
 				} else {
-					log.Info("certificates reloaded")
+					log.Info("configuration reloaded: certificates applied")
 				}
 			}
 		}

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/selfsigned"
 )
 
 func TestCheckConfig(t *testing.T) {
@@ -108,4 +112,123 @@ func TestServeBinary(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("did not stop on SIGTERM")
 	}
+}
+
+// TestCheckACME: serve --check refuses tls.acme without the CA's terms
+// agreed to and an email, naming the keys.
+func TestCheckACME(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "media"), 0o755)
+	cfg := filepath.Join(dir, "acme.toml")
+	os.WriteFile(cfg, []byte("[[sites]]\ndomain = \"media.example.com\"\nroot = \"media\"\n[sites.tls]\nacme = true\n"), 0o644)
+	var out, errb bytes.Buffer
+	if code := run([]string{"serve", "--check", "-c", cfg}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), cfg+":5: acme.agree:") || !strings.Contains(errb.String(), cfg+":5: acme.email:") {
+		t.Errorf("serve --check = %d\nstderr: %s", code, errb.String())
+	}
+	os.WriteFile(cfg, []byte("[[sites]]\ndomain = \"media.example.com\"\nroot = \"media\"\n[sites.tls]\nacme = true\n[acme]\nagree = true\nemail = \"ops@example.com\"\nstorage = \"acme\"\n"), 0o644)
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"serve", "--check", "-c", cfg}, &out, &errb); code != 0 {
+		t.Errorf("serve --check of a complete ACME config = %d\nstderr: %s", code, errb.String())
+	}
+	// preflight -c lists the name, with no certificate in storage yet; a
+	// missing certificate does not fail preflight (serve gets it).
+	out.Reset()
+	errb.Reset()
+	run([]string{"preflight", "-c", cfg}, &out, &errb)
+	if !regexp.MustCompile(`media\.example\.com\s+NONE\s+no certificate: storage `).MatchString(out.String()) {
+		t.Errorf("preflight -c: no ACME line for the name:\n%s\n%s", out.String(), errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "acme")); err == nil {
+		t.Error("preflight created the storage directory; it must only read")
+	}
+	out.Reset()
+	run([]string{"preflight", "-c", cfg, "--json"}, &out, &errb)
+	if !strings.Contains(out.String(), `"acme": [`) || !strings.Contains(out.String(), `"name": "media.example.com"`) {
+		t.Errorf("preflight -c --json: no ACME part:\n%s", out.String())
+	}
+}
+
+// TestReloadBinary: SIGHUP reads the config file again; a new certificate
+// is applied, a change that needs a restart is refused with a log line
+// naming it, and the server goes on either way.
+func TestReloadBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "engine")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "media"), 0o755)
+	for _, n := range []string{"one", "two"} {
+		c, err := selfsigned.New(n, time.Hour, "media.example.com")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp, kp, _ := selfsigned.PEM(c)
+		os.WriteFile(filepath.Join(dir, n+".pem"), cp, 0o644)
+		os.WriteFile(filepath.Join(dir, n+"-key.pem"), kp, 0o600)
+	}
+	conf := func(cert, extra string) {
+		os.WriteFile(filepath.Join(dir, "engine.toml"), []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\n%s[kernel]\nktls = \"auto\"\n[[sites]]\ndomain = \"media.example.com\"\nroot = \"media\"\n[sites.tls]\ncert = \"%s.pem\"\nkey = \"%s-key.pem\"\n", extra, cert, cert)), 0o644)
+	}
+	conf("one", "")
+	cmd := exec.Command(bin, "serve", "-c", filepath.Join(dir, "engine.toml"))
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 100)
+	go func() {
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	await := func(re string) string {
+		t.Helper()
+		r := regexp.MustCompile(re)
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("engine exited before logging %q", re)
+				}
+				if m := r.FindStringSubmatch(l); m != nil {
+					return m[len(m)-1]
+				}
+			case <-timeout:
+				t.Fatalf("no log line %q", re)
+			}
+		}
+	}
+	addr := await(`msg=serving addr=(\S+)`)
+	subject := func() string {
+		c, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "media.example.com", InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	if s := subject(); s != "one" {
+		t.Fatalf("certificate %q, want one", s)
+	}
+	conf("two", "[limits]\nidle_timeout = \"10s\"\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	await(`SIGHUP: configuration not reloaded.*limits changed`)
+	if s := subject(); s != "one" {
+		t.Errorf("a refused reload changed the certificate to %q", s)
+	}
+	conf("two", "")
+	cmd.Process.Signal(syscall.SIGHUP)
+	await(`configuration reloaded`)
+	if s := subject(); s != "two" {
+		t.Errorf("after the reload the certificate is %q, want two", s)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
 }

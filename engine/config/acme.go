@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -248,4 +249,37 @@ func samePort(a, b string) bool {
 	_, pa, err1 := net.SplitHostPort(a)
 	_, pb, err2 := net.SplitHostPort(b)
 	return err1 == nil && err2 == nil && pa == pb
+}
+
+// RestartChanges lists the top-level keys and tables ("limits", "sites")
+// whose values differ between c and next, leaving out where certificates
+// come from (tls cert, key and acme of sites and of [reverse_proxy]):
+// what a reload (SIGHUP) cannot apply to a running server.
+func (c *Config) RestartChanges(next *Config) []string {
+	a, b := c.certsBlanked(), next.certsBlanked()
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	var out []string
+	for i := 0; i < va.NumField(); i++ {
+		f := va.Type().Field(i)
+		name := strings.Split(f.Tag.Get("toml"), ",")[0]
+		if !f.IsExported() || name == "" || name == "-" {
+			continue
+		}
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// certsBlanked returns a copy of c without the certificate sources.
+func (c *Config) certsBlanked() *Config {
+	x := *c
+	x.Sites = append([]Site(nil), c.Sites...)
+	for i := range x.Sites {
+		t := &x.Sites[i].TLS
+		t.Cert, t.Key, t.ACME = "", "", false
+	}
+	x.ReverseProxy.TLS.Cert, x.ReverseProxy.TLS.Key, x.ReverseProxy.TLS.ACME = "", "", false
+	return &x
 }
