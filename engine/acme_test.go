@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/crypto/ocsp"
 
 	"github.com/mediaship/engine/engine"
@@ -156,7 +157,9 @@ func startDNS(t *testing.T) string {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		if waitFor(scale(5*time.Second), func() bool { return strings.Contains(out.String(), "Starting challenge servers") || strings.Contains(out.String(), "DNS") }) {
+		if waitFor(scale(5*time.Second), func() bool {
+			return strings.Contains(out.String(), "Starting challenge servers") || strings.Contains(out.String(), "DNS")
+		}) {
 			time.Sleep(100 * time.Millisecond)
 			if cmd.ProcessState == nil {
 				return addr
@@ -385,7 +388,6 @@ func serial(c *x509.Certificate) string {
 	}
 	return c.SerialNumber.String()
 }
-
 
 // acmeConfig is an engine config serving root for name with an ACME
 // certificate, on the TLS port Pebble validates.
@@ -704,7 +706,7 @@ func TestACMEOCSPStaple(t *testing.T) {
 	url, asked := ocspResponder(t, p)
 	p.ocspURL, p.rsa = url, true
 	p.start()
-	root, _ := acmeSite(t)
+	root, body := acmeSite(t)
 	srv := startLog(t, acmeConfig(p, t.TempDir(), root, []string{"o.example.com"}, "tls-alpn-01"), nil)
 	roots := pool(p.root())
 	var state tls.ConnectionState
@@ -724,6 +726,21 @@ func TestACMEOCSPStaple(t *testing.T) {
 	resp, err := ocsp.ParseResponseForCert(state.OCSPResponse, leaf, issuer)
 	if err != nil || resp.Status != ocsp.Good {
 		t.Fatalf("stapled OCSP response: %v, status %v", err, resp)
+	}
+
+	// HTTP/3 gets the same certificate, and the file byte-exact.
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "o.example.com"}}
+	defer tr.Close()
+	req, _ := http.NewRequest("GET", "https://"+srv.addr+"/file.txt", nil)
+	req.Host = "o.example.com"
+	r, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("HTTP/3 with the ACME certificate: %v", err)
+	}
+	got, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 || !bytes.Equal(got, body) || serial(r.TLS.PeerCertificates[0]) != serial(leaf) {
+		t.Errorf("HTTP/3: %d, %d bytes, serial %s want %s", r.StatusCode, len(got), serial(r.TLS.PeerCertificates[0]), serial(leaf))
 	}
 }
 

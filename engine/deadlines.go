@@ -51,6 +51,13 @@ package engine
 //	                                                     Initial)                                16 KiB; 4,096
 //	quic relay      a datagram either way                min(idle_timeout, 3 m)                  max_connections quicRouter sweep
 //	                                                                                             flows
+//	redirect        [redirect_http]: every state of a    as stateFirst, stateHead, stateBody,    max_header_bytes reactor read deadline
+//	                plain HTTP/1.1 connection            stateIdle (its own reactor loop)
+//	acme-tls/1      a TLS-ALPN-01 validation handshake   as stateHandshake; closed when done     16 KiB records  reactor read deadline
+//	http-01 lookup  a challenge another engine of the    5 s (storage read on a worker)          4 KiB answer    context timeout
+//	                fleet started (shared storage)
+//	(the CA)        not a client: certmagic's requests   30 s per HTTP request; failed orders    -               certmagic
+//	                to the ACME server                   retried with back-off (1 m, 2 m, ...)
 //
 // The reactor's read deadline fires only while nothing is queued for the
 // client; while output is queued, send_timeout applies instead. And at

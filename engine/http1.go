@@ -53,7 +53,7 @@ type h1Conn struct {
 	closeAfter  bool // close once the queued response is written
 	headStarted bool // the first byte of a request head has arrived
 	requests    int
-	proxy       *exchange // a proxied request in progress
+	proxy       *exchange        // a proxied request in progress
 	challenge   *challengeAnswer // an HTTP-01 lookup on a worker, or its answer
 
 	// For the access log of the response being sent.

@@ -39,11 +39,11 @@ type Server struct {
 	group   *reactor.Group
 	alog    *accessLog
 	limits  h1.Limits
-	h3      *h3.Server   // nil when no site serves HTTP/3
-	proxy   *proxyRoutes // nil without reverse proxy routes that terminate TLS
-	pass    *passthrough // nil without passthrough routes
-	quic    *quicRouter  // QUIC passthrough; nil without it
-	quicUDP *net.UDPConn // its socket when the engine serves no HTTP/3 itself
+	h3      *h3.Server     // nil when no site serves HTTP/3
+	proxy   *proxyRoutes   // nil without reverse proxy routes that terminate TLS
+	pass    *passthrough   // nil without passthrough routes
+	quic    *quicRouter    // QUIC passthrough; nil without it
+	quicUDP *net.UDPConn   // its socket when the engine serves no HTTP/3 itself
 	redir   *reactor.Group // the [redirect_http] listener; nil without it
 
 	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
@@ -55,16 +55,16 @@ type Server struct {
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
 	acme      *acmeManager // nil without ACME names
-	tlsConfig *tls.Config // from ktls.ServerConfig
-	ktlsOK    bool        // preflight found kernel TLS usable: promote
-	ktlsRekey bool        // and able to rekey (KeyUpdate after promotion)
+	tlsConfig *tls.Config  // from ktls.ServerConfig
+	ktlsOK    bool         // preflight found kernel TLS usable: promote
+	ktlsRekey bool         // and able to rekey (KeyUpdate after promotion)
 
 	stats serverCounters
 }
 
 type serverCounters struct {
 	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
-	redirects, acmeChallenges                                            atomic.Int64
+	redirects, acmeChallenges                                             atomic.Int64
 
 	tls transport.Stats
 
