@@ -214,6 +214,15 @@ func (m *acmeManager) ctx() context.Context {
 	return m.runCtx
 }
 
+// manages reports whether name (normalized) is one of the managed names:
+// the only names whose challenges are looked up, in memory or storage.
+func (m *acmeManager) manages(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.status[name]
+	return ok
+}
+
 // stop ends renewals and obtains under way.
 func (m *acmeManager) stop() {
 	m.mu.Lock()

@@ -445,6 +445,18 @@ func TestACMELifecycle(t *testing.T) {
 	if !strings.Contains(logs.String(), "no certificate for this name yet") {
 		t.Errorf("no log line for the handshakes refused before the certificate came")
 	}
+	// A handshake offering acme-tls/1 alone, with no validation under
+	// way, gets no certificate; one that offers it beside h2 is an
+	// ordinary handshake and gets HTTP/2, never acme-tls/1.
+	if c, err := tls.Dial("tcp", srv.addr, &tls.Config{ServerName: "a.example.com", InsecureSkipVerify: true, NextProtos: []string{"acme-tls/1"}}); err == nil {
+		t.Errorf("an acme-tls/1 handshake with no challenge under way succeeded (ALPN %q)", c.ConnectionState().NegotiatedProtocol)
+		c.Close()
+	}
+	if c, err := tls.Dial("tcp", srv.addr, &tls.Config{ServerName: "a.example.com", RootCAs: roots, NextProtos: []string{"acme-tls/1", "h2"}}); err != nil || c.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Errorf("acme-tls/1 beside h2: %v", err)
+	} else {
+		c.Close()
+	}
 	firstSerial := serial(leaf)
 
 	// A reload (SIGHUP) that turns on ACME for d.example.com: it is

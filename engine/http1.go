@@ -33,12 +33,12 @@ type h1Handler struct {
 	warnedCC bool
 	h2       *h2Handler
 	proxy    *proxyPool // nil without reverse proxy routes
+	locBuf   []byte     // a redirect's Location
 
-	// The [redirect_http] listener's handler answers every request
-	// with handleRedirect.
+	// Immutable: the [redirect_http] listener's handler answers every
+	// request with handleRedirect.
 	redirect     bool
 	redirectPort string // for Location; "" for 443
-	locBuf       []byte
 }
 
 // h1Conn is one connection's HTTP/1.1 state.

@@ -73,7 +73,7 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 	case r.Path == nil || r.Path[0] != '/':
 		files.ErrorResponse(resp, 400)
 		st.closeAfter = true
-	case isGet && h.srv.acme != nil && strings.HasPrefix(string(r.Path), acmeChallengePrefix):
+	case isGet && h.srv.acme != nil && strings.HasPrefix(string(r.Path), acmeChallengePrefix) && h.srv.acme.manages(host):
 		body, ok := h.srv.acme.httpChallenge(host, string(r.Path))
 		if !ok {
 			a := st.challenge
