@@ -105,6 +105,15 @@ func newACME(cfg *config.Config, log *slog.Logger, create bool) (*acmeManager, e
 		Storage: &certmagic.FileStorage{Path: a.Storage},
 		Logger:  zl,
 		OnEvent: m.onEvent,
+		// Only the events onEvent reads: certmagic builds the others'
+		// data otherwise, tls_get_certificate at every handshake.
+		ShouldEmitFunc: func(event string) bool {
+			switch event {
+			case "cert_obtaining", "cert_obtained", "cert_failed", "cached_managed_cert":
+				return true
+			}
+			return false
+		},
 	})
 	listenHost, tlsPort := splitPort(cfg.Listen)
 	_, httpPort := splitPort(cfg.RedirectHTTP.Listen)
