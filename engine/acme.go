@@ -94,7 +94,7 @@ func newACME(cfg *config.Config, log *slog.Logger, create bool) (*acmeManager, e
 				Msg: fmt.Sprintf("%s holds no PEM certificate; expected the roots of the CA's HTTPS server", a.CARoot)}
 		}
 	}
-	zl := zap.New(&zapToSlog{log: m.log})
+	zl := zap.New(&zapToSlog{log: m.log, limit: &logGate{}})
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
 		RenewCheckInterval: a.RenewInterval.D(),

@@ -373,6 +373,16 @@ func handshakeErr(addr, name string) error {
 	return err
 }
 
+// handshakeALPN returns the error of a TLS handshake offering protos.
+func handshakeALPN(addr, name string, protos ...string) error {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{ServerName: name, InsecureSkipVerify: true, NextProtos: protos})
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
 // acmeSite writes a site root with a file and returns the root and the
 // file's content.
 func acmeSite(t *testing.T) (string, []byte) {
@@ -451,6 +461,19 @@ func TestACMELifecycle(t *testing.T) {
 	if c, err := tls.Dial("tcp", srv.addr, &tls.Config{ServerName: "a.example.com", InsecureSkipVerify: true, NextProtos: []string{"acme-tls/1"}}); err == nil {
 		t.Errorf("an acme-tls/1 handshake with no challenge under way succeeded (ALPN %q)", c.ConnectionState().NegotiatedProtocol)
 		c.Close()
+	}
+	// A flood of them logs certmagic's complaint once per 10 s, not
+	// once per handshake; an unmanaged name gets no_application_protocol.
+	for i := 0; i < 30; i++ {
+		if c, err := tls.Dial("tcp", srv.addr, &tls.Config{ServerName: "a.example.com", InsecureSkipVerify: true, NextProtos: []string{"acme-tls/1"}}); err == nil {
+			c.Close()
+		}
+	}
+	if n := strings.Count(logs.String(), `msg="tls-alpn challenge"`); n > 1 {
+		t.Errorf("31 acme-tls/1 handshakes logged certmagic's line %d times", n)
+	}
+	if err := handshakeALPN(srv.addr, "evil.example.com", "acme-tls/1"); err == nil || !strings.Contains(err.Error(), "no application protocol") {
+		t.Errorf("acme-tls/1 for an unmanaged name: %v, want no_application_protocol", err)
 	}
 	if c, err := tls.Dial("tcp", srv.addr, &tls.Config{ServerName: "a.example.com", RootCAs: roots, NextProtos: []string{"acme-tls/1", "h2"}}); err != nil || c.ConnectionState().NegotiatedProtocol != "h2" {
 		t.Errorf("acme-tls/1 beside h2: %v", err)

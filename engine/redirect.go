@@ -111,9 +111,9 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 		if h.redirectPort != "" {
 			loc = append(append(loc, ':'), h.redirectPort...)
 		}
-		loc = append(loc, r.Path...)
+		loc = appendURIBytes(loc, r.Path)
 		if r.Query != nil {
-			loc = append(append(loc, '?'), r.Query...)
+			loc = appendURIBytes(append(loc, '?'), r.Query)
 		}
 		h.locBuf = loc
 		files.ErrorResponse(resp, 308)
@@ -139,4 +139,19 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 	}
 	h.send(c, st, r, nil)
 	return true
+}
+
+// appendURIBytes appends p, percent-encoding each byte a URI may not hold
+// as it is (RFC 3986: anything but unreserved, reserved and '%'): '"',
+// '<', '>', backslash and the like, which the request line lets through.
+func appendURIBytes(dst, p []byte) []byte {
+	const hex = "0123456789ABCDEF"
+	for _, c := range p {
+		if c > ' ' && c < 0x7f && !strings.ContainsRune("\"<>\\^`{|}", rune(c)) {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hex[c>>4], hex[c&15])
+	}
+	return dst
 }

@@ -44,6 +44,7 @@ listen = "127.0.0.1:0"
 		{"GET / HTTP/1.1\r\nHost: cdn.example.com\r\n\r\n", "421", ""},
 		{"GET http://evil.example/ HTTP/1.1\r\nHost: media.example.com\r\n\r\n", "421", ""},
 		{"GET /.well-known/acme-challenge/x HTTP/1.1\r\nHost: media.example.com\r\n\r\n", "308", "https://media.example.com:" + port + "/.well-known/acme-challenge/x"},
+		{"GET /a\"b?q=<x>'{|}^` HTTP/1.1\r\nHost: media.example.com\r\n\r\n", "308", "https://media.example.com:" + port + "/a%22b?q=%3Cx%3E'%7B%7C%7D%5E%60"},
 	} {
 		c.send(tc.req)
 		resp, body := c.response("GET")
@@ -71,8 +72,8 @@ listen = "127.0.0.1:0"
 		t.Errorf("bad Host: %d, want 400", resp.StatusCode)
 	}
 	// The TLS listener is not disturbed, and no TLS on the plain one.
-	if st := srv.Stats(); st.Redirects != 7 {
-		t.Errorf("Redirects = %d, want 7", st.Redirects)
+	if st := srv.Stats(); st.Redirects != 8 {
+		t.Errorf("Redirects = %d, want 8", st.Redirects)
 	}
 }
 

@@ -408,7 +408,10 @@ func (s *Server) setupTLS() error {
 		base.CipherSuites = ktls.TLS12SuiteIDs()
 	}
 	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		if s.acme != nil && s.acme.tlsALPN && isChallengeHello(hello) {
+		if s.acme != nil && s.acme.tlsALPN && isChallengeHello(hello) && s.acme.manages(serverName(hello.ServerName)) {
+			// Names the engine does not manage get an ordinary
+			// handshake, which has no protocol in common with the
+			// client's: no_application_protocol.
 			s.stats.acmeChallenges.Add(1)
 			return s.acme.challengeConfig(base), nil
 		}
