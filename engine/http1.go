@@ -273,6 +273,14 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	if isHead {
 		resp.NoBody = true
 	}
+	h.answer(c, st, n, s)
+	return true
+}
+
+// answer consumes the request head h.req (n bytes), arranges for its body
+// to be discarded, and sends st.files.Resp. s may be nil.
+func (h *h1Handler) answer(c *reactor.Conn, st *h1Conn, n int, s *site) {
+	r := &h.req
 	st.s.Consume(n)
 	st.headStarted = false
 	c.SetReadDeadline(0)
@@ -288,7 +296,6 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		st.closeAfter = true
 	}
 	h.send(c, st, r, s)
-	return true
 }
 
 // send writes the head of st.files.Resp and queues its body. r and s are

@@ -123,21 +123,7 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 	if string(r.Method) == "HEAD" {
 		resp.NoBody = true
 	}
-	st.s.Consume(n)
-	st.headStarted = false
-	c.SetReadDeadline(0)
-	if r.HasBody() {
-		if !r.Chunked && r.ContentLength > maxSkipBody {
-			st.closeAfter = true
-		} else {
-			st.skip.Reset(r)
-			st.skipping = true
-		}
-	}
-	if r.Close {
-		st.closeAfter = true
-	}
-	h.send(c, st, r, nil)
+	h.answer(c, st, n, nil)
 	return true
 }
 
