@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -426,18 +425,6 @@ func (m *acmeManager) update(name string, fn func(*ACMEStatus)) {
 	if err != nil {
 		m.log.Warn("ACME: cannot save the status of a name", "name", name, "err", err)
 	}
-}
-
-// statuses returns a copy of every name's status, sorted by name.
-func (m *acmeManager) statuses() []ACMEStatus {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]ACMEStatus, 0, len(m.status))
-	for _, st := range m.status {
-		out = append(out, *st)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
 }
 
 func statusPath(storage, name string) string {
