@@ -22,6 +22,13 @@ type Config struct {
 	Root string `toml:"root"`
 	// AccessLog is "off" (the zero value), "stdout", "stderr" or a file path.
 	AccessLog string `toml:"access_log"`
+	// AccessLogFormat is "combined" (the zero value: nginx's format) or
+	// "json" (one object a line).
+	AccessLogFormat string `toml:"access_log_format"`
+	// AccessLogBuffer bounds the log lines waiting for the disk. Lines past
+	// it are dropped and counted rather than slowing the reactors. Zero
+	// means 1MiB.
+	AccessLogBuffer Size `toml:"access_log_buffer"`
 	// LogLevel is "debug", "info" (the zero value), "warn" or "error".
 	LogLevel string `toml:"log_level"`
 	// ShutdownGrace bounds how long in-flight responses may continue after
@@ -38,6 +45,7 @@ type Config struct {
 	ReverseProxy ReverseProxy `toml:"reverse_proxy"`
 	ACME         ACME         `toml:"acme"`
 	RedirectHTTP RedirectHTTP `toml:"redirect_http"`
+	Admin        Admin        `toml:"admin"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`

@@ -22,6 +22,7 @@ func (c *Config) Validate() error {
 	c.validateSites(&errs)
 	c.validateProxy(&errs)
 	c.validateACME(&errs)
+	c.validateAdmin(&errs)
 	c.validateIntegrity(&errs)
 	c.validateKernel(&errs)
 	c.validateLimits(&errs)
