@@ -1,41 +1,67 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // accessLog is the shared destination of access log lines. Loops buffer
-// whole lines and write them in batches; a write of whole lines to a file
-// opened with O_APPEND does not interleave with another loop's.
+// whole lines and hand them over in batches; one goroutine writes them.
+// A reactor never waits for the disk: past limit bytes waiting, lines
+// are dropped and counted (engine_access_log_dropped_lines_total).
 type accessLog struct {
-	path string // empty for stdout and stderr
+	// Immutable after construction.
+	path  string // empty for stdout and stderr
+	json  bool   // access_log_format = "json"
+	limit int    // bytes that may wait for the writer
+	log   *slog.Logger
+	wake  chan struct{} // cap 1: lines are waiting
+	quit  chan struct{} // closed by close: write what waits, then stop
+	done  chan struct{} // closed when the writer has stopped
 
-	mu sync.Mutex // guards f: loops write batches, reopen swaps the file
-	f  *os.File   // guarded by mu
+	mu      sync.Mutex // guards pending, lines and closed
+	pending []byte     // guarded by mu: whole lines for the writer
+	lines   int64      // guarded by mu: the lines in pending
+	closed  bool       // guarded by mu
+
+	fileMu sync.Mutex // held by the writer while it writes, and by reopen
+	f      *os.File   // guarded by fileMu
+
+	written, dropped atomic.Int64 // lines
+	failing          atomic.Bool  // the last write failed (logged once)
 }
 
-func openAccessLog(dest string) (*accessLog, error) {
+func openAccessLog(dest, format string, limit int, log *slog.Logger) (*accessLog, error) {
+	a := &accessLog{json: format == "json", limit: limit, log: log,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	switch dest {
 	case "", "off":
 		return nil, nil
 	case "stdout":
-		return &accessLog{f: os.Stdout}, nil
+		a.f = os.Stdout
 	case "stderr":
-		return &accessLog{f: os.Stderr}, nil
+		a.f = os.Stderr
+	default:
+		f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("engine: open access log: %w", err)
+		}
+		a.path, a.f = dest, f
 	}
-	f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("engine: open access log: %w", err)
-	}
-	return &accessLog{path: dest, f: f}, nil
+	go a.run()
+	return a, nil
 }
 
 // reopen opens the log file again, for log rotation: the old file was
-// renamed, and lines go to a new file by the configured name.
+// renamed, and lines go to a new file by the configured name. Lines
+// waiting go to the new file; none is lost.
 func (a *accessLog) reopen() error {
 	if a == nil || a.path == "" {
 		return nil
@@ -44,27 +70,100 @@ func (a *accessLog) reopen() error {
 	if err != nil {
 		return fmt.Errorf("engine: reopen access log: %w", err)
 	}
-	a.mu.Lock()
+	a.fileMu.Lock()
 	old := a.f
 	a.f = f
-	a.mu.Unlock()
+	a.fileMu.Unlock()
 	return old.Close()
 }
 
+// write hands whole lines to the writer: those that fit in limit bytes
+// waiting; the rest are dropped and counted. It never blocks on the disk.
 func (a *accessLog) write(b []byte) {
 	if a == nil || len(b) == 0 {
 		return
 	}
 	a.mu.Lock()
-	a.f.Write(b)
+	take := b
+	if room := a.limit - len(a.pending); a.closed || room <= 0 {
+		take = nil
+	} else if len(take) > room {
+		take = take[:bytes.LastIndexByte(take[:room], '\n')+1]
+	}
+	n := int64(bytes.Count(take, []byte{'\n'}))
+	a.pending = append(a.pending, take...)
+	a.lines += n
 	a.mu.Unlock()
+	if len(take) < len(b) {
+		a.dropped.Add(int64(bytes.Count(b[len(take):], []byte{'\n'})))
+	}
+	if len(take) == 0 {
+		return
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
 }
 
-func (a *accessLog) close() {
-	if a != nil && a.path != "" {
+// run writes what waits, until close.
+func (a *accessLog) run() {
+	defer close(a.done)
+	var buf []byte
+	for {
+		stop := false
+		select {
+		case <-a.wake:
+		case <-a.quit:
+			stop = true
+		}
 		a.mu.Lock()
-		a.f.Close()
+		buf, a.pending = a.pending, buf[:0]
+		lines := a.lines
+		a.lines = 0
 		a.mu.Unlock()
+		if len(buf) > 0 {
+			a.fileMu.Lock()
+			_, err := a.f.Write(buf)
+			a.fileMu.Unlock()
+			if err != nil {
+				// Lines not wholly written count as dropped: the count
+				// is what an operator reconciles the file against.
+				a.dropped.Add(lines)
+				if !a.failing.Swap(true) {
+					a.log.Error("access log write failed; lines are dropped and counted until a write succeeds", "path", a.path, "err", err)
+				}
+			} else {
+				a.written.Add(lines)
+				if a.failing.Swap(false) {
+					a.log.Info("access log writes succeed again", "path", a.path, "dropped_total", a.dropped.Load())
+				}
+			}
+		}
+		if stop {
+			return
+		}
+	}
+}
+
+// close writes the lines waiting and closes the file.
+func (a *accessLog) close() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.closed = true
+	a.mu.Unlock()
+	close(a.quit)
+	<-a.done
+	if a.path != "" {
+		a.fileMu.Lock()
+		a.f.Close()
+		a.fileMu.Unlock()
 	}
 }
 
@@ -75,8 +174,8 @@ func appendLogTime(b []byte, t time.Time) []byte {
 
 // appendHeaderField appends a request header's value for the log: quoted,
 // or "-" when the request had none (nginx's combined format).
-func appendHeaderField(b []byte, v []byte) []byte {
-	if v == nil {
+func appendHeaderField(b []byte, v []byte, ok bool) []byte {
+	if !ok {
 		return append(b, `"-"`...)
 	}
 	return appendQuoted(b, v)
@@ -84,16 +183,49 @@ func appendHeaderField(b []byte, v []byte) []byte {
 
 // appendQuoted appends s in double quotes with quotes, backslashes and
 // control bytes escaped as \xHH, so a client cannot forge log lines.
-func appendQuoted(b []byte, s []byte) []byte {
+func appendQuoted(b []byte, s ...[]byte) []byte {
 	b = append(b, '"')
-	for _, c := range s {
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			b = append(b, '\\', 'x')
-			b = strconv.AppendUint(b, uint64(c)>>4, 16)
-			b = strconv.AppendUint(b, uint64(c)&15, 16)
+	for _, p := range s {
+		for _, c := range p {
+			if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+				b = append(b, '\\', 'x')
+				b = strconv.AppendUint(b, uint64(c)>>4, 16)
+				b = strconv.AppendUint(b, uint64(c)&15, 16)
+				continue
+			}
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control bytes escaped, bytes that are not UTF-8 replaced by U+FFFD, so
+// every line parses.
+func appendJSONString(b []byte, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for len(s) > 0 {
+		c := s[0]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20 || c == 0x7f:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			default:
+				b = append(b, c)
+			}
+			s = s[1:]
 			continue
 		}
-		b = append(b, c)
+		r, size := utf8.DecodeRune(s)
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[:size]...)
+		}
+		s = s[size:]
 	}
 	return append(b, '"')
 }

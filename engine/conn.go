@@ -52,7 +52,7 @@ func newConnHandler(srv *Server, l *reactor.Loop, redirect bool) *connHandler {
 		PromoteAfter:  int64(*cfg.Kernel.PromoteAfter),
 		KernelTLS:     srv.ktlsOK,
 		KernelRekey:   srv.ktlsRekey,
-		Stats:         &srv.stats.tls,
+		Stats:         &h1.metrics.tls,
 		Log:           h1.log,
 		Note:          func(msg string, args ...any) { h1.limiter.log(h1.log, msg, args...) },
 	}

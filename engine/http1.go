@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/mediaship/engine/engine/files"
@@ -16,9 +15,10 @@ import (
 // the loop's connections, which it serves one at a time.
 type h1Handler struct {
 	// Immutable after construction.
-	srv  *Server
-	loop *reactor.Loop
-	log  *slog.Logger
+	srv     *Server
+	loop    *reactor.Loop
+	log     *slog.Logger
+	metrics *respMetrics // the loop's (HTTP/2 on the loop counts here too)
 
 	// Owned by the loop goroutine.
 	parser   *h1.Parser
@@ -56,9 +56,10 @@ type h1Conn struct {
 	proxy       *exchange        // a proxied request in progress
 	challenge   *challengeAnswer // an HTTP-01 lookup on a worker, or its answer
 
-	// For the access log of the response being sent.
-	logLine  []byte
-	logStart int64 // Stream.Sent() when the body started
+	// For the metrics and the access log of the response being sent.
+	rec      reqRecord
+	reqAt    time.Time // the request's head was parsed (before a worker's fetch)
+	logStart int64     // Stream.Sent() when the body started
 }
 
 // maxSkipBody bounds a request body discarded to keep a connection alive;
@@ -74,7 +75,11 @@ func newH1Handler(s *Server, l *reactor.Loop, redirect bool) *h1Handler {
 		head:     make([]byte, 0, 512),
 		limiter:  logLimiter{perSecond: 20},
 		redirect: redirect,
+		metrics:  newRespMetrics(len(s.sites.all)),
 	}
+	s.loopMu.Lock()
+	s.loopMetrics = append(s.loopMetrics, h.metrics)
+	s.loopMu.Unlock()
 	h.h2 = newH2Handler(h)
 	if redirect {
 		h.log = s.log.With("listener", "redirect_http")
@@ -97,7 +102,7 @@ func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 		st.proxy = nil
 	}
 	if st.sending {
-		h.logResponse(c, st) // a response cut short: log what was sent
+		h.finishResponse(st) // a response cut short: log what was sent
 	}
 	st.files.Reset()
 }
@@ -144,7 +149,7 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			if s.Busy() {
 				return
 			}
-			h.logResponse(c, st)
+			h.finishResponse(st)
 			st.sending = false
 			st.files.Reset()
 			if st.closeAfter || s.Retiring() {
@@ -198,6 +203,9 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			}
 		}
 		n, err := h.parser.Parse(in, &h.req)
+		if st.reqAt.IsZero() && err != h1.ErrIncomplete {
+			st.reqAt = time.Now()
+		}
 		if err == h1.ErrIncomplete {
 			if s.EOF() {
 				c.Close() // the client gave up mid-head
@@ -342,9 +350,13 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	if resp.NeedDigest != nil && s != nil {
 		h.srv.digests.request(s.files.Root, resp.NeedDigest)
 	}
-	if h.srv.alog != nil {
-		h.startLogLine(c, st, r, resp.Status)
+	if st.rec.at.IsZero() { // a proxied request's record began with it
+		h.beginRecord(c, st, r)
 	}
+	if s != nil {
+		st.rec.setSite(s.idx, s.name)
+	}
+	st.rec.respond(resp.Status, resp.ReprDigest != "")
 	st.sending = true
 	st.requests++
 }
@@ -380,55 +392,30 @@ func (h *h1Handler) httpDate() []byte {
 	return h.date
 }
 
-// startLogLine builds the access log line up to the status; the byte count
-// is appended when the response is done.
-func (h *h1Handler) startLogLine(c *reactor.Conn, st *h1Conn, r *h1.Request, status int) {
-	b := st.logLine[:0]
-	b = c.Peer().Addr().AppendTo(b)
-	b = append(b, " - - ["...)
-	b = appendLogTime(b, h.loop.Now())
-	b = append(b, "] "...)
-	if r != nil {
-		reqLine := make([]byte, 0, len(r.Method)+len(r.Target)+10)
-		reqLine = append(append(append(reqLine, r.Method...), ' '), r.Target...)
-		reqLine = append(reqLine, " HTTP/1."...)
-		reqLine = strconv.AppendInt(reqLine, int64(r.Minor), 10)
-		b = appendQuoted(b, reqLine)
+// beginRecord starts the record of request r (nil: one that could not
+// be parsed) on st.
+func (h *h1Handler) beginRecord(c *reactor.Conn, st *h1Conn, r *h1.Request) {
+	var ver uint16
+	if sess := st.s.Session(); sess != nil {
+		ver = sess.Version
+	}
+	withLog := h.srv.alog != nil
+	if r == nil {
+		st.rec.begin(st.reqAt, protoH1, c.Peer().Addr(), ver, h.srv.siteNone(), false, nil, nil)
 	} else {
-		b = append(b, `"-"`...)
-	}
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	st.logLine = b
-	if r != nil {
-		st.logLine = append(st.logLine, 0) // marker: referer and agent follow the byte count
-		st.logLine = appendHeaderField(st.logLine, r.Get("referer"))
-		st.logLine = append(st.logLine, ' ')
-		st.logLine = appendHeaderField(st.logLine, r.Get("user-agent"))
-	}
-}
-
-func (h *h1Handler) logResponse(c *reactor.Conn, st *h1Conn) {
-	if h.srv.alog == nil || len(st.logLine) == 0 {
-		return
-	}
-	line := st.logLine
-	tail := []byte(nil)
-	for i, ch := range line {
-		if ch == 0 {
-			line, tail = line[:i], line[i+1:]
-			break
+		st.rec.begin(st.reqAt, protoH1, c.Peer().Addr(), ver, h.srv.siteNone(), withLog, r.Method, r.Target)
+		st.rec.minor = uint8(r.Minor)
+		if withLog {
+			ref, ua := r.Get("referer"), r.Get("user-agent")
+			st.rec.headers(ref, ref != nil, ua, ua != nil)
 		}
 	}
-	h.logBuf = append(h.logBuf, line...)
-	h.logBuf = strconv.AppendInt(h.logBuf, max(st.s.Sent()-st.logStart, 0), 10)
-	if tail != nil {
-		h.logBuf = append(h.logBuf, ' ')
-		h.logBuf = append(h.logBuf, tail...)
-	}
-	h.logBuf = append(h.logBuf, '\n')
-	st.logLine = st.logLine[:0]
+	st.reqAt = time.Time{}
+}
+
+// finishResponse counts the response st sent and logs it.
+func (h *h1Handler) finishResponse(st *h1Conn) {
+	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, h.logBuf, st.s.Sent()-st.logStart, st.s.KernelTLS())
 	if len(h.logBuf) > 32<<10 {
 		h.flushLog()
 	}

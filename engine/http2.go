@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/mediaship/engine/engine/files"
@@ -50,8 +49,7 @@ type h2Strm struct {
 	files    files.Scratch
 	site     *site
 	fetching bool // a worker is opening its files
-	logLine  []byte
-	logged   bool
+	rec      reqRecord
 	size     int64 // the file's size at loop time sizeAt (present)
 	sizeAt   int64
 	proxy    *h2Client // a proxied request; nil for files
@@ -273,6 +271,7 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	hh := hc.h
 	hs := &h2Strm{st: st}
 	st.User = hs
+	hc.beginRecord(hs)
 	r := &st.Req
 	if px := hh.srv.proxy; px != nil && len(r.Path) > 0 && r.Path[0] == '/' {
 		path, _ := splitTarget(r.Path)
@@ -394,9 +393,10 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	if resp.NeedDigest != nil && hs.site != nil {
 		srv.digests.request(hs.site.files.Root, resp.NeedDigest)
 	}
-	if srv.alog != nil {
-		hs.logLine = hc.startLogLine(hs, resp.Status)
+	if hs.site != nil {
+		hs.rec.setSite(hs.site.idx, hs.site.name)
 	}
+	hs.rec.respond(resp.Status, resp.ReprDigest != "")
 	hc.conn.Respond(st, resp.Status, f, body)
 }
 
@@ -476,39 +476,25 @@ func (hh *h2Handler) tick() {
 	}
 }
 
-// startLogLine builds the access log line up to the status, as for
-// HTTP/1.1, with "HTTP/2.0" as the protocol.
-func (hc *h2Conn) startLogLine(hs *h2Strm, status int) []byte {
+// beginRecord starts the record of hs's request.
+func (hc *h2Conn) beginRecord(hs *h2Strm) {
+	srv := hc.h.srv
+	var ver uint16
+	if sess := hc.s.Session(); sess != nil {
+		ver = sess.Version
+	}
 	r := &hs.st.Req
-	b := hs.logLine[:0]
-	b = hc.c.Peer().Addr().AppendTo(b)
-	b = append(b, " - - ["...)
-	b = appendLogTime(b, hc.h.h1.loop.Now())
-	b = append(b, "] "...)
-	reqLine := make([]byte, 0, len(r.Method)+len(r.Path)+10)
-	reqLine = append(append(append(reqLine, r.Method...), ' '), r.Path...)
-	reqLine = append(reqLine, " HTTP/2.0"...)
-	b = appendQuoted(b, reqLine)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	return b
+	hs.rec.begin(time.Time{}, protoH2, hc.c.Peer().Addr(), ver, srv.siteNone(), srv.alog != nil, r.Method, r.Path)
+	if srv.alog != nil {
+		ref, ua := r.Get("referer"), r.Get("user-agent")
+		hs.rec.headers(ref, ref != nil, ua, ua != nil)
+	}
 }
 
+// logStream counts hs's response and logs it, once.
 func (hc *h2Conn) logStream(hs *h2Strm) {
-	if hc.h.srv.alog == nil || len(hs.logLine) == 0 || hs.logged {
-		return
-	}
-	hs.logged = true
 	h1 := hc.h.h1
-	r := &hs.st.Req
-	h1.logBuf = append(h1.logBuf, hs.logLine...)
-	h1.logBuf = strconv.AppendInt(h1.logBuf, hs.st.Sent(), 10)
-	h1.logBuf = append(h1.logBuf, ' ')
-	h1.logBuf = appendHeaderField(h1.logBuf, r.Get("referer"))
-	h1.logBuf = append(h1.logBuf, ' ')
-	h1.logBuf = appendHeaderField(h1.logBuf, r.Get("user-agent"))
-	h1.logBuf = append(h1.logBuf, '\n')
+	h1.logBuf = hs.rec.finish(h1.metrics, hc.h.srv.alog, h1.logBuf, hs.st.Sent(), hc.s.KernelTLS())
 	if len(h1.logBuf) > 32<<10 {
 		h1.flushLog()
 	}

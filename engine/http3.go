@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +32,8 @@ const bulkUrgency = 4
 // may block: files are opened and read in place.
 type h3Handler struct {
 	srv     *Server
-	scratch sync.Pool // *h3Scratch
+	scratch sync.Pool    // *h3Scratch
+	metrics *respMetrics // shared by HTTP/3's goroutines
 
 	mu      sync.Mutex // guards limiter
 	limiter logLimiter
@@ -45,6 +45,7 @@ type h3Scratch struct {
 	host  []byte
 	buf   []byte // h3.FrameHeaderRoom + h3Chunk
 	log   []byte
+	rec   reqRecord
 }
 
 // listenH3 binds the UDP side of the listen address when some TLS site
@@ -68,7 +69,8 @@ func (s *Server) listenH3() error {
 			return routedConn{udp: udp, r: s.quic}
 		}
 	}
-	hh := &h3Handler{srv: s, limiter: logLimiter{perSecond: 20}}
+	hh := &h3Handler{srv: s, limiter: logLimiter{perSecond: 20}, metrics: newRespMetrics(len(s.sites.all))}
+	s.h3Metrics = hh.metrics
 	hh.scratch.New = func() any { return &h3Scratch{} }
 	c := &s.cfg.H3
 	s.h3, err = h3.Listen(h3.Config{
@@ -139,6 +141,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sc.files.Reset()
 		hh.scratch.Put(sc)
 	}()
+	hh.beginRecord(r, sc)
 	path, query := splitTarget([]byte(r.RequestURI))
 	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
 		sc.host = normHost([]byte(r.Host), sc.host)
@@ -151,12 +154,13 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// not be handed.
 				status = 400
 			}
+			sc.rec.setSite(srv.siteProxy(), rt.cfg.Domain)
 			if status != 0 {
 				sent = writeH3Error(w, status)
 			} else {
 				status, sent = hh.serveProxyH3(w, r, rt, path, query)
 			}
-			hh.logRequest(r, status, sent, sc)
+			hh.logRequest(status, sent, sc)
 			return
 		}
 	}
@@ -186,8 +190,9 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isHead {
 		resp.NoBody = true
 	}
+	sc.rec.setSite(s.idx, s.name)
 	sent := hh.respond(w, r, s, sc)
-	hh.logRequest(r, resp.Status, sent, sc)
+	hh.logRequest(resp.Status, sent, sc)
 }
 
 // respond sends sc's response and returns the body bytes sent.
@@ -214,6 +219,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 		srv.digests.request(s.files.Root, resp.NeedDigest)
 	}
 	w.WriteHeader(resp.Status)
+	sc.rec.respond(resp.Status, resp.ReprDigest != "")
 	if resp.NoBody || resp.ContentLength == 0 {
 		return 0
 	}
@@ -304,34 +310,35 @@ func (hh *h3Handler) writeBody(body *h3.Body, resp *files.Response, buf []byte) 
 	return nil
 }
 
-// logRequest writes the access log line: nginx's combined format, with
-// "HTTP/3.0" as the protocol.
-func (hh *h3Handler) logRequest(r *http.Request, status int, sent int64, sc *h3Scratch) {
-	alog := hh.srv.alog
-	if alog == nil {
+// beginRecord starts the record of request r.
+func (hh *h3Handler) beginRecord(r *http.Request, sc *h3Scratch) {
+	var client netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		client = ap.Addr()
+	}
+	var ver uint16
+	if r.TLS != nil {
+		ver = r.TLS.Version
+	}
+	withLog := hh.srv.alog != nil
+	if !withLog {
+		sc.rec.begin(time.Time{}, protoH3, client, ver, hh.srv.siteNone(), false, nil, nil)
 		return
 	}
-	b := sc.log[:0]
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		b = ap.Addr().AppendTo(b)
-	} else {
-		b = append(b, r.RemoteAddr...)
+	sc.rec.begin(time.Time{}, protoH3, client, ver, hh.srv.siteNone(), true, []byte(r.Method), []byte(r.RequestURI))
+	ref, ua := headerBytes(r.Header, "Referer"), headerBytes(r.Header, "User-Agent")
+	sc.rec.headers(ref, ref != nil, ua, ua != nil)
+}
+
+// logRequest counts the response (status, sent body bytes) and writes
+// its access log line.
+func (hh *h3Handler) logRequest(status int, sent int64, sc *h3Scratch) {
+	hh.srv.stats.h3Bytes.Add(sent)
+	if sc.rec.status == 0 { // a proxied answer: its head and body are out
+		sc.rec.respond(status, false)
 	}
-	b = append(b, " - - ["...)
-	b = appendLogTime(b, time.Now())
-	b = append(b, "] "...)
-	b = appendQuoted(b, []byte(r.Method+" "+r.RequestURI+" HTTP/3.0"))
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(status), 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, sent, 10)
-	b = append(b, ' ')
-	b = appendHeaderField(b, headerBytes(r.Header, "Referer"))
-	b = append(b, ' ')
-	b = appendHeaderField(b, headerBytes(r.Header, "User-Agent"))
-	b = append(b, '\n')
-	alog.write(b)
-	sc.log = b
+	sc.log = sc.rec.finish(hh.metrics, hh.srv.alog, sc.log[:0], sent, false)
+	hh.srv.alog.write(sc.log)
 }
 
 func headerBytes(h http.Header, canonical string) []byte {

@@ -127,6 +127,41 @@ func TestKernelTLSPromotion(t *testing.T) {
 		})
 	}
 
+	// What an operator sees of it: /metrics counts the bytes kernel TLS
+	// carried, and the JSON access log says which response it carried.
+	t.Run("metrics", func(t *testing.T) {
+		logPath := filepath.Join(t.TempDir(), "access.log")
+		pki := newPKI(t, t.TempDir(), "localhost")
+		ts := start(t, fmt.Sprintf("access_log = %q\naccess_log_format = \"json\"\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n"+
+			"[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"require\"\npromote_after = \"1MiB\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+			logPath, root, pki.certFile, pki.keyFile))
+		c := pki.client(nil)
+		for _, p := range []string{"/small.txt", "/big.bin"} {
+			resp, err := c.Get("https://" + ts.addr + p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || p == "/big.bin" && !bytes.Equal(body, big) {
+				t.Fatalf("%s: %d bytes, %v", p, len(body), err)
+			}
+		}
+		fams := scrape(t, ts.AdminAddr())
+		kernel := metric(t, fams, "engine_response_bytes_total", "transport=kernel_tls_sendfile")
+		user := metric(t, fams, "engine_response_bytes_total", "transport=userspace_tls")
+		if p := metric(t, fams, "engine_ktls_promotions_total"); p != 1 || kernel < float64(len(big)-1<<20) || user < 1<<20 {
+			t.Errorf("promotions %v, kernel TLS bytes %v, userspace %v (file %d bytes, promote_after 1MiB)", p, kernel, user, len(big))
+		}
+		ts.stop()
+		lines := readLines(t, logPath)
+		if len(lines) != 2 || !strings.Contains(lines[0], `"path":"/small.txt"`) || !strings.Contains(lines[0], `"ktls":false`) ||
+			!strings.Contains(lines[1], `"path":"/big.bin"`) || !strings.Contains(lines[1], `"ktls":true`) {
+			t.Errorf("access log:\n%s", strings.Join(lines, "\n"))
+		}
+		t.Logf("metrics: kernel_tls_sendfile %v bytes, userspace_tls %v", kernel, user)
+	})
+
 	// HTTP/2: four streams on one connection cross promote_after together;
 	// frames sealed in userspace until then, header plus sendfile after.
 	t.Run("h2", func(t *testing.T) {

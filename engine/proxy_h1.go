@@ -14,7 +14,7 @@ type h1Client struct {
 	c           *reactor.Conn
 	st          *h1Conn
 	minor       int
-	log         h1.Request // what the access log needs of the request, copied
+	log         h1.Request // what fail's answer needs of the request, copied
 	reqBody     h1.BodyReader
 	taken       int  // input bytes pullBody read, consumed by bodyTaken
 	chunk       bool // the response goes chunked
@@ -28,16 +28,11 @@ type h1Client struct {
 func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	r := &h.req
 	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor}
-	if h.srv.alog != nil {
-		// The access log line is written when the response head is,
-		// after the request's bytes are gone: copied now.
-		cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
-		for _, name := range []string{"referer", "user-agent"} {
-			if v := r.Get(name); v != nil {
-				cl.log.Headers = append(cl.log.Headers, h1.Header{Name: []byte(name), Value: clone(v)})
-			}
-		}
-	}
+	// An answer of the engine's own (fail) is sent after the request's
+	// bytes are gone: what it needs of the request is copied now.
+	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
+	h.beginRecord(c, st, r)
+	st.rec.setSite(h.srv.siteProxy(), rt.cfg.Domain)
 	ex := &exchange{h: h, cl: cl, peer: c.Peer(), path: string(r.Path), r: rt, isHead: string(r.Method) == "HEAD",
 		idempotent: idempotentMethods[string(r.Method)] && !r.HasBody()}
 	st.s.Consume(n)
@@ -154,9 +149,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	st.s.StartResponse(&st.resp)
 	st.s.Write(b)
 	st.logStart = st.s.Sent() + int64(len(b))
-	if h.srv.alog != nil {
-		h.startLogLine(cl.c, st, &cl.log, r.Status)
-	}
+	st.rec.respond(r.Status, false)
 }
 
 // room lets the body's first piece follow its head into the same write
@@ -219,11 +212,7 @@ func (cl *h1Client) fail(status int) {
 		return
 	}
 	files.ErrorResponse(&st.files.Resp, status)
-	var r *h1.Request
-	if cl.log.Method != nil {
-		r = &cl.log
-	}
-	cl.h.send(cl.c, st, r, nil)
+	cl.h.send(cl.c, st, &cl.log, nil)
 }
 
 func (cl *h1Client) abort() {

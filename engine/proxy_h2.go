@@ -37,6 +37,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 	r := &st.Req
 	cl := &h2Client{hc: hc, hs: hs}
 	hs.proxy = cl
+	hs.rec.setSite(hh.srv.siteProxy(), rt.cfg.Domain)
 	path, query := splitTarget(r.Path)
 	ex := &exchange{h: hh.h1, cl: cl, peer: hc.c.Peer(), path: string(path), r: rt, isHead: string(r.Method) == "HEAD",
 		idempotent: idempotentMethods[string(r.Method)] && st.RemoteDone()}
@@ -121,9 +122,7 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 	cl.fields = f
 	hc.h.srv.stats.h2Streams.Add(1)
-	if hc.h.srv.alog != nil {
-		hs.logLine = hc.startLogLine(hs, r.Status)
-	}
+	hs.rec.respond(r.Status, false)
 	n := int64(0)
 	if hasBody {
 		n = -1 // streamed: BodyReady as the upstream delivers, EndBody at its end

@@ -17,12 +17,12 @@ import (
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
-	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server serves the sites of a Config over HTTP/1.1 and HTTP/2 (plain or
@@ -48,9 +48,11 @@ type Server struct {
 
 	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
 	// requests proxied on them.
-	loopMu   sync.Mutex
-	loopH1   []*h1Handler
-	loopNext int
+	loopMu      sync.Mutex
+	loopH1      []*h1Handler
+	loopNext    int
+	loopMetrics []*respMetrics // every loop's, the redirect listener's too
+	h3Metrics   *respMetrics   // nil without HTTP/3
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
@@ -59,6 +61,11 @@ type Server struct {
 	ktlsOK    bool         // preflight found kernel TLS usable: promote
 	ktlsRekey bool         // and able to rekey (KeyUpdate after promotion)
 
+	admin   *admin // nil without [admin]
+	regOnce sync.Once
+	reg     *prometheus.Registry // registry() makes it
+	health  atomic.Int32         // healthStarting, healthServing, healthDraining
+
 	stats serverCounters
 }
 
@@ -66,12 +73,10 @@ type serverCounters struct {
 	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
 	redirects, acmeChallenges                                             atomic.Int64
 
-	tls transport.Stats
-
 	h2Conns, h2Streams, h2Resets, h2ConnErrors, h2BodyFailures atomic.Int64
 	h2Events                                                   [h2.EventHeaderTimeout + 1]atomic.Int64
 
-	h3Streams, h3Resets, h3Stalled atomic.Int64
+	h3Streams, h3Resets, h3Stalled, h3Bytes atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -188,7 +193,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if s.sites, err = newSiteTable(cfg); err != nil {
 		return nil, err
 	}
-	if s.alog, err = openAccessLog(cfg.AccessLog); err != nil {
+	if s.alog, err = openAccessLog(cfg.AccessLog, cfg.AccessLogFormat, int(cfg.AccessLogBuffer), log); err != nil {
 		s.sites.close()
 		return nil, err
 	}
@@ -236,6 +241,21 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		if s.redir, err = reactor.Listen(rc); err != nil {
 			err = &config.Error{File: cfg.File(), Line: cfg.Line("redirect_http.listen"), Key: "redirect_http.listen", Msg: err.Error()}
 			s.group.Close()
+			if s.h3 != nil {
+				s.h3.Close()
+			}
+			if s.quicUDP != nil {
+				s.quic.Close()
+				s.quicUDP.Close()
+			}
+		}
+	}
+	if err == nil {
+		if err = s.listenAdmin(); err != nil {
+			s.group.Close()
+			if s.redir != nil {
+				s.redir.Close()
+			}
 			if s.h3 != nil {
 				s.h3.Close()
 			}
@@ -315,10 +335,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	stopSaving := make(chan struct{})
 	go s.digests.saveLoop(stopSaving)
+	go s.admin.serve(s)
+	s.health.Store(healthServing)
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
+		s.health.Store(healthDraining)
 		s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.D().String())
 		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace.D())
 		h3err := make(chan error, 1)
@@ -361,6 +384,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-h3done
 	close(stopSaving)
+	s.health.Store(healthDraining)
+	s.admin.close()
 	s.logTotals()
 	s.digests.close()
 	s.cache.Close()
@@ -559,6 +584,7 @@ func (s *Server) ReopenLogs() error { return s.alog.reopen() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
+	t := s.tlsTotals()
 	st := Stats{
 		Stats:            s.group.Stats(),
 		Requests:         s.stats.requests.Load(),
@@ -570,16 +596,16 @@ func (s *Server) Stats() Stats {
 		ACMEChallenges:   s.stats.acmeChallenges.Load(),
 		CongestionErrors: s.stats.congestionErrors.Load(),
 
-		TLSHandshakes:      s.stats.tls.Handshakes.Load(),
-		TLSHandshakeErrors: s.stats.tls.HandshakeErrors.Load(),
-		TLSRecordErrors:    s.stats.tls.RecordErrors.Load(),
-		TLSAlertsReceived:  s.stats.tls.AlertsReceived.Load(),
-		TLSKeyUpdates:      s.stats.tls.KeyUpdates.Load(),
-		TLSUserBytes:       s.stats.tls.UserBytes.Load(),
-		TLSUserBatches:     s.stats.tls.UserBatches.Load(),
-		TLSKernelBytes:     s.stats.tls.KernelBytes.Load(),
-		Promotions:         s.stats.tls.Promotions.Load(),
-		PromoteFailures:    s.stats.tls.PromoteFailures.Load(),
+		TLSHandshakes:      t.Handshakes,
+		TLSHandshakeErrors: t.HandshakeErrors,
+		TLSRecordErrors:    t.RecordErrors,
+		TLSAlertsReceived:  t.AlertsReceived,
+		TLSKeyUpdates:      t.KeyUpdates,
+		TLSUserBytes:       t.UserBytes,
+		TLSUserBatches:     t.UserBatches,
+		TLSKernelBytes:     t.KernelBytes,
+		Promotions:         t.Promotions,
+		PromoteFailures:    t.PromoteFailures,
 
 		H2Connections:  s.stats.h2Conns.Load(),
 		H2Streams:      s.stats.h2Streams.Load(),

@@ -15,6 +15,7 @@ var getenv = os.Getenv
 type site struct {
 	// Immutable after construction.
 	name       string // as configured; "" for the top-level root
+	idx        int    // in siteTable.all: the metrics' site index
 	files      files.Site
 	limitRate  uint64
 	h1, h2, h3 bool
@@ -97,6 +98,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 			idx = []string{"index.html"}
 		}
 		s := &site{
+			idx:  len(t.all),
 			name: sc.Domain,
 			files: files.Site{Root: r, Index: idx, Listing: sc.DirectoryListing,
 				Precompressed: config.On(sc.Precompressed), RequireDigest: sc.Integrity.Mode == "require",

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // FileID identifies the content of a file without reading it: a digest
@@ -27,6 +28,9 @@ type Cache struct {
 	m     map[FileID]Digest // guarded by mu
 	order []FileID          // guarded by mu; insertion order, for eviction
 	dirty bool              // guarded by mu
+
+	// Hits and Misses count Get's answers.
+	Hits, Misses atomic.Int64
 }
 
 // NewCache returns a cache holding at most max digests. Zero means 1,000,000
@@ -43,6 +47,11 @@ func (c *Cache) Get(id FileID) (Digest, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, ok := c.m[id]
+	if ok {
+		c.Hits.Add(1)
+	} else {
+		c.Misses.Add(1)
+	}
 	return d, ok
 }
 

@@ -120,7 +120,9 @@ type Stats struct {
 	Writes     int64
 	SocketFull int64
 	FullWait   time.Duration
-	PerLoop    []int64
+	PerLoop    []int64 // connections accepted, per loop
+	// PerLoopOpen is the connections open now, per loop.
+	PerLoopOpen []int64
 }
 
 // counters are a loop's statistics: each is written by its loop's
@@ -305,6 +307,7 @@ func (g *Group) Stats() Stats {
 		s.SocketFull += c.full.Load()
 		s.FullWait += time.Duration(c.fullWait.Load())
 		s.PerLoop = append(s.PerLoop, c.accepted.Load())
+		s.PerLoopOpen = append(s.PerLoopOpen, c.open.Load())
 	}
 	return s
 }

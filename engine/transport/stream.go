@@ -103,6 +103,11 @@ type Producer interface {
 type Stats struct {
 	Handshakes, HandshakeErrors, RecordErrors, AlertsReceived, KeyUpdates atomic.Int64
 	UserBytes, KernelBytes, Promotions, PromoteFailures                   atomic.Int64
+	// PlainBytes counts output of plain TCP streams (heads and bodies);
+	// UserBytes and KernelBytes that of TLS streams, as plaintext.
+	PlainBytes atomic.Int64
+	// Resumed counts the Handshakes that resumed a session.
+	Resumed atomic.Int64
 	// UserBatches counts batches of records sealed in userspace: one
 	// preadv (per file run) and one write each; UserBytes/UserBatches is
 	// the plaintext per batch.
@@ -427,14 +432,21 @@ func (s *Stream) sendBody(b Body, off, n int64) {
 	s.kernelSent(n)
 }
 
-// kernelSent counts bytes the kernel sends on a TLS stream.
+// kernelSent counts bytes the kernel sends: plain, or sealed by kernel
+// TLS.
 func (s *Stream) kernelSent(n int64) {
-	if t := s.tls; t != nil {
-		s.sent += n
-		t.kernelRecords += uint64((n + ktls.MaxPlaintext - 1) / ktls.MaxPlaintext)
-		s.env.Stats.KernelBytes.Add(n)
+	t := s.tls
+	if t == nil {
+		s.env.Stats.PlainBytes.Add(n)
+		return
 	}
+	s.sent += n
+	t.kernelRecords += uint64((n + ktls.MaxPlaintext - 1) / ktls.MaxPlaintext)
+	s.env.Stats.KernelBytes.Add(n)
 }
+
+// KernelTLS reports whether the kernel seals this stream's output now.
+func (s *Stream) KernelTLS() bool { return s.tls != nil && s.tls.promoted }
 
 // readSource copies a Body that has no faster way out through a buffer.
 type readSource struct {

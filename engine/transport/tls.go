@@ -157,6 +157,9 @@ func (s *Stream) handshakeDone(sess *ktls.Session, err error) {
 		return
 	}
 	env.Stats.Handshakes.Add(1)
+	if sess.Resumed {
+		env.Stats.Resumed.Add(1)
+	}
 	t.sess = sess
 	t.writeKeys = sess.Write
 	if t.open, err = ktls.NewOpener(sess.Read, sess.ReadSeq); err == nil {

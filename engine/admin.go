@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/mediaship/engine/engine/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
+	"golang.org/x/net/netutil"
+)
+
+// The admin listener's bounds: a scraper or an operator's curl, not the
+// public. A CPU profile runs up to its ?seconds= (30 by default), so
+// writes may take a while; everything else answers at once.
+const (
+	adminMaxConns     = 32
+	adminHeadTimeout  = 5 * time.Second
+	adminReadTimeout  = 10 * time.Second
+	adminWriteTimeout = 2 * time.Minute
+	adminIdleTimeout  = time.Minute
+	adminMaxHeader    = 16 << 10
+)
+
+// admin is the [admin] listener: /metrics, /healthz, /debug/pprof/. It is
+// served by net/http on goroutines of its own, never by the reactors; a
+// scrape reads the servers' counters and locks nothing a reactor waits on.
+type admin struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// listenAdmin binds [admin] listen.
+func (s *Server) listenAdmin() error {
+	a := &s.cfg.Admin
+	if a.Listen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", a.Listen)
+	if err != nil {
+		return &config.Error{File: s.cfg.File(), Line: s.cfg.Line("admin.listen"), Key: "admin.listen", Msg: err.Error()}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry(), promhttp.HandlerOpts{
+		ErrorLog:            slogPrinter{s},
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	if a.PProf {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "engine admin: /metrics (Prometheus), /healthz")
+		if a.PProf {
+			fmt.Fprintln(w, "/debug/pprof/")
+		}
+	})
+	s.admin = &admin{
+		ln: netutil.LimitListener(ln, adminMaxConns),
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: adminHeadTimeout,
+			ReadTimeout:       adminReadTimeout,
+			WriteTimeout:      adminWriteTimeout,
+			IdleTimeout:       adminIdleTimeout,
+			MaxHeaderBytes:    adminMaxHeader,
+			ErrorLog:          nil,
+		},
+	}
+	return nil
+}
+
+// registry holds the engine's collector and Go's and the process's.
+func (s *Server) registry() *prometheus.Registry {
+	s.regOnce.Do(func() {
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(newCollector(s),
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	})
+	return s.reg
+}
+
+// WriteMetrics writes what /metrics serves, in the Prometheus text
+// format: for tests, and for a server stopped whose listener is gone.
+func (s *Server) WriteMetrics(w io.Writer) error {
+	fams, err := s.registry().Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AdminAddr returns the address of the [admin] listener, or "" without
+// one.
+func (s *Server) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.ln.Addr().String()
+}
+
+func (a *admin) serve(s *Server) {
+	if a == nil {
+		return
+	}
+	s.log.Info("admin listener", "addr", a.ln.Addr().String(), "pprof", s.cfg.Admin.PProf)
+	if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("admin listener stopped", "err", err)
+	}
+}
+
+// close stops the admin listener; a scrape under way gets a second.
+func (a *admin) close() {
+	if a == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if a.srv.Shutdown(ctx) != nil {
+		a.srv.Close()
+	}
+	a.ln.Close() // when Serve never ran
+}
+
+// healthz answers 200 while the server accepts (listeners bound,
+// preflight passed: New succeeded, Run started), 503 before and once
+// shutdown begins, so a load balancer stops sending new clients.
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	switch s.health.Load() {
+	case healthServing:
+		fmt.Fprintln(w, "ok")
+	case healthDraining:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "shutting down")
+	default:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "starting")
+	}
+}
+
+// The server's health as /healthz reports it.
+const (
+	healthStarting = iota
+	healthServing
+	healthDraining
+)
+
+// slogPrinter gives promhttp's error log to the server's logger.
+type slogPrinter struct{ s *Server }
+
+func (p slogPrinter) Println(v ...any) { p.s.log.Error("metrics: " + fmt.Sprint(v...)) }

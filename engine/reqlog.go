@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"crypto/tls"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// reqRecord follows one request from its parsed head to the end of its
+// response: what the metrics and the access log learn of it. A driver
+// begins it, marks the response head, and finishes it once.
+type reqRecord struct {
+	at     time.Time     // the request head was parsed; zero: nothing under way
+	ttfb   time.Duration // from at to the response head queued
+	status int
+	proto  uint8
+	minor  uint8 // HTTP/1.x
+	site   int   // the metrics' site index
+	name   string
+	digest bool   // Repr-Digest sent
+	tlsVer uint16 // 0: plain
+	client netip.Addr
+
+	// Copied from the request when the access log is on: the request's
+	// bytes are gone by the time the line is written.
+	buf                            []byte
+	method, target, referer, agent span
+}
+
+// span is a field's place in reqRecord.buf; ok is false for a header
+// the request did not have.
+type span struct {
+	off, n int32
+	ok     bool
+}
+
+func (r *reqRecord) field(s span) []byte { return r.buf[s.off : s.off+s.n] }
+
+func (r *reqRecord) copy(v []byte, ok bool) span {
+	s := span{off: int32(len(r.buf)), n: int32(len(v)), ok: ok}
+	r.buf = append(r.buf, v...)
+	return s
+}
+
+// begin starts the record of a request; method and target may be nil
+// for a request that could not be parsed. withLog copies what the access
+// log needs. A zero at means now.
+func (r *reqRecord) begin(at time.Time, proto uint8, client netip.Addr, tlsVer uint16, site int, withLog bool, method, target []byte) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	r.at, r.proto, r.client, r.tlsVer = at, proto, client, tlsVer
+	r.ttfb, r.status, r.digest, r.minor = 0, 0, false, 1
+	r.site, r.name = site, ""
+	r.buf = r.buf[:0]
+	r.method, r.target, r.referer, r.agent = span{}, span{}, span{}, span{}
+	if withLog && method != nil {
+		r.method = r.copy(method, true)
+		r.target = r.copy(target, true)
+	}
+}
+
+// headers copies the request's Referer and User-Agent for the log.
+func (r *reqRecord) headers(referer []byte, hasReferer bool, agent []byte, hasAgent bool) {
+	r.referer = r.copy(referer, hasReferer)
+	r.agent = r.copy(agent, hasAgent)
+}
+
+// setSite names the site (or proxy route) that answers: its metrics
+// index and its domain.
+func (r *reqRecord) setSite(site int, name string) { r.site, r.name = site, name }
+
+// respond marks the response head queued.
+func (r *reqRecord) respond(status int, digest bool) {
+	r.status, r.digest = status, digest
+	r.ttfb = time.Since(r.at)
+}
+
+// finish counts the response in m and appends its access log line to
+// out (when a is on): sent is the body bytes sent, ktls whether kernel
+// TLS carried them. It returns out.
+func (r *reqRecord) finish(m *respMetrics, a *accessLog, out []byte, sent int64, ktls bool) []byte {
+	if r.at.IsZero() {
+		return out
+	}
+	dur := time.Since(r.at)
+	ttfb := r.ttfb
+	if r.status == 0 {
+		// Ended before a head was sent: the client went away (nginx's
+		// 499, "client closed request").
+		r.status, ttfb = 499, dur
+	}
+	m.count(r.site, int(r.proto), r.status, ttfb, dur)
+	if a != nil {
+		if a.json {
+			out = r.appendJSON(out, sent, dur, ktls)
+		} else {
+			out = r.appendCombined(out, sent)
+		}
+	}
+	r.at = time.Time{}
+	return out
+}
+
+var (
+	space      = []byte{' '}
+	protoBytes = [...][]byte{[]byte("HTTP/1.0"), []byte("HTTP/1.1"), []byte("HTTP/2.0"), []byte("HTTP/3.0")}
+)
+
+func (r *reqRecord) protoIndex() int {
+	switch {
+	case r.proto == protoH2:
+		return 2
+	case r.proto == protoH3:
+		return 3
+	case r.minor == 0:
+		return 0
+	}
+	return 1
+}
+
+// appendCombined appends nginx's combined format: the time is when the
+// request arrived (Apache's %t), the byte count the body's.
+func (r *reqRecord) appendCombined(b []byte, sent int64) []byte {
+	b = r.client.AppendTo(b)
+	b = append(b, " - - ["...)
+	b = appendLogTime(b, r.at)
+	b = append(b, "] "...)
+	if r.method.ok {
+		b = appendQuoted(b, r.field(r.method), space, r.field(r.target), space, protoBytes[r.protoIndex()])
+	} else {
+		b = append(b, `"-"`...)
+	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(r.status), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, max(sent, 0), 10)
+	if r.method.ok {
+		b = append(b, ' ')
+		b = appendHeaderField(b, r.field(r.referer), r.referer.ok)
+		b = append(b, ' ')
+		b = appendHeaderField(b, r.field(r.agent), r.agent.ok)
+	}
+	return append(b, '\n')
+}
+
+// appendJSON appends one JSON object: every key always present, null
+// where the request had no such thing.
+func (r *reqRecord) appendJSON(b []byte, sent int64, dur time.Duration, ktls bool) []byte {
+	b = append(b, `{"time":"`...)
+	b = r.at.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = append(b, `","client":"`...)
+	b = r.client.AppendTo(b)
+	b = append(b, `","site":"`...)
+	b = append(b, r.name...) // a validated domain: nothing to escape
+	b = append(b, `","method":`...)
+	b = r.appendJSONField(b, r.method)
+	b = append(b, `,"path":`...)
+	b = r.appendJSONField(b, r.target)
+	b = append(b, `,"protocol":"`...)
+	b = append(b, protoBytes[r.protoIndex()]...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(r.status), 10)
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, max(sent, 0), 10)
+	b = append(b, `,"duration":`...)
+	b = strconv.AppendFloat(b, dur.Seconds(), 'f', 6, 64)
+	b = append(b, `,"ttfb":`...)
+	b = strconv.AppendFloat(b, r.ttfb.Seconds(), 'f', 6, 64)
+	b = append(b, `,"tls":`...)
+	switch r.tlsVer {
+	case 0:
+		b = append(b, "null"...)
+	case tls.VersionTLS13:
+		b = append(b, `"1.3"`...)
+	case tls.VersionTLS12:
+		b = append(b, `"1.2"`...)
+	default:
+		b = append(b, `"other"`...)
+	}
+	b = append(b, `,"ktls":`...)
+	b = strconv.AppendBool(b, ktls)
+	b = append(b, `,"repr_digest":`...)
+	b = strconv.AppendBool(b, r.digest)
+	b = append(b, `,"referer":`...)
+	b = r.appendJSONField(b, r.referer)
+	b = append(b, `,"user_agent":`...)
+	b = r.appendJSONField(b, r.agent)
+	return append(b, "}\n"...)
+}
+
+func (r *reqRecord) appendJSONField(b []byte, s span) []byte {
+	if !s.ok {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, r.field(s))
+}
