@@ -5,13 +5,14 @@
 //     the first HTTPS response whose certificate chains to Pebble's root
 //     and whose body's BLAKE3 is the file's, repeated with a new storage
 //     (a new account and order) each time;
+//
 //   - full TLS handshakes per second (no resumption), and the server's CPU
 //     per handshake, with the certificate from ACME (looked up in
 //     certmagic's cache at every handshake) against the same certificate
 //     and key given as files: two engine processes, the same chain bytes,
 //     measured in turns.
 //
-//	go run ./bench/acme [--repeats 5] [--duration 5s] [--conns 16] [--out docs/BENCHMARKS-acme.md]
+//     go run ./bench/acme [--repeats 5] [--duration 5s] [--conns 16] [--out docs/BENCHMARKS-acme.md]
 //
 // Pebble and pebble-challtestsrv are found on $PATH or in $(go env
 // GOPATH)/bin, and installed there with go install when missing.
