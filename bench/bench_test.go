@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -180,6 +181,16 @@ func TestOtherProtocols(t *testing.T) {
 			}
 			if r.ConnectionsOpened != 2 {
 				t.Errorf("connections opened %d, want 2 (streams share them)", r.ConnectionsOpened)
+			}
+			var text strings.Builder
+			r.WriteText(&text)
+			if tt.proto == "h3" || runtime.GOOS != "linux" {
+				// No TCP_INFO: said so, never zeros.
+				if r.TCPNotMeasured == "" || r.TCP != nil || r.Samples[0].TCP != nil || !strings.Contains(text.String(), "tcp:        not measured (") {
+					t.Errorf("%s: tcp %+v, not measured %q, sample %+v; text:\n%s", tt.proto, r.TCP, r.TCPNotMeasured, r.Samples[0].TCP, text.String())
+				}
+			} else if r.TCP == nil || r.TCPNotMeasured != "" || r.Samples[0].TCP == nil || r.Samples[0].TCP.Sockets != 2 {
+				t.Errorf("%s: tcp %+v, not measured %q, sample %+v, want 2 sockets read", tt.proto, r.TCP, r.TCPNotMeasured, r.Samples[0].TCP)
 			}
 			r = run(t, Config{URLs: []string{tt.base + "/bad"}, Protocol: tt.proto, Connections: 1, Streams: 2, Samples: 2, Insecure: true})
 			if r.Errors["digest"] == 0 || r.Accepted == len(r.Samples) {

@@ -28,13 +28,18 @@ type conn struct {
 const readBuffer = 16 << 10
 
 // newConn builds a round tripper that holds exactly one connection (per
-// dial) and counts every connection it opens.
-func newConn(c *Config, dials *atomic.Int64) *conn {
+// dial) and counts every connection it opens; tcp, when set, is handed
+// each TCP connection to read.
+func newConn(c *Config, dials *atomic.Int64, tcp *tcpWatch) *conn {
 	tlsConf := &tls.Config{InsecureSkipVerify: c.Insecure, ClientSessionCache: nil}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	countingDial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
-		return dialer.DialContext(ctx, network, addr)
+		cn, err := dialer.DialContext(ctx, network, addr)
+		if err == nil && tcp != nil {
+			cn = tcp.track(cn)
+		}
+		return cn, err
 	}
 	switch c.Protocol {
 	case "h3":

@@ -14,6 +14,10 @@
 // run on different cores and the server, not the client, is what is
 // measured; SelfCheck measures the client's own ceiling.
 //
+// For h1 and h2 on Linux it also reads TCP_INFO on its own sockets once
+// per sample (tcpinfo.go): RTT, retransmits and out-of-order packets
+// beside each sample's throughput. It does not read the server's.
+//
 // Invariant: a figure in a Report comes only from accepted samples, and an
 // accepted sample holds only verified bytes.
 package bench

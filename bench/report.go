@@ -53,6 +53,12 @@ type Report struct {
 	CutOff      CutOff       `json:"cut_off"`
 	Server      *ServerStats `json:"server,omitempty"`
 	Interrupted bool         `json:"interrupted,omitempty"`
+	// TCP is what the client's sockets said (TCP_INFO, h1 and h2 on
+	// Linux) over the accepted samples; TCPNotMeasured says why it is
+	// absent when it could not be read at all (h3: QUIC has no TCP_INFO;
+	// another system).
+	TCP            *TCPSummary `json:"tcp,omitempty"`
+	TCPNotMeasured string      `json:"tcp_not_measured,omitempty"`
 }
 
 // Tail is what the wait after the measured time found.
@@ -81,6 +87,7 @@ type Sample struct {
 	RPS       float64        `json:"requests_per_s"`
 	Accepted  bool           `json:"accepted"`
 	Rejected  map[string]int `json:"rejected_because,omitempty"`
+	TCP       *TCPSample     `json:"tcp,omitempty"` // nil when not measured or no socket was read
 }
 
 // Summary of a figure over accepted samples.
@@ -118,7 +125,13 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 	r.Tail = Tail{Responses: s.tail.responses, Failed: s.tail.failed, BytesReceived: s.tail.received, BytesVerified: s.tail.verified}
 	r.CutOff = CutOff{Responses: s.cut.responses, BytesReceived: s.cut.received}
 	r.BytesReceived, r.Bytes = s.tail.received, s.tail.verified
+	if s.tcp == nil {
+		r.TCPNotMeasured = "QUIC has no TCP_INFO"
+	} else {
+		r.TCPNotMeasured = s.tcp.notMeasured()
+	}
 	var accepted []*acc
+	var acceptedTCP []*TCPSample
 	var mibs, rps []float64
 	for i := range s.samples {
 		a := &s.samples[i]
@@ -148,17 +161,22 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 				smp.Rejected = map[string]int{"interrupted": 1}
 			}
 		}
+		if s.tcp != nil && r.TCPNotMeasured == "" {
+			smp.TCP = s.tcp.sample(i)
+		}
 		r.Samples = append(r.Samples, smp)
 		r.BytesReceived += a.received
 		r.Bytes += a.verified
 		if smp.Accepted {
 			accepted = append(accepted, a)
+			acceptedTCP = append(acceptedTCP, smp.TCP)
 			mibs = append(mibs, smp.MiBps)
 			rps = append(rps, smp.RPS)
 		}
 	}
 	r.Accepted = len(accepted)
 	r.MiBps, r.RPS = summarize(mibs), summarize(rps)
+	r.TCP = summarizeTCP(acceptedTCP)
 	var lat []time.Duration
 	for _, a := range accepted {
 		lat = append(lat, a.lat...)
@@ -215,8 +233,8 @@ func (r *Report) WriteText(w io.Writer) {
 		if !s.Accepted {
 			verdict = "REJECTED " + kinds(s.Rejected)
 		}
-		fmt.Fprintf(w, "  %2d  %10.1f MiB/s  %10.1f req/s  %s verified of %s received  %s\n", i+1, s.MiBps, s.RPS,
-			mib(s.Bytes), mib(s.Received), verdict)
+		fmt.Fprintf(w, "  %2d  %10.1f MiB/s  %10.1f req/s  %s%s verified of %s received  %s\n", i+1, s.MiBps, s.RPS,
+			r.tcpColumns(s.TCP), mib(s.Bytes), mib(s.Received), verdict)
 	}
 	fmt.Fprintf(w, "\nbytes:      %s verified of %s received (%s); figures count verified bytes only\n",
 		mib(r.Bytes), mib(r.BytesReceived), share(r.Bytes, r.BytesReceived))
@@ -233,6 +251,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "requests:   %.1f req/s median [%.1f-%.1f], CV %.3f\n", r.RPS.Median, r.RPS.Min, r.RPS.Max, r.RPS.CV)
 		fmt.Fprintf(w, "latency:    p50 %v  p90 %v  p99 %v  p99.9 %v  (%d responses)\n", r.Latency.P50.Round(time.Microsecond),
 			r.Latency.P90.Round(time.Microsecond), r.Latency.P99.Round(time.Microsecond), r.Latency.P999.Round(time.Microsecond), r.Latency.Count)
+		r.writeTCP(w)
 	} else {
 		fmt.Fprintf(w, "\nno accepted sample: no figures\n")
 	}

@@ -137,6 +137,8 @@ type runState struct {
 	errs  atomic.Int64
 	dials atomic.Int64
 
+	tcp *tcpWatch // nil for h3; immutable after construction, safe for concurrent use
+
 	mu      sync.Mutex     // guards samples, failed, tail and cut: a response is booked into all of them at once
 	samples []acc          // guarded by mu
 	failed  map[string]int // guarded by mu; failed responses by kind, each counted once
@@ -213,10 +215,22 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		}()
 	}
 
+	// TCP_INFO, for h1 and h2: the clock ends each sample's readings.
+	tcpQuit, tcpDone := make(chan struct{}), make(chan struct{})
+	if c.Protocol != "h3" {
+		s.tcp = newTCPWatch(c.Samples)
+		go func() {
+			defer close(tcpDone)
+			s.tcp.clock(s.t0, s.sampleD, c.Requests > 0, tcpQuit)
+		}()
+	} else {
+		close(tcpDone)
+	}
+
 	conns := make([]*conn, c.Connections)
 	var wg sync.WaitGroup
 	for i := range conns {
-		conns[i] = newConn(&c, &s.dials)
+		conns[i] = newConn(&c, &s.dials, s.tcp)
 		for st := 0; st < c.Streams; st++ {
 			wg.Add(1)
 			go func(id int) {
@@ -250,6 +264,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	wg.Wait()
 	close(clockDone)
+	close(tcpQuit)
+	<-tcpDone
+	if s.tcp != nil {
+		s.tcp.finish()
+	}
 	for _, cn := range conns {
 		cn.close()
 	}
@@ -408,7 +427,11 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, 
 		return
 	}
 	if s.c.Requests > 0 {
-		s.done.Add(1)
+		// The response that ends a sample ends its TCP readings too.
+		d, r := s.done.Add(1), int64(s.c.Requests)
+		if s.tcp != nil && d <= r && d*int64(n)/r != (d-1)*int64(n)/r {
+			s.tcp.sampleEnded()
+		}
 	}
 	if last == n { // finished after the measured time
 		s.tail.responses++

@@ -28,7 +28,9 @@ sample is accepted only when every byte that arrived in it was verified
 and no response overlapping it failed; other samples are rejected with
 their reasons. Responses in flight at the end are waited for (each up to
 --timeout) and judged; the report shows bytes verified against bytes
-received. Exit 0 only with --min-accepted accepted samples (default: all).
+received. For h1 and h2 on Linux each sample also shows the client
+sockets' TCP_INFO: RTT, retransmits, out-of-order packets.
+Exit 0 only with --min-accepted accepted samples (default: all).
 Ctrl-C reports what was measured; responses it cuts off count nowhere.
 --self-check measures this client against an in-process source instead.
 `
