@@ -51,6 +51,11 @@ type Config struct {
 	// ServerPID, when set, is measured: CPU seconds and peak RSS (with
 	// its child processes).
 	ServerPID int
+	// AdminURL, when set, is an engine's admin listener
+	// ("http://127.0.0.1:9100"): its /metrics is read at the start and
+	// the end of the samples, and the report gives the differences
+	// (socket errors by kind, bytes by transport, handshakes).
+	AdminURL string
 	// Timeout bounds one request, from its start to the last byte of its
 	// body; it also bounds how long the run waits for the requests in
 	// flight at the end. Zero means 60s.

@@ -109,9 +109,11 @@ type Latency struct {
 
 // ServerStats is what the server process used during the run.
 type ServerStats struct {
-	PID        int     `json:"pid"`
-	CPUSeconds float64 `json:"cpu_seconds"`    // over the samples (not the warmup)
-	PeakRSS    int64   `json:"peak_rss_bytes"` // VmHWM, over the process and its children
+	PID        int     `json:"pid,omitempty"`
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`    // over the samples (not the warmup)
+	PeakRSS    int64   `json:"peak_rss_bytes,omitempty"` // VmHWM, over the process and its children
+	// From an engine's /metrics (--admin), differences over the samples.
+	Metrics *ServerMetrics `json:"metrics,omitempty"`
 }
 
 func (s *runState) report(checked string, elapsed time.Duration, interrupted bool, srv *ServerStats) *Report {
@@ -257,8 +259,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "errors:     %s\n", kindsOrNone(r.Errors))
 	fmt.Fprintf(w, "connections opened: %d\n", r.ConnectionsOpened)
-	if r.Server != nil {
+	if r.Server != nil && r.Server.PID > 0 {
 		fmt.Fprintf(w, "server (pid %d): %.2f CPU s, peak RSS %.1f MiB\n", r.Server.PID, r.Server.CPUSeconds, float64(r.Server.PeakRSS)/(1<<20))
+	}
+	if r.Server != nil && r.Server.Metrics != nil {
+		r.Server.Metrics.write(w)
 	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: figures cover what was measured before")
@@ -352,24 +357,42 @@ func kernel() string {
 	return strings.TrimSpace(string(out))
 }
 
-// serverWatch samples a process's CPU time at the start and at the end.
+// serverWatch samples a process's CPU time, and an engine's metrics, at
+// the start and at the end.
 type serverWatch struct {
 	pid   int
 	ticks int64
+	admin string
+	first metricValues
+	err   error
 }
 
-func startServerStats(pid int) *serverWatch {
-	if pid <= 0 {
+func startServerStats(pid int, admin string) *serverWatch {
+	if pid <= 0 && admin == "" {
 		return nil
 	}
-	return &serverWatch{pid: pid, ticks: procTicks(pid)}
+	w := &serverWatch{pid: pid, admin: admin}
+	if pid > 0 {
+		w.ticks = procTicks(pid)
+	}
+	if admin != "" {
+		w.first, w.err = readMetrics(admin)
+	}
+	return w
 }
 
 func (w *serverWatch) finish() *ServerStats {
 	if w == nil {
 		return nil
 	}
-	return &ServerStats{PID: w.pid, CPUSeconds: float64(procTicks(w.pid)-w.ticks) / 100, PeakRSS: procHWM(w.pid)}
+	st := &ServerStats{}
+	if w.pid > 0 {
+		st.PID, st.CPUSeconds, st.PeakRSS = w.pid, float64(procTicks(w.pid)-w.ticks)/100, procHWM(w.pid)
+	}
+	if w.admin != "" {
+		st.Metrics = metricsDelta(w.admin, w.first, w.err)
+	}
+	return st
 }
 
 // family is pid and its child processes (nginx's workers).

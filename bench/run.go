@@ -192,7 +192,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	defer cancel()
 	// The server is measured over the samples, not the warmup.
 	srvCh := make(chan *serverWatch, 1)
-	time.AfterFunc(c.Warmup, func() { srvCh <- startServerStats(c.ServerPID) })
+	time.AfterFunc(c.Warmup, func() { srvCh <- startServerStats(c.ServerPID, c.AdminURL) })
 
 	// Open loop: a dispatcher hands out scheduled start times.
 	var tickets chan time.Time

@@ -55,6 +55,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.NewConnectionPerRequest, "new-connections", false, "a new connection (and TLS handshake) per request")
 	fs.BoolVar(&c.Insecure, "k", false, "accept any TLS certificate")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "measure this process's CPU and peak RSS (with its children)")
+	fs.StringVar(&c.AdminURL, "admin", "", "an engine's admin listener (http://127.0.0.1:9100): report its socket errors, bytes by transport and handshakes over the samples")
 	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "per request, to the last body byte (also the longest wait for responses in flight at the end)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	svg := fs.String("svg", "", "write a chart of the samples to this SVG file")

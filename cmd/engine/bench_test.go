@@ -128,3 +128,58 @@ func checkTCPJSON(t *testing.T, out string, measured bool) {
 		t.Errorf("json: implausible tcp summary %+v", s)
 	}
 }
+
+// TestBenchAdminMetrics: with --admin, engine bench reads the engine's
+// /metrics before and after the samples and reports the differences: the
+// body bytes it downloaded over userspace TLS (this kernel has no kernel
+// TLS) and the handshakes of its connections, and no socket errors on a
+// clean run; in text and JSON. A wrong URL is reported, not fatal.
+func TestBenchAdminMetrics(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "f.bin"), bytes.Repeat([]byte("admin "), 200000), 0o644)
+	mf := filepath.Join(root, "B3SUMS")
+	if code, _, errs := run2("digest", "--root", root, "-o", mf); code != 0 {
+		t.Fatal(errs)
+	}
+	srv := startServer(t, root, "[kernel]\nktls = \"auto\"\n[admin]\nlisten = \"127.0.0.1:0\"\n", "self-signed", "true")
+	args := []string{"bench", "https://" + srv.Addr() + "/f.bin", "--protocol", "h1", "-k", "--manifest", mf,
+		"--connections", "2", "--duration", "600ms", "--samples", "2", "--warmup", "200ms",
+		"--admin", "http://" + srv.AdminAddr(), "--json"}
+	code, out, errs := run2(args...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	var r bench.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	m := r.Server.Metrics
+	if r.Server == nil || m == nil || m.Error != "" {
+		t.Fatalf("no server metrics in the report: %+v", r.Server)
+	}
+	// The server counts bytes as the kernel takes them, the client as
+	// they arrive: socket buffers (megabytes on loopback) sit between the
+	// two windows. About the same, then.
+	tlsBytes := m.BytesByTransport["userspace_tls"] + m.BytesByTransport["kernel_tls_sendfile"]
+	if tlsBytes < r.Bytes*3/4 || tlsBytes > r.Bytes*5/4 || m.BytesByTransport["plain_sendfile"] != 0 {
+		t.Errorf("bytes by transport %v, the client verified %d", m.BytesByTransport, r.Bytes)
+	}
+	for kind, n := range m.SocketErrors {
+		if n != 0 {
+			t.Errorf("socket errors %s = %d on a clean run", kind, n)
+		}
+	}
+	if _, ok := m.SocketErrors["timeout"]; !ok {
+		t.Errorf("socket errors has no kinds: %v", m.SocketErrors)
+	}
+	code, out, errs = run2(args[:len(args)-1]...)
+	if code != 0 || !regexp.MustCompile(`server metrics \(http://\S+, over the samples\):\n  socket errors: aborted 0, accept_error 0, rejected 0, timeout 0, write_error 0\n  bytes: .*userspace_tls [\d.]+ MiB`).MatchString(out) {
+		t.Errorf("text: exit %d\n%s%s", code, out, errs)
+	}
+	// Not an admin listener: said, and the run still counts.
+	bad := append(args[:len(args)-3:len(args)-3], "--admin", "http://"+srv.Addr())
+	code, out, errs = run2(bad...)
+	if code != 0 || !strings.Contains(out, "server metrics: not read (") {
+		t.Errorf("wrong --admin: exit %d\n%s%s", code, out, errs)
+	}
+}
