@@ -31,6 +31,7 @@ Usage:
   engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--self-signed] [--check]
   engine preflight [-c engine.toml] [--json]
   engine digest [--root DIR] [-o B3SUMS] [--check B3SUMS]
+  engine precompress DIR [--codings br,zstd,gzip] [--min-size 1KiB] [--min-saving 5] [-j N] [--dry-run] [--check] [--json]
   engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
   engine version
@@ -47,6 +48,10 @@ exits 0 only when all of it is there, 1 when something required is missing,
 it also lists the names whose certificates come from ACME: each one's expiry,
 or that storage has none yet and the last error a running engine saw (a
 missing certificate does not change the exit status: serve obtains it).
+
+precompress writes .br, .zst and .gz sidecars beside the compressible files
+of DIR for precompressed sites ("engine precompress --help" for the rules);
+--check reports stale and orphaned ones and exits 1 when there are any.
 `
 
 func main() {
@@ -65,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return preflightCmd(args[1:], stdout, stderr)
 	case "digest":
 		return digestCmd(args[1:], stdout, stderr)
+	case "precompress":
+		return precompressCmd(args[1:], stdout, stderr)
 	case "verify":
 		return verifyCmd(args[1:], stdout, stderr)
 	case "bench":

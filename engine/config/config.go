@@ -79,7 +79,8 @@ type Site struct {
 	// Zero (false) refuses such paths with 404.
 	FollowSymlinksOutsideRoot bool `toml:"follow_symlinks_outside_root"`
 	// Precompressed serves file.br, file.zst or file.gz beside a file
-	// when the client accepts that encoding. Nil means true.
+	// when the client accepts that encoding and the sidecar is not older
+	// than the file (engine precompress writes them). Nil means true.
 	Precompressed *bool `toml:"precompressed"`
 	// LimitRate paces each connection of this site to this many bytes
 	// per second with SO_MAX_PACING_RATE. Zero means unlimited.

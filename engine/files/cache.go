@@ -52,6 +52,10 @@ type Entry struct {
 	// Set once the content's digest is known (from a digest cache, a
 	// manifest, or hashing); read by any goroutine.
 	digest atomic.Pointer[Digest]
+	// Which precompressed sidecars of this file may be served, once
+	// looked up (bits in encoding.go). True for the entry's lifetime: the
+	// cache drops the entry when a sidecar of it changes. Any goroutine.
+	sidecars atomic.Uint32
 }
 
 // Digest is what the integrity layer learned about an entry's content.
@@ -369,8 +373,10 @@ func (c *Cache) invalidateDir(dir, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if name != "" {
-		for _, e := range append([]*Entry(nil), c.byPath[dir+"/"+name]...) {
-			c.removeLocked(e.key, e)
+		c.removePathLocked(dir + "/" + name)
+		if base, ok := SidecarOf(name); ok {
+			// The file's entry remembers what its sidecars were.
+			c.removePathLocked(dir + "/" + base)
 		}
 		return
 	}
@@ -378,6 +384,13 @@ func (c *Cache) invalidateDir(dir, name string) {
 		if e.dir == dir || strings.HasPrefix(e.dir, dir+"/") {
 			c.removeLocked(k, e)
 		}
+	}
+}
+
+// removePathLocked drops the entries of an absolute path (one per root).
+func (c *Cache) removePathLocked(abs string) {
+	for _, e := range append([]*Entry(nil), c.byPath[abs]...) {
+		c.removeLocked(e.key, e)
 	}
 }
 
@@ -419,6 +432,12 @@ func (c *Cache) revalidateLoop() {
 				c.mu.Lock()
 				if c.m[e.key] == e {
 					c.removeLocked(e.key, e)
+					// A sidecar that changed unseen (a symbolic link
+					// retargeted) drops its file's entry too, as an event
+					// would; a forbidden one is only retried, not changed.
+					if base, ok := SidecarOf(e.abs); ok && e.Kind != KindForbidden {
+						c.removePathLocked(base)
+					}
 				}
 				c.mu.Unlock()
 			}

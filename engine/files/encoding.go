@@ -1,6 +1,9 @@
 package files
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
 // Coding is a precompressed sidecar: file.br beside file, and so on.
 type Coding struct {
@@ -11,6 +14,90 @@ type Coding struct {
 // Codings lists the sidecars in the server's order of preference, used to
 // break ties between equal q-values.
 var Codings = [...]Coding{{"br", ".br"}, {"zstd", ".zst"}, {"gzip", ".gz"}}
+
+// SidecarOf returns the name of the file that name would be a sidecar
+// of ("app.js" for "app.js.br"), and false when name has no sidecar
+// suffix or nothing before it.
+func SidecarOf(name string) (string, bool) {
+	for _, cd := range Codings {
+		if base, ok := strings.CutSuffix(name, cd.Suffix); ok && base != "" && !strings.HasSuffix(base, "/") {
+			return base, true
+		}
+	}
+	return "", false
+}
+
+// A sidecar is served only when it is a regular file at least as new as
+// its file: one older than the file was made from an earlier version of
+// it (the file changed after; engine precompress gives a sidecar its
+// file's mtime exactly). A newer one is accepted, as nginx's gzip_static
+// accepts any: build tools write sidecars after their files.
+func freshSidecar(e, side *Entry) bool {
+	return side.Kind == KindFile && !side.ModTime.Before(e.ModTime)
+}
+
+// usableSidecar reports whether site may serve side for e.
+func usableSidecar(site *Site, e, side *Entry) bool {
+	return freshSidecar(e, side) && !(site.HideDotfiles && side.viaHidden)
+}
+
+// Bits of Entry.sidecars: which sidecars were usable when looked up, and
+// which of those resolved through a hidden path (a site with
+// HideDotfiles may not serve them; sites sharing a root differ there).
+const (
+	sidecarsKnown     = 1 << 16
+	sidecarHiddenBits = 8
+)
+
+// sidecars returns a bit per Codings index for each sidecar of e that
+// site may serve, or false when some must be opened first (s.Pending()).
+//
+// The answer is kept on e, so a file's later requests need no lookup of
+// its sidecars: a file without any costs one atomic load. It stays true
+// because the cache drops e whenever one of its sidecars is created,
+// changed or removed (invalidateDir, revalidateLoop), as it drops e when
+// the file itself changes; a sidecar entry merely evicted from the cache
+// changes nothing.
+func (c *Cache) sidecars(site *Site, s *Scratch, rel []byte, e *Entry) (uint8, bool) {
+	m := e.sidecars.Load()
+	if m&sidecarsKnown == 0 {
+		pending, keep := false, true
+		m = sidecarsKnown
+		for i := range Codings {
+			side := s.lookup(c, site.Root, s.sidecarPath(rel, i))
+			switch {
+			case side == nil:
+				pending = true // keep looking: one worker trip opens them all
+			case side.Kind == KindError:
+				keep = false // not cached, no event will say it cleared: ask again next time
+			case freshSidecar(e, side):
+				m |= 1 << i
+				if side.viaHidden {
+					m |= 1 << (sidecarHiddenBits + i)
+				}
+			}
+		}
+		if pending {
+			return 0, false
+		}
+		if keep {
+			e.sidecars.Store(m)
+		}
+	}
+	avail := uint8(m)
+	if site.HideDotfiles {
+		avail &^= uint8(m >> sidecarHiddenBits)
+	}
+	return avail, true
+}
+
+// sidecarPath builds rel plus the suffix of Codings[i] in s.tmp.
+func (s *Scratch) sidecarPath(rel []byte, i int) []byte {
+	p := append(s.tmp[:0], rel...)
+	p = append(p, Codings[i].Suffix...)
+	s.tmp = p
+	return p
+}
 
 // acceptQ returns the q-value (0 to 1000) the Accept-Encoding value ae
 // gives coding, honouring "*" (RFC 9110 §12.5.3). A missing header accepts

@@ -36,6 +36,10 @@ var contentTypes = map[string]string{
 	".webmanifest": "application/manifest+json", ".atom": "application/atom+xml",
 	".rss": "application/rss+xml", ".yaml": "application/yaml", ".yml": "application/yaml",
 	".toml": "application/toml",
+	// Also text a site serves and engine precompress compresses: tab
+	// separated values (IANA, and Debian's /etc/mime.types), and
+	// JavaScript source maps, JSON by their format (ECMA-426).
+	".tsv": "text/tab-separated-values; charset=utf-8", ".map": "application/json",
 }
 
 // ContentType returns the media type for a file name by its extension,

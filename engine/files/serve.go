@@ -277,32 +277,36 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 	coding := ""
 	vary := false
 	if site.Precompressed {
-		if ae := req.Header.Get("accept-encoding"); ae != nil {
-			bestQ := 0
-			pending := false
-			for _, cd := range Codings {
-				q := acceptQ(ae, cd.Name)
-				if q == 0 {
-					continue
+		// Whether the file has sidecars decides Vary for every response,
+		// those without Accept-Encoding too: a shared cache must not hand
+		// the identity body it stored to a client that accepts br.
+		avail, ok := c.sidecars(site, s, rel, e)
+		if !ok {
+			return false
+		}
+		if avail != 0 {
+			vary = true
+			if ae := req.Header.Get("accept-encoding"); ae != nil {
+				best, bestQ := -1, 0
+				for i, cd := range Codings {
+					if avail&(1<<i) == 0 {
+						continue
+					}
+					if q := acceptQ(ae, cd.Name); q > bestQ {
+						best, bestQ = i, q
+					}
 				}
-				p := append(s.tmp[:0], rel...)
-				p = append(p, cd.Suffix...)
-				s.tmp = p
-				side := s.lookup(c, site.Root, p)
-				if side == nil {
-					pending = true
-					continue
+				if best >= 0 {
+					side := s.lookup(c, site.Root, s.sidecarPath(rel, best))
+					if side == nil {
+						return false
+					}
+					// The sidecar may have changed since e's memo was made;
+					// the entry just looked up is what gets served.
+					if usableSidecar(site, e, side) {
+						sel, coding = side, Codings[best].Name
+					}
 				}
-				if side.Kind != KindFile || site.HideDotfiles && side.viaHidden {
-					continue
-				}
-				vary = true
-				if q > bestQ {
-					bestQ, sel, coding = q, side, cd.Name
-				}
-			}
-			if pending {
-				return false
 			}
 		}
 	}
@@ -340,7 +344,7 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 		return true
 	case condFailed:
 		ErrorResponse(r, 412)
-		r.ETag, r.LastModified = etag, sel.LastModified
+		r.ETag, r.LastModified, r.Vary = etag, sel.LastModified, vary
 		return true
 	}
 
@@ -358,7 +362,7 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 		ErrorResponse(r, 416)
 		r.ContentRange = append(append(s.mp[:0], "bytes */"...), strconv.FormatInt(size, 10)...)
 		s.mp = r.ContentRange
-		r.ETag, r.LastModified, r.AcceptRanges = etag, sel.LastModified, true
+		r.ETag, r.LastModified, r.AcceptRanges, r.Vary = etag, sel.LastModified, true, vary
 		return true
 	case rangeOK:
 		r.Status = 206
