@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +59,11 @@ func newCollector(s *Server) *collector {
 	gauge := func(name, help string, f func(*snapshot) int64) {
 		c.simple = append(c.simple, simpleMetric{d(name, help), prometheus.GaugeValue, func(s *snapshot) float64 { return float64(f(s)) }})
 	}
+	c.simple = append(c.simple,
+		simpleMetric{prometheus.NewDesc("process_cpu_seconds_total", "User and system CPU time spent, in seconds.", nil, nil), prometheus.CounterValue,
+			func(*snapshot) float64 { return processCPU() }},
+		simpleMetric{prometheus.NewDesc("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.", nil, nil), prometheus.GaugeValue,
+			func(*snapshot) float64 { return float64(processStart.UnixNano()) / 1e9 }})
 	counter("connections_accepted_total", "TCP connections accepted.", func(s *snapshot) int64 { return s.Accepted })
 	counter("connections_reclaimed_total", "Idle connections closed to admit new ones at max_connections.", func(s *snapshot) int64 { return s.Reclaimed })
 	counter("socket_full_total", "Times a socket refused more output (EAGAIN): the client or the path is slower than the disk.", func(s *snapshot) int64 { return s.SocketFull })
@@ -131,7 +137,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	snap.digestHits, snap.digestMisses = s.digests.cache.Hits.Load(), s.digests.cache.Misses.Load()
 	snap.digestBacklog = int64(len(s.digests.jobs))
 	for _, m := range c.simple {
-		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(snap))
+		if v := m.value(snap); !math.IsNaN(v) {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, v)
+		}
 	}
 
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {

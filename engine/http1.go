@@ -28,6 +28,7 @@ type h1Handler struct {
 	date     []byte
 	dateSec  int64
 	logBuf   []byte
+	logClock logClock
 	fields   h1Fields
 	limiter  logLimiter
 	warnedCC bool
@@ -415,7 +416,7 @@ func (h *h1Handler) beginRecord(c *reactor.Conn, st *h1Conn, r *h1.Request) {
 
 // finishResponse counts the response st sent and logs it.
 func (h *h1Handler) finishResponse(st *h1Conn) {
-	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, h.logBuf, st.s.Sent()-st.logStart, st.s.KernelTLS())
+	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, &h.logClock, h.logBuf, st.s.Sent()-st.logStart, st.s.KernelTLS())
 	if len(h.logBuf) > 32<<10 {
 		h.flushLog()
 	}

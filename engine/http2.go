@@ -494,7 +494,7 @@ func (hc *h2Conn) beginRecord(hs *h2Strm) {
 // logStream counts hs's response and logs it, once.
 func (hc *h2Conn) logStream(hs *h2Strm) {
 	h1 := hc.h.h1
-	h1.logBuf = hs.rec.finish(h1.metrics, hc.h.srv.alog, h1.logBuf, hs.st.Sent(), hc.s.KernelTLS())
+	h1.logBuf = hs.rec.finish(h1.metrics, hc.h.srv.alog, &h1.logClock, h1.logBuf, hs.st.Sent(), hc.s.KernelTLS())
 	if len(h1.logBuf) > 32<<10 {
 		h1.flushLog()
 	}

@@ -46,6 +46,7 @@ type h3Scratch struct {
 	buf   []byte // h3.FrameHeaderRoom + h3Chunk
 	log   []byte
 	rec   reqRecord
+	clock logClock
 }
 
 // listenH3 binds the UDP side of the listen address when some TLS site
@@ -337,7 +338,7 @@ func (hh *h3Handler) logRequest(status int, sent int64, sc *h3Scratch) {
 	if sc.rec.status == 0 { // a proxied answer: its head and body are out
 		sc.rec.respond(status, false)
 	}
-	sc.log = sc.rec.finish(hh.metrics, hh.srv.alog, sc.log[:0], sent, false)
+	sc.log = sc.rec.finish(hh.metrics, hh.srv.alog, &sc.clock, sc.log[:0], sent, false)
 	hh.srv.alog.write(sc.log)
 }
 

@@ -138,3 +138,7 @@ func (s *Server) allLoopMetrics() []*respMetrics {
 // proxy's.
 func (s *Server) siteNone() int  { return len(s.sites.all) }
 func (s *Server) siteProxy() int { return len(s.sites.all) + 1 }
+
+// processStart is when the process started (about: when this package was
+// initialised).
+var processStart = time.Now()

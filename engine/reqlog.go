@@ -80,7 +80,7 @@ func (r *reqRecord) respond(status int, digest bool) {
 // finish counts the response in m and appends its access log line to
 // out (when a is on): sent is the body bytes sent, ktls whether kernel
 // TLS carried them. It returns out.
-func (r *reqRecord) finish(m *respMetrics, a *accessLog, out []byte, sent int64, ktls bool) []byte {
+func (r *reqRecord) finish(m *respMetrics, a *accessLog, clk *logClock, out []byte, sent int64, ktls bool) []byte {
 	if r.at.IsZero() {
 		return out
 	}
@@ -93,14 +93,49 @@ func (r *reqRecord) finish(m *respMetrics, a *accessLog, out []byte, sent int64,
 	}
 	m.count(r.site, int(r.proto), r.status, ttfb, dur)
 	if a != nil {
+		clk.set(r.at)
 		if a.json {
-			out = r.appendJSON(out, sent, dur, ktls)
+			out = r.appendJSON(out, clk, sent, dur, ktls)
 		} else {
-			out = r.appendCombined(out, sent)
+			out = r.appendCombined(out, clk, sent)
 		}
 	}
 	r.at = time.Time{}
 	return out
+}
+
+// logClock formats the log's timestamps down to the second once a second,
+// as nginx does; each goroutine writing lines has its own.
+type logClock struct {
+	sec   int64
+	local []byte // nginx's $time_local: 01/Dec/2026:22:14:06 +0000
+	utc   []byte // 2026-12-01T22:14:06 (UTC)
+}
+
+func (c *logClock) set(t time.Time) {
+	if s := t.Unix(); s != c.sec || c.local == nil {
+		c.sec = s
+		c.local = appendLogTime(c.local[:0], t)
+		c.utc = t.UTC().AppendFormat(c.utc[:0], "2006-01-02T15:04:05")
+	}
+}
+
+// appendSeconds appends d in seconds with six decimals.
+func appendSeconds(b []byte, d time.Duration) []byte {
+	us := max(int64(d/time.Microsecond), 0)
+	b = strconv.AppendInt(b, us/1e6, 10)
+	b = append(b, '.')
+	return appendDigits(b, us%1e6, 6)
+}
+
+// appendDigits appends v (non-negative) as exactly n decimal digits.
+func appendDigits(b []byte, v int64, n int) []byte {
+	var d [20]byte
+	for i := n - 1; i >= 0; i-- {
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, d[:n]...)
 }
 
 var (
@@ -122,10 +157,10 @@ func (r *reqRecord) protoIndex() int {
 
 // appendCombined appends nginx's combined format: the time is when the
 // request arrived (Apache's %t), the byte count the body's.
-func (r *reqRecord) appendCombined(b []byte, sent int64) []byte {
+func (r *reqRecord) appendCombined(b []byte, clk *logClock, sent int64) []byte {
 	b = r.client.AppendTo(b)
 	b = append(b, " - - ["...)
-	b = appendLogTime(b, r.at)
+	b = append(b, clk.local...)
 	b = append(b, "] "...)
 	if r.method.ok {
 		b = appendQuoted(b, r.field(r.method), space, r.field(r.target), space, protoBytes[r.protoIndex()])
@@ -147,9 +182,12 @@ func (r *reqRecord) appendCombined(b []byte, sent int64) []byte {
 
 // appendJSON appends one JSON object: every key always present, null
 // where the request had no such thing.
-func (r *reqRecord) appendJSON(b []byte, sent int64, dur time.Duration, ktls bool) []byte {
+func (r *reqRecord) appendJSON(b []byte, clk *logClock, sent int64, dur time.Duration, ktls bool) []byte {
 	b = append(b, `{"time":"`...)
-	b = r.at.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = append(b, clk.utc...)
+	b = append(b, '.')
+	b = appendDigits(b, int64(r.at.Nanosecond()/1e6), 3)
+	b = append(b, 'Z')
 	b = append(b, `","client":"`...)
 	b = r.client.AppendTo(b)
 	b = append(b, `","site":"`...)
@@ -165,9 +203,9 @@ func (r *reqRecord) appendJSON(b []byte, sent int64, dur time.Duration, ktls boo
 	b = append(b, `,"bytes":`...)
 	b = strconv.AppendInt(b, max(sent, 0), 10)
 	b = append(b, `,"duration":`...)
-	b = strconv.AppendFloat(b, dur.Seconds(), 'f', 6, 64)
+	b = appendSeconds(b, dur)
 	b = append(b, `,"ttfb":`...)
-	b = strconv.AppendFloat(b, r.ttfb.Seconds(), 'f', 6, 64)
+	b = appendSeconds(b, r.ttfb)
 	b = append(b, `,"tls":`...)
 	switch r.tlsVer {
 	case 0:

@@ -4,6 +4,7 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"net"
 
 	"github.com/mediaship/engine/integrity"
@@ -27,3 +28,6 @@ func readUDP(c *net.UDPConn, fn func(d, oob []byte)) error {
 		fn(buf[:n], nil)
 	}
 }
+
+// processCPU is not measured here: NaN leaves the metric out.
+func processCPU() float64 { return math.NaN() }

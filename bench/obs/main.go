@@ -1,0 +1,303 @@
+// Command obs measures what observability costs the engine: requests per
+// second and server CPU per request for a 1 KiB file on keep-alive HTTP/1.1
+// connections, with the access log off, in nginx's combined format and in
+// JSON (both to a file), and with a scraper reading /metrics every 100 ms,
+// side by side in one run: one engine process per configuration, taking
+// turns, repeated. It writes docs/BENCHMARKS-observability.md.
+//
+//	go run ./bench/obs [--repeats 5] [--duration 5s] [--connections 64] [--out docs/BENCHMARKS-observability.md]
+//
+// The client is engine bench in this process: every response is checked
+// against the file's BLAKE3 (a sample with one wrong byte does not count).
+// The server runs one reactor (workers = 1), so the client has the other
+// CPU of a 2-CPU machine; when the client is what limits requests per
+// second, the server's CPU per request is the figure that shows the cost.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/integrity"
+)
+
+// variant is one configuration measured.
+type variant struct {
+	name   string
+	log    string // access_log_format, or "" for access_log = "off"
+	scrape bool   // a scraper reads /metrics every 100 ms
+}
+
+var variants = []variant{
+	{"access log off", "", false},
+	{"access log combined (file)", "combined", false},
+	{"access log json (file)", "json", false},
+	{"access log off, /metrics every 100 ms", "", true},
+	{"access log json, /metrics every 100 ms", "json", true},
+}
+
+func main() {
+	repeats := flag.Int("repeats", 5, "turns of every configuration")
+	duration := flag.Duration("duration", 5*time.Second, "measured time of one run")
+	conns := flag.Int("connections", 64, "keep-alive connections")
+	out := flag.String("out", "docs/BENCHMARKS-observability.md", "page to write")
+	flag.Parse()
+	log.SetFlags(0)
+	pinned := pinSelf()
+
+	work, err := os.MkdirTemp("", "bench-obs-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(work)
+	bin := filepath.Join(work, "engine")
+	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/engine").CombinedOutput(); err != nil {
+		log.Fatalf("build engine: %v\n%s", err, b)
+	}
+	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	dirty, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+
+	root := filepath.Join(work, "root")
+	os.MkdirAll(root, 0o755)
+	body := make([]byte, 1024)
+	for i := range body {
+		body[i] = byte('a' + i%26)
+	}
+	os.WriteFile(filepath.Join(root, "1k.bin"), body, 0o644)
+	d, _, err := integrity.Sum(bytes.NewReader(body))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	procs := make([]*engineProc, len(variants))
+	for i, v := range variants {
+		procs[i] = startEngine(bin, work, root, i, v)
+		defer procs[i].stop()
+	}
+	rps := make([][]float64, len(variants))
+	cpu := make([][]float64, len(variants))
+	logged := make([]int64, len(variants))
+	dropped := make([]float64, len(variants))
+	for r := 0; r < *repeats; r++ {
+		for k := range variants {
+			i := (k + r) % len(variants) // each takes each place in the order
+			p := procs[i]
+			stop := make(chan struct{})
+			var scrapes sync.WaitGroup
+			var nScrapes int
+			if variants[i].scrape {
+				scrapes.Add(1)
+				go func() { defer scrapes.Done(); nScrapes = scraper(p.admin, stop) }()
+			}
+			c := bench.Config{URLs: []string{"http://" + p.addr + "/1k.bin"}, Protocol: "h1", Connections: *conns,
+				Duration: *duration, Samples: 5, Warmup: time.Second, ExpectDigest: &d, ExpectSize: 1024, RangeLast: -1, ServerPID: p.cmd.Process.Pid}
+			rep, err := bench.Run(context.Background(), c)
+			close(stop)
+			scrapes.Wait()
+			if err != nil {
+				log.Fatal(err)
+			}
+			if rep.Accepted != len(rep.Samples) || rep.Server == nil {
+				log.Fatalf("%s: %d of %d samples accepted (errors %v)", variants[i].name, rep.Accepted, len(rep.Samples), rep.Errors)
+			}
+			responses := rep.RPS.Median * duration.Seconds()
+			rps[i] = append(rps[i], rep.RPS.Median)
+			cpu[i] = append(cpu[i], rep.Server.CPUSeconds*1e6/responses)
+			extra := ""
+			if variants[i].scrape {
+				extra = fmt.Sprintf(", %d scrapes", nScrapes)
+			}
+			log.Printf("%-40s %8.0f req/s  %.2f µs server CPU/request%s", variants[i].name, rep.RPS.Median, rep.Server.CPUSeconds*1e6/responses, extra)
+		}
+	}
+	for i, v := range variants {
+		procs[i].stop()
+		if v.log != "" {
+			logged[i] = countLines(procs[i].logPath)
+		}
+		dropped[i] = procs[i].dropped
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# What observability costs: access logs and /metrics\n\n")
+	fmt.Fprintf(&b, "`go run ./bench/obs --repeats %d --duration %v --connections %d`, %s, commit %s%s, %d CPUs, kernel %s, Go %s.\n\n",
+		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(commit)),
+		map[bool]string{true: " (with uncommitted changes)", false: ""}[len(dirty) > 0], runtime.NumCPU(), kernel(), runtime.Version())
+	fmt.Fprintf(&b, "%s\n\n", pinned)
+	fmt.Fprintf(&b, "A 1 KiB file over plain HTTP/1.1 on %d keep-alive connections, one engine process per configuration (`workers = 1`, so the client has the other CPU), all started at once and measured in turns: in each of the %d rounds every configuration runs once, %v after a 1 s warm-up, and the order rotates so each takes every place. The client is `engine bench` in the harness's process: every response's length and BLAKE3 are checked; a run with one wrong or failed response would stop the harness. Server CPU is utime+stime of the engine process over the measured time, per response. The logs go to files on the same disk as the build (tmpfs or not, as `os.MkdirTemp` gives); the scraper reads the whole `/metrics` body every 100 ms.\n\n", *conns, *repeats, *duration)
+	fmt.Fprintf(&b, "| configuration | req/s (median) | range | vs off | server CPU µs/request (median) | vs off | lines logged | lines dropped |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, v := range variants {
+		lines := "–"
+		if v.log != "" {
+			lines = strconv.FormatInt(logged[i], 10)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f | %s | %.0f |\n", v.name, median(rps[i]), minF(rps[i]), maxF(rps[i]),
+			median(rps[i])/median(rps[0]), median(cpu[i]), median(cpu[i])/median(cpu[0]), lines, dropped[i])
+	}
+	fmt.Fprintf(&b, "\n\"vs off\" is the ratio of medians to the first row's. Lines logged count every response of the runs and warm-ups (and the harness's start-up probe), dropped ones are `engine_access_log_dropped_lines_total` at the end.\n\n")
+	fmt.Fprintf(&b, "Not measured here: HTTP/2 and HTTP/3 (their log lines are built the same way), TLS, a slow or full disk (`TestAccessLogSlowDisk` checks that lines are dropped and counted instead of stalling the reactor), log lines to stdout under a service manager, and a client faster than the server: with the client on one CPU, requests per second may be the client's limit, which the CPU per request column does not share.\n")
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(b.String())
+}
+
+// scraper reads /metrics every 100 ms until stop, and returns how many
+// times it did.
+func scraper(admin string, stop chan struct{}) int {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	c := &http.Client{Timeout: 5 * time.Second}
+	n := 0
+	for {
+		select {
+		case <-stop:
+			return n
+		case <-t.C:
+		}
+		resp, err := c.Get("http://" + admin + "/metrics")
+		if err != nil {
+			log.Fatalf("scrape: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			log.Fatalf("scrape: %s", resp.Status)
+		}
+		n++
+	}
+}
+
+type engineProc struct {
+	cmd     *exec.Cmd
+	addr    string
+	admin   string
+	logPath string
+	dropped float64
+	stopped bool
+}
+
+func startEngine(bin, work, root string, i int, v variant) *engineProc {
+	e := &engineProc{logPath: filepath.Join(work, fmt.Sprintf("access-%d.log", i))}
+	cfg := fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\nroot = %q\n", root)
+	if v.log != "" {
+		cfg += fmt.Sprintf("access_log = %q\naccess_log_format = %q\n", e.logPath, v.log)
+	}
+	cfg += "[admin]\nlisten = \"127.0.0.1:0\"\n"
+	path := filepath.Join(work, fmt.Sprintf("engine-%d.toml", i))
+	os.WriteFile(path, []byte(cfg), 0o644)
+	e.cmd = exec.Command(bin, "serve", "-c", path)
+	if taskset, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
+		e.cmd = exec.Command(taskset, "-c", "1", bin, "serve", "-c", path) // the harness keeps CPU 0
+	}
+	stderr, _ := e.cmd.StderrPipe()
+	if err := e.cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	var seen strings.Builder
+	for (e.addr == "" || e.admin == "") && sc.Scan() {
+		l := sc.Text()
+		seen.WriteString(l + "\n")
+		if j := strings.Index(l, "msg=serving addr="); j >= 0 {
+			e.addr = strings.Fields(l[j+len("msg=serving addr="):])[0]
+		}
+		if j := strings.Index(l, `msg="admin listener" addr=`); j >= 0 {
+			e.admin = strings.Fields(l[j+len(`msg="admin listener" addr=`):])[0]
+		}
+	}
+	if e.addr == "" || e.admin == "" {
+		log.Fatalf("engine did not start:\n%s", seen.String())
+	}
+	go io.Copy(io.Discard, stderr)
+	return e
+}
+
+// stop reads the final drop count and stops the engine.
+func (e *engineProc) stop() {
+	if e.stopped {
+		return
+	}
+	e.stopped = true
+	if resp, err := http.Get("http://" + e.admin + "/metrics"); err == nil {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "engine_access_log_dropped_lines_total "); ok {
+				e.dropped, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		resp.Body.Close()
+	}
+	e.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { e.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		e.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func countLines(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var n int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+	}
+	return n
+}
+
+func kernel() string {
+	out, _ := exec.Command("uname", "-r").Output()
+	return strings.TrimSpace(string(out))
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func minF(v []float64) float64 {
+	m := v[0]
+	for _, x := range v {
+		m = min(m, x)
+	}
+	return m
+}
+
+func maxF(v []float64) float64 {
+	m := v[0]
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
