@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mediaship/engine/bench"
@@ -42,14 +44,17 @@ type variant struct {
 	name   string
 	log    string // access_log_format, or "" for access_log = "off"
 	scrape bool   // a scraper reads /metrics every 100 ms
+	nginx  bool   // nginx instead, for reference: its own log's cost
 }
 
 var variants = []variant{
-	{"access log off", "", false},
-	{"access log combined (file)", "combined", false},
-	{"access log json (file)", "json", false},
-	{"access log off, /metrics every 100 ms", "", true},
-	{"access log json, /metrics every 100 ms", "json", true},
+	{"access log off", "", false, false},
+	{"access log combined (file)", "combined", false, false},
+	{"access log json (file)", "json", false, false},
+	{"access log off, /metrics every 100 ms", "", true, false},
+	{"access log json, /metrics every 100 ms", "json", true, false},
+	{"nginx, access_log off", "", false, true},
+	{"nginx, access_log combined (file)", "combined", false, true},
 }
 
 func main() {
@@ -85,13 +90,27 @@ func main() {
 		log.Fatal(err)
 	}
 
+	nginxBin, _ := exec.LookPath("nginx")
+	if nginxBin == "" {
+		log.Printf("nginx is not installed (apt-get install nginx): no reference rows")
+		variants = variants[:5]
+	}
 	procs := make([]*engineProc, len(variants))
 	for i, v := range variants {
-		procs[i] = startEngine(bin, work, root, i, v)
+		if v.nginx {
+			procs[i] = startNginx(nginxBin, work, root, i, v)
+		} else {
+			procs[i] = startEngine(bin, work, root, i, v)
+		}
 		defer procs[i].stop()
 	}
 	rps := make([][]float64, len(variants))
 	cpu := make([][]float64, len(variants))
+	wrkBin, _ := exec.LookPath("wrk")
+	wrkScript := filepath.Join(work, "done.lua")
+	os.WriteFile(wrkScript, []byte(wrkLua), 0o644)
+	wrps := make([][]float64, len(variants))
+	wcpu := make([][]float64, len(variants))
 	logged := make([]int64, len(variants))
 	dropped := make([]float64, len(variants))
 	for r := 0; r < *repeats; r++ {
@@ -124,6 +143,20 @@ func main() {
 				extra = fmt.Sprintf(", %d scrapes", nScrapes)
 			}
 			log.Printf("%-40s %8.0f req/s  %.2f µs server CPU/request%s", variants[i].name, rep.RPS.Median, rep.Server.CPUSeconds*1e6/responses, extra)
+			if wrkBin == "" {
+				continue
+			}
+			stop = make(chan struct{})
+			if variants[i].scrape {
+				scrapes.Add(1)
+				go func() { defer scrapes.Done(); scraper(p.admin, stop) }()
+			}
+			w := runWrk(wrkBin, wrkScript, "http://"+p.addr+"/1k.bin", *conns, *duration, p)
+			close(stop)
+			scrapes.Wait()
+			wrps[i] = append(wrps[i], w.rps)
+			wcpu[i] = append(wcpu[i], w.cpuPerReq)
+			log.Printf("%-40s %8.0f req/s  %.2f µs server CPU/request (wrk)", variants[i].name, w.rps, w.cpuPerReq)
 		}
 	}
 	for i, v := range variants {
@@ -143,14 +176,29 @@ func main() {
 	fmt.Fprintf(&b, "A 1 KiB file over plain HTTP/1.1 on %d keep-alive connections, one engine process per configuration (`workers = 1`, so the client has the other CPU), all started at once and measured in turns: in each of the %d rounds every configuration runs once, %v after a 1 s warm-up, and the order rotates so each takes every place. The client is `engine bench` in the harness's process: every response's length and BLAKE3 are checked; a run with one wrong or failed response would stop the harness. Server CPU is utime+stime of the engine process over the measured time, per response. The logs go to files on the same disk as the build (tmpfs or not, as `os.MkdirTemp` gives); the scraper reads the whole `/metrics` body every 100 ms.\n\n", *conns, *repeats, *duration)
 	fmt.Fprintf(&b, "| configuration | req/s (median) | range | vs off | server CPU µs/request (median) | vs off | lines logged | lines dropped |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, v := range variants {
-		lines := "–"
+		lines, drops := "–", "–"
 		if v.log != "" {
 			lines = strconv.FormatInt(logged[i], 10)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f | %s | %.0f |\n", v.name, median(rps[i]), minF(rps[i]), maxF(rps[i]),
-			median(rps[i])/median(rps[0]), median(cpu[i]), median(cpu[i])/median(cpu[0]), lines, dropped[i])
+		if !v.nginx {
+			drops = strconv.FormatFloat(dropped[i], 'f', 0, 64)
+		}
+		o := base(i)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f | %s | %s |\n", v.name, median(rps[i]), minF(rps[i]), maxF(rps[i]),
+			median(rps[i])/median(rps[o]), median(cpu[i]), median(cpu[i])/median(cpu[o]), lines, drops)
 	}
-	fmt.Fprintf(&b, "\n\"vs off\" is the ratio of medians to the first row's. Lines logged count every response of the runs and warm-ups (and the harness's start-up probe), dropped ones are `engine_access_log_dropped_lines_total` at the end.\n\n")
+	if wrkBin != "" {
+		fmt.Fprintf(&b, "\nThe same, with wrk as the client (`wrk -t1 -c%d -d%v`, taking turns with the runs above on the same engines): wrk is written in C and drives the server harder than `engine bench` can from one CPU, but it checks only statuses and byte counts (every run had no error, no status of 400 or above, and between 1,024 and 1,024+head bytes per response), not the bytes themselves.\n\n", *conns, *duration)
+		fmt.Fprintf(&b, "| configuration | req/s (median) | range | vs off | server CPU µs/request (median) | vs off |\n|---|---:|---:|---:|---:|---:|\n")
+		for i, v := range variants {
+			o := base(i)
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f |\n", v.name, median(wrps[i]), minF(wrps[i]), maxF(wrps[i]),
+				median(wrps[i])/median(wrps[o]), median(wcpu[i]), median(wcpu[i])/median(wcpu[o]))
+		}
+	} else {
+		fmt.Fprintf(&b, "\nwrk is not installed (`apt-get install wrk`): no second client.\n")
+	}
+	fmt.Fprintf(&b, "\n\"vs off\" is the ratio of medians to the same server's row without log or scraper (the engine's first row; nginx's for nginx, measured in the same turns as a reference for what an access log costs a server that writes each line with its own write(2)). Lines logged count every response of the runs and warm-ups (and the harness's start-up probe), dropped ones are `engine_access_log_dropped_lines_total` at the end.\n\n")
 	fmt.Fprintf(&b, "Not measured here: HTTP/2 and HTTP/3 (their log lines are built the same way), TLS, a slow or full disk (`TestAccessLogSlowDisk` checks that lines are dropped and counted instead of stalling the reactor), log lines to stdout under a service manager, and a client faster than the server: with the client on one CPU, requests per second may be the client's limit, which the CPU per request column does not share.\n")
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
@@ -229,13 +277,80 @@ func startEngine(bin, work, root string, i int, v variant) *engineProc {
 	return e
 }
 
-// stop reads the final drop count and stops the engine.
+// startNginx runs Debian's nginx with one worker, serving root, with or
+// without its access log in the combined format (unbuffered: a write per
+// line, nginx's default).
+func startNginx(bin, work, root string, i int, v variant) *engineProc {
+	dir := filepath.Join(work, fmt.Sprintf("nginx-%d", i))
+	os.MkdirAll(dir, 0o755)
+	e := &engineProc{logPath: filepath.Join(dir, "access.log"), addr: freeAddr()}
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;"
+	}
+	logLine := "access_log off;"
+	if v.log != "" {
+		logLine = fmt.Sprintf("access_log %s combined;", e.logPath)
+	}
+	conf := fmt.Sprintf(`%[1]s
+worker_processes 1;
+daemon off;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+events { worker_connections 4096; }
+http {
+    %[3]s
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    client_body_temp_path %[2]s/body;
+    proxy_temp_path %[2]s/proxy;
+    fastcgi_temp_path %[2]s/fastcgi;
+    uwsgi_temp_path %[2]s/uwsgi;
+    scgi_temp_path %[2]s/scgi;
+    server { listen %[4]s; root %[5]s; }
+}
+`, user, dir, logLine, e.addr, root)
+	path := filepath.Join(dir, "nginx.conf")
+	os.WriteFile(path, []byte(conf), 0o644)
+	e.cmd = exec.Command(bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	if taskset, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
+		e.cmd = exec.Command(taskset, "-c", "1", bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
+	}
+	if err := e.cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + e.addr + "/1k.bin"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			log.Fatalf("nginx did not start:\n%s", b)
+		}
+	}
+	return e
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// stop reads the final drop count and stops the server.
 func (e *engineProc) stop() {
 	if e.stopped {
 		return
 	}
 	e.stopped = true
-	if resp, err := http.Get("http://" + e.admin + "/metrics"); err == nil {
+	if e.admin == "" {
+		e.cmd.Process.Signal(syscall.SIGQUIT) // nginx's graceful stop
+	} else if resp, err := http.Get("http://" + e.admin + "/metrics"); err == nil {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			if v, ok := strings.CutPrefix(sc.Text(), "engine_access_log_dropped_lines_total "); ok {
@@ -244,7 +359,9 @@ func (e *engineProc) stop() {
 		}
 		resp.Body.Close()
 	}
-	e.cmd.Process.Signal(os.Interrupt)
+	if e.admin != "" {
+		e.cmd.Process.Signal(os.Interrupt)
+	}
 	done := make(chan struct{})
 	go func() { e.cmd.Wait(); close(done) }()
 	select {
@@ -300,4 +417,74 @@ func maxF(v []float64) float64 {
 		m = max(m, x)
 	}
 	return m
+}
+
+// base is the index of the row variant i is compared with: the same
+// server with no log and no scraper.
+func base(i int) int {
+	for j := i; j >= 0; j-- {
+		if variants[j].nginx == variants[i].nginx && variants[j].log == "" && !variants[j].scrape {
+			return j
+		}
+	}
+	return 0
+}
+
+// wrkLua has wrk print its exact counters in one line.
+const wrkLua = `done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("obs-wrk: duration_us=%d requests=%d bytes=%d errors=%d status=%d\n",
+    summary.duration, summary.requests, summary.bytes, e.connect + e.read + e.write + e.timeout, e.status))
+end
+`
+
+type wrkResult struct{ rps, cpuPerReq float64 }
+
+// runWrk runs wrk against url and checks what it can: no error, no
+// status of 400 or above, a plausible byte count per response.
+func runWrk(bin, script, url string, conns int, d time.Duration, p *engineProc) wrkResult {
+	cpu0 := familyCPU(p.cmd.Process.Pid)
+	out, err := exec.Command(bin, "-t1", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d.Seconds()))+"s", "-s", script, url).CombinedOutput()
+	cpu := familyCPU(p.cmd.Process.Pid) - cpu0
+	if err != nil {
+		log.Fatalf("wrk: %v\n%s", err, out)
+	}
+	var dur, reqs, bytes, errs, status int64
+	found := false
+	for _, l := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(l, "obs-wrk: "); ok {
+			fmt.Sscanf(rest, "duration_us=%d requests=%d bytes=%d errors=%d status=%d", &dur, &reqs, &bytes, &errs, &status)
+			found = true
+		}
+	}
+	if !found || reqs == 0 || errs > 0 || status > 0 || bytes < reqs*1024 || bytes > (reqs+int64(conns))*(1024+600) {
+		log.Fatalf("wrk run does not count: requests %d bytes %d errors %d statuses>=400 %d\n%s", reqs, bytes, errs, status, out)
+	}
+	return wrkResult{rps: float64(reqs) / (float64(dur) / 1e6), cpuPerReq: cpu * 1e6 / float64(reqs)}
+}
+
+// familyCPU is the utime+stime of a process and its children (nginx's
+// workers), in seconds.
+func familyCPU(pid int) float64 {
+	total := procCPU(pid)
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			total += procCPU(c)
+		}
+	}
+	return total
+}
+
+// procCPU is a process's utime+stime in seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
