@@ -58,6 +58,13 @@ package engine
 //	                fleet started (shared storage)
 //	(the CA)        not a client: certmagic's requests   30 s per HTTP request; failed orders    -               certmagic
 //	                to the ACME server                   retried with back-off (1 m, 2 m, ...)
+//	admin head      a request on [admin] (net/http)      5 s head, 10 s request                  16 KiB head,    http.Server, LimitListener
+//	                                                                                             32 connections
+//	admin idle      the next request on [admin]          60 s                                    -               http.Server
+//	admin response  the scraper to read (a CPU profile   2 m                                     -               http.Server
+//	                runs its ?seconds= first)
+//	access log      nothing: the disk, never waited on   -                                       access_log_buffer writer goroutine; lines
+//	                by a reactor                                                                                 past it dropped, counted
 //
 // The reactor's read deadline fires only while nothing is queued for the
 // client; while output is queued, send_timeout applies instead. And at

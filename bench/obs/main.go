@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -104,6 +105,17 @@ func main() {
 		}
 		defer procs[i].stop()
 	}
+	// Ctrl-C stops the servers too: they are not left running.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		for _, p := range procs {
+			p.stop()
+		}
+		os.RemoveAll(work)
+		os.Exit(1)
+	}()
 	rps := make([][]float64, len(variants))
 	cpu := make([][]float64, len(variants))
 	wrkBin, _ := exec.LookPath("wrk")
