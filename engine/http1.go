@@ -102,8 +102,10 @@ func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 		st.proxy.clientGone()
 		st.proxy = nil
 	}
-	if st.sending {
-		h.finishResponse(st) // a response cut short: log what was sent
+	if !st.rec.at.IsZero() {
+		// A response cut short, or a proxied one that never came: log
+		// what was sent (499 when no head was).
+		h.finishResponse(st)
 	}
 	st.files.Reset()
 }
@@ -416,7 +418,11 @@ func (h *h1Handler) beginRecord(c *reactor.Conn, st *h1Conn, r *h1.Request) {
 
 // finishResponse counts the response st sent and logs it.
 func (h *h1Handler) finishResponse(st *h1Conn) {
-	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, &h.logClock, h.logBuf, st.s.Sent()-st.logStart, st.s.KernelTLS())
+	sent := st.s.Sent() - st.logStart
+	if st.rec.status == 0 {
+		sent = 0 // no head went out: logStart is the last response's
+	}
+	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, &h.logClock, h.logBuf, sent, st.s.KernelTLS())
 	if len(h.logBuf) > 32<<10 {
 		h.flushLog()
 	}
