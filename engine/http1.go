@@ -423,7 +423,7 @@ func (h *h1Handler) finishResponse(st *h1Conn) {
 		sent = 0 // no head went out: logStart is the last response's
 	}
 	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, &h.logClock, h.logBuf, sent, st.s.KernelTLS())
-	if len(h.logBuf) > 32<<10 {
+	if a := h.srv.alog; a != nil && len(h.logBuf) >= a.batch {
 		h.flushLog()
 	}
 }

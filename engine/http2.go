@@ -495,7 +495,7 @@ func (hc *h2Conn) beginRecord(hs *h2Strm) {
 func (hc *h2Conn) logStream(hs *h2Strm) {
 	h1 := hc.h.h1
 	h1.logBuf = hs.rec.finish(h1.metrics, hc.h.srv.alog, &h1.logClock, h1.logBuf, hs.st.Sent(), hc.s.KernelTLS())
-	if len(h1.logBuf) > 32<<10 {
+	if a := hc.h.srv.alog; a != nil && len(h1.logBuf) >= a.batch {
 		h1.flushLog()
 	}
 }
