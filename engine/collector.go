@@ -202,11 +202,7 @@ func (c *collector) collectResponses(ch chan<- prometheus.Metric) {
 	}
 	names := make([]string, 0, len(s.sites.all)+2)
 	for _, st := range s.sites.all {
-		n := st.name
-		if n == "" {
-			n = "default"
-		}
-		names = append(names, n)
+		names = append(names, st.label())
 	}
 	names = append(names, "-", "proxy")
 	reqs := make([]int64, len(names)*nProtos*5)

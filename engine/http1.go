@@ -357,7 +357,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 		h.beginRecord(c, st, r)
 	}
 	if s != nil {
-		st.rec.setSite(s.idx, s.name)
+		st.rec.setSite(s.idx, s.label())
 	}
 	st.rec.respond(resp.Status, resp.ReprDigest != "")
 	st.sending = true

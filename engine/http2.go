@@ -394,7 +394,7 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 		srv.digests.request(hs.site.files.Root, resp.NeedDigest)
 	}
 	if hs.site != nil {
-		hs.rec.setSite(hs.site.idx, hs.site.name)
+		hs.rec.setSite(hs.site.idx, hs.site.label())
 	}
 	hs.rec.respond(resp.Status, resp.ReprDigest != "")
 	hc.conn.Respond(st, resp.Status, f, body)

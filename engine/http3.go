@@ -191,7 +191,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isHead {
 		resp.NoBody = true
 	}
-	sc.rec.setSite(s.idx, s.name)
+	sc.rec.setSite(s.idx, s.label())
 	sent := hh.respond(w, r, s, sc)
 	hh.logRequest(resp.Status, sent, sc)
 }

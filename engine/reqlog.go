@@ -52,7 +52,7 @@ func (r *reqRecord) begin(at time.Time, proto uint8, client netip.Addr, tlsVer u
 	}
 	r.at, r.proto, r.client, r.tlsVer = at, proto, client, tlsVer
 	r.ttfb, r.status, r.digest, r.minor = 0, 0, false, 1
-	r.site, r.name = site, ""
+	r.site, r.name = site, "-"
 	r.buf = r.buf[:0]
 	r.method, r.target, r.referer, r.agent = span{}, span{}, span{}, span{}
 	if withLog && method != nil {

@@ -26,6 +26,15 @@ type site struct {
 	altSvc string
 }
 
+// label names the site in metrics and the access log: its domain, or
+// "default" for the top-level root's.
+func (s *site) label() string {
+	if s.name == "" {
+		return "default"
+	}
+	return s.name
+}
+
 // siteTable chooses a site by Host.
 type siteTable struct {
 	// Immutable after construction.
