@@ -192,7 +192,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	defer cancel()
 	// The server is measured over the samples, not the warmup.
 	srvCh := make(chan *serverWatch, 1)
-	time.AfterFunc(c.Warmup, func() { srvCh <- startServerStats(c.ServerPID, c.AdminURL) })
+	srvTimer := time.AfterFunc(c.Warmup, func() { srvCh <- startServerStats(c.ServerPID, c.AdminURL) })
 
 	// Open loop: a dispatcher hands out scheduled start times.
 	var tickets chan time.Time
@@ -275,10 +275,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	interrupted := ctx.Err() != nil
 	elapsed := time.Since(s.t0)
 	var srv *serverWatch
-	select {
-	case srv = <-srvCh:
-	default: // stopped during the warmup
-	}
+	if !srvTimer.Stop() {
+		// Started: its first reading may still be under way (an admin
+		// listener answering slowly, bounded by its client's timeout).
+		srv = <-srvCh
+	} // else stopped during the warmup: nothing measured
 	return s.report(checked, elapsed, interrupted, srv.finish()), nil
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sort"
 	"strings"
@@ -51,7 +52,7 @@ func readMetrics(admin string) (metricValues, error) {
 	if !strings.Contains(u, "://") {
 		u = "http://" + u
 	}
-	c := &http.Client{Timeout: 10 * time.Second}
+	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(u)
 	if err != nil {
 		return nil, err
@@ -78,12 +79,19 @@ func readMetrics(admin string) (metricValues, error) {
 					key = name + "{" + l.GetValue() + "}"
 				}
 			}
+			var x float64
 			switch {
 			case m.Counter != nil:
-				v[key] += m.Counter.GetValue()
+				x = m.Counter.GetValue()
 			case m.Gauge != nil:
-				v[key] += m.Gauge.GetValue()
+				x = m.Gauge.GetValue()
+			case m.Untyped != nil: // no # TYPE line
+				x = m.Untyped.GetValue()
 			}
+			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 || x > 1<<62 {
+				return nil, fmt.Errorf("%s: %s is %v, not a count", u, key, x)
+			}
+			v[key] += x
 		}
 	}
 	if len(v) == 0 {
@@ -102,6 +110,12 @@ func metricsDelta(admin string, first metricValues, err error) *ServerMetrics {
 	if err != nil {
 		m.Error = err.Error()
 		return m
+	}
+	for k, x := range first {
+		if last[k] < x {
+			m.Error = fmt.Sprintf("%s went from %v to %v: the counters were reset (the server restarted?) and the differences mean nothing", k, x, last[k])
+			return m
+		}
 	}
 	split := func(name string) map[string]int64 {
 		out := map[string]int64{}

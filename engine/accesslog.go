@@ -2,12 +2,15 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -32,11 +35,25 @@ type accessLog struct {
 	lines   int64      // guarded by mu: the lines in pending
 	closed  bool       // guarded by mu
 
-	fileMu sync.Mutex // held by the writer while it writes, and by reopen
-	f      *os.File   // guarded by fileMu
+	fileMu  sync.Mutex // held by the writer while it writes, and by reopen
+	f       *os.File   // guarded by fileMu; nil while a named pipe has no reader
+	partial bool       // guarded by fileMu: a failed write left a line cut off in f
 
 	written, dropped atomic.Int64 // lines
 	failing          atomic.Bool  // the last write failed (logged once)
+}
+
+// openLog opens an access log file for appending. A named pipe is opened
+// without waiting for a reader: nil, and no error, while it has none.
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, nil // a FIFO with no reader yet: the writer tries again
+	}
+	// O_NONBLOCK means nothing to a regular file; a pipe's writes that
+	// find it full park the writer goroutine on Go's poller (never a
+	// reactor) until the reader takes more.
+	return f, err
 }
 
 func openAccessLog(dest, format string, limit int, log *slog.Logger) (*accessLog, error) {
@@ -53,9 +70,12 @@ func openAccessLog(dest, format string, limit int, log *slog.Logger) (*accessLog
 	case "stderr":
 		a.f = os.Stderr
 	default:
-		f, err := os.OpenFile(dest, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		f, err := openLog(dest)
 		if err != nil {
 			return nil, fmt.Errorf("engine: open access log: %w", err)
+		}
+		if f == nil {
+			log.Warn("access log is a named pipe with no reader yet; lines wait (up to access_log_buffer, then are dropped and counted) until one opens it", "path", dest)
 		}
 		a.path, a.f = dest, f
 	}
@@ -70,14 +90,17 @@ func (a *accessLog) reopen() error {
 	if a == nil || a.path == "" {
 		return nil
 	}
-	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := openLog(a.path)
 	if err != nil {
 		return fmt.Errorf("engine: reopen access log: %w", err)
 	}
 	a.fileMu.Lock()
 	old := a.f
-	a.f = f
+	a.f, a.partial = f, false
 	a.fileMu.Unlock()
+	if old == nil {
+		return nil
+	}
 	return old.Close()
 }
 
@@ -114,12 +137,30 @@ func (a *accessLog) write(b []byte) {
 func (a *accessLog) run() {
 	defer close(a.done)
 	var buf []byte
+	retry := time.NewTicker(time.Second) // a named pipe without a reader
+	defer retry.Stop()
 	for {
 		stop := false
 		select {
 		case <-a.wake:
+		case <-retry.C:
 		case <-a.quit:
 			stop = true
+		}
+		a.fileMu.Lock()
+		if a.f == nil && a.path != "" {
+			a.f, _ = openLog(a.path)
+		}
+		open := a.f != nil
+		a.fileMu.Unlock()
+		if !open {
+			if stop {
+				a.mu.Lock()
+				a.dropped.Add(a.lines) // never read: counted
+				a.mu.Unlock()
+				return
+			}
+			continue // lines wait in pending, up to the limit
 		}
 		a.mu.Lock()
 		buf, a.pending = a.pending, buf[:0]
@@ -128,25 +169,48 @@ func (a *accessLog) run() {
 		a.mu.Unlock()
 		if len(buf) > 0 {
 			a.fileMu.Lock()
-			_, err := a.f.Write(buf)
+			a.writeLines(a.f, buf, lines)
 			a.fileMu.Unlock()
-			if err != nil {
-				// Lines not wholly written count as dropped: the count
-				// is what an operator reconciles the file against.
-				a.dropped.Add(lines)
-				if !a.failing.Swap(true) {
-					a.log.Error("access log write failed; lines are dropped and counted until a write succeeds", "path", a.path, "err", err)
-				}
-			} else {
-				a.written.Add(lines)
-				if a.failing.Swap(false) {
-					a.log.Info("access log writes succeed again", "path", a.path, "dropped_total", a.dropped.Load())
-				}
-			}
 		}
 		if stop {
 			return
 		}
+	}
+}
+
+// writeLines writes buf, whole lines. When a write fails part way, the
+// whole lines that made it count as written and the rest as dropped; a
+// line cut off in the file is ended before the next write, so the lines
+// after it parse (the cut one is among the dropped). The caller holds
+// fileMu; w is a.f.
+func (a *accessLog) writeLines(w io.Writer, buf []byte, lines int64) {
+	if a.partial {
+		if _, err := w.Write([]byte{'\n'}); err == nil {
+			a.partial = false
+		}
+	}
+	var n int
+	var err error
+	if !a.partial {
+		n, err = w.Write(buf)
+	} else {
+		err = errors.New("a line cut off by an earlier failed write could not be ended")
+	}
+	if err != nil && n > 0 && buf[n-1] != '\n' {
+		a.partial = true
+	}
+	if err == nil {
+		a.written.Add(lines)
+		if a.failing.Swap(false) {
+			a.log.Info("access log writes succeed again", "path", a.path, "dropped_total", a.dropped.Load())
+		}
+		return
+	}
+	whole := int64(bytes.Count(buf[:n], []byte{'\n'}))
+	a.written.Add(whole)
+	a.dropped.Add(lines - whole)
+	if !a.failing.Swap(true) {
+		a.log.Error("access log write failed; lines are dropped and counted until a write succeeds", "path", a.path, "err", err)
 	}
 }
 
@@ -163,10 +227,19 @@ func (a *accessLog) close() {
 	a.closed = true
 	a.mu.Unlock()
 	close(a.quit)
-	<-a.done
+	select {
+	case <-a.done:
+	case <-time.After(closeWait):
+		// A pipe nobody reads, a disk that hangs: the lines still
+		// waiting are lost with the process, and said so.
+		a.log.Warn("access log writer still blocked at shutdown; lines not yet written are lost", "path", a.path, "waited", closeWait)
+		return
+	}
 	if a.path != "" {
 		a.fileMu.Lock()
-		a.f.Close()
+		if a.f != nil {
+			a.f.Close()
+		}
 		a.fileMu.Unlock()
 	}
 }
@@ -203,9 +276,13 @@ func appendQuoted(b []byte, s ...[]byte) []byte {
 	return append(b, '"')
 }
 
+// closeWait bounds how long close waits for the writer at shutdown.
+const closeWait = 5 * time.Second
+
 // appendJSONString appends s as a JSON string: quotes, backslashes and
-// control bytes escaped, bytes that are not UTF-8 replaced by U+FFFD, so
-// every line parses.
+// control bytes escaped, bytes that are not UTF-8 replaced by U+FFFD, and
+// the line breaks some readers split lines at (U+0085, U+2028, U+2029)
+// escaped, so every line parses as one object on one line.
 func appendJSONString(b []byte, s []byte) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -224,9 +301,12 @@ func appendJSONString(b []byte, s []byte) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRune(s)
-		if r == utf8.RuneError && size == 1 {
+		switch {
+		case r == utf8.RuneError && size == 1:
 			b = append(b, `\ufffd`...)
-		} else {
+		case r == 0x85 || r == 0x2028 || r == 0x2029:
+			b = append(b, '\\', 'u', hex[r>>12], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+		default:
 			b = append(b, s[:size]...)
 		}
 		s = s[size:]

@@ -133,6 +133,21 @@ func writeFile(t testing.TB, path, content string) {
 	}
 }
 
+// writeSidecar writes a precompressed sidecar with its file's mtime, as
+// engine precompress does: the server serves no other.
+func writeSidecar(t testing.TB, path, content string) {
+	t.Helper()
+	writeFile(t, path, content)
+	ext := filepath.Ext(path)
+	st, err := os.Stat(strings.TrimSuffix(path, ext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, time.Time{}, st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // testServer is a running engine on a loopback port.
 type testServer struct {
 	*engine.Server

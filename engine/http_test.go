@@ -86,8 +86,8 @@ func siteRoot(t *testing.T) string {
 	writeFile(t, filepath.Join(root, "docs/index.html"), "docs index")
 	writeFile(t, filepath.Join(root, "empty/.keep"), "")
 	writeFile(t, filepath.Join(root, "app.js"), strings.Repeat("console.log(1);\n", 100))
-	writeFile(t, filepath.Join(root, "app.js.br"), "BROTLI-BYTES")
-	writeFile(t, filepath.Join(root, "app.js.gz"), "GZIP-BYTES-LONGER")
+	writeSidecar(t, filepath.Join(root, "app.js.br"), "BROTLI-BYTES")
+	writeSidecar(t, filepath.Join(root, "app.js.gz"), "GZIP-BYTES-LONGER")
 	writeFile(t, filepath.Join(root, "space name.txt"), "spaced")
 	writeFile(t, filepath.Join(root, "zero.bin"), "")
 	return root

@@ -76,7 +76,7 @@ func TestKernelTLSPromotion(t *testing.T) {
 	big := randomFile(t, filepath.Join(root, "big.bin"), 3<<20+12345, 1)
 	writeFile(t, filepath.Join(root, "small.txt"), "small response")
 	writeFile(t, filepath.Join(root, "app.js"), strings.Repeat("x", 100))
-	writeFile(t, filepath.Join(root, "app.js.br"), "BR")
+	writeSidecar(t, filepath.Join(root, "app.js.br"), "BR")
 
 	for _, promote := range []string{"1MiB", "0B"} {
 		t.Run("promote_after="+promote, func(t *testing.T) {

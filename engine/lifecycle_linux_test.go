@@ -234,7 +234,7 @@ func TestCacheInvalidation(t *testing.T) {
 	os.Remove(filepath.Join(root, "later.txt"))
 	check("delete", "/later.txt", 404, "")
 	// A sidecar appearing later is picked up too.
-	writeFile(t, filepath.Join(root, "alpha.txt.gz"), "GZ")
+	writeSidecar(t, filepath.Join(root, "alpha.txt.gz"), "GZ")
 	ok := waitFor(scale(2*time.Second), func() bool {
 		c := dial(t, ts.addr)
 		c.send(get("/alpha.txt", "Accept-Encoding: gzip\r\n"))

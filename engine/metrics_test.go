@@ -493,3 +493,54 @@ func readLines(t *testing.T, path string) []string {
 	}
 	return strings.Split(s, "\n")
 }
+
+// TestAccessLogPipeWithoutReader: an access log that is a named pipe
+// nobody has opened yet does not keep the server from starting (opening
+// it for writing would wait for a reader); lines wait in the buffer, and
+// reach the pipe once a reader opens it.
+func TestAccessLogPipeWithoutReader(t *testing.T) {
+	root := siteRoot(t)
+	fifo := filepath.Join(t.TempDir(), "access.pipe")
+	if err := mkfifo(fifo); err != nil {
+		t.Skipf("no named pipes here: %v", err)
+	}
+	started := make(chan *testServer, 1)
+	go func() { started <- start(t, fmt.Sprintf("root = %q\naccess_log = %q\n", root, fifo)) }()
+	var ts *testServer
+	select {
+	case ts = <-started:
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("the server did not start: waiting for a reader of its access log pipe")
+	}
+	c := dial(t, ts.addr)
+	for i := range 50 {
+		c.send(get("/alpha.txt?" + strconv.Itoa(i)))
+		if resp, _ := c.response("GET"); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	pipe, err := os.OpenFile(fifo, os.O_RDONLY, 0) // the writer finds it within a second
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
+	got := make(chan int)
+	go func() {
+		lines := 0
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			if lines++; lines == 50 {
+				break
+			}
+		}
+		got <- lines
+	}()
+	select {
+	case n := <-got:
+		if n != 50 {
+			t.Errorf("%d lines through the pipe, want the 50 that waited", n)
+		}
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("the lines that waited never reached the pipe")
+	}
+}

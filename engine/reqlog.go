@@ -140,6 +140,7 @@ func appendDigits(b []byte, v int64, n int) []byte {
 
 var (
 	space      = []byte{' '}
+	dash       = []byte{'-'}
 	protoBytes = [...][]byte{[]byte("HTTP/1.0"), []byte("HTTP/1.1"), []byte("HTTP/2.0"), []byte("HTTP/3.0")}
 )
 
@@ -162,21 +163,24 @@ func (r *reqRecord) appendCombined(b []byte, clk *logClock, sent int64) []byte {
 	b = append(b, " - - ["...)
 	b = append(b, clk.local...)
 	b = append(b, "] "...)
-	if r.method.ok {
-		b = appendQuoted(b, r.field(r.method), space, r.field(r.target), space, protoBytes[r.protoIndex()])
-	} else {
+	switch {
+	case !r.method.ok:
 		b = append(b, `"-"`...)
+	case r.target.n == 0: // HTTP/2 CONNECT names no path: nginx's "-"
+		b = appendQuoted(b, r.field(r.method), space, dash, space, protoBytes[r.protoIndex()])
+	default:
+		b = appendQuoted(b, r.field(r.method), space, r.field(r.target), space, protoBytes[r.protoIndex()])
 	}
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(r.status), 10)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, max(sent, 0), 10)
-	if r.method.ok {
-		b = append(b, ' ')
-		b = appendHeaderField(b, r.field(r.referer), r.referer.ok)
-		b = append(b, ' ')
-		b = appendHeaderField(b, r.field(r.agent), r.agent.ok)
-	}
+	// Referer and User-Agent, "-" for a request that could not be parsed,
+	// as nginx writes them: every line has every field.
+	b = append(b, ' ')
+	b = appendHeaderField(b, r.field(r.referer), r.referer.ok)
+	b = append(b, ' ')
+	b = appendHeaderField(b, r.field(r.agent), r.agent.ok)
 	return append(b, '\n')
 }
 

@@ -1,10 +1,15 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,4 +56,55 @@ func asJSON(s []byte) string {
 	var out string
 	json.Unmarshal(b, &out)
 	return out
+}
+
+// fullDisk takes room bytes, then fails like a full disk (ENOSPC after a
+// short write), until given more room.
+type fullDisk struct {
+	bytes.Buffer
+	room int
+}
+
+func (d *fullDisk) Write(p []byte) (int, error) {
+	n := min(len(p), d.room)
+	d.Buffer.Write(p[:n])
+	d.room -= n
+	if n < len(p) {
+		return n, syscall.ENOSPC
+	}
+	return n, nil
+}
+
+// TestAccessLogFullDisk: a write cut short by a full disk counts the
+// whole lines that made it as written and the rest as dropped; the line
+// it cut is ended before the next lines, which parse.
+func TestAccessLogFullDisk(t *testing.T) {
+	a := &accessLog{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	line := func(i int) string { return `{"n":` + strconv.Itoa(i) + "}\n" }
+	var batch string
+	for i := range 10 {
+		batch += line(i)
+	}
+	d := &fullDisk{room: len(line(0))*3 + 4} // three lines and part of a fourth
+	a.writeLines(d, []byte(batch), 10)
+	if a.written.Load() != 3 || a.dropped.Load() != 7 || !a.partial {
+		t.Fatalf("written %d dropped %d partial %v", a.written.Load(), a.dropped.Load(), a.partial)
+	}
+	a.writeLines(d, []byte(line(10)), 1) // still full: dropped
+	d.room = 1 << 20
+	a.writeLines(d, []byte(line(11)+line(12)), 2)
+	if a.written.Load() != 5 || a.dropped.Load() != 8 {
+		t.Fatalf("written %d dropped %d", a.written.Load(), a.dropped.Load())
+	}
+	var parsed int
+	for _, l := range strings.Split(strings.TrimSuffix(d.String(), "\n"), "\n") {
+		if json.Valid([]byte(l)) {
+			parsed++
+		} else if l != `{"n"` {
+			t.Errorf("line %q is neither whole nor the cut one", l)
+		}
+	}
+	if parsed != 5 {
+		t.Errorf("%d lines parse, want 5 (the written count):\n%s", parsed, d.String())
+	}
 }

@@ -13,11 +13,11 @@ import (
 )
 
 // Temporaries are named ".precompress-*.tmp" in the sidecar's directory:
-// dotfiles, so neither a walk nor a server with hidden_files = "deny"
-// takes one for content.
+// dotfiles, so a walk does not take one for content, and the server never
+// serves one (a partial sidecar), whatever hidden_files says.
 const (
-	tempPrefix = ".precompress-"
-	tempSuffix = ".tmp"
+	tempPrefix = files.PrecompressTempPrefix
+	tempSuffix = files.PrecompressTempSuffix
 )
 
 // file is a regular file found in the tree (through a symbolic link

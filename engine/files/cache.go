@@ -458,12 +458,23 @@ func classify(err error) Kind {
 
 func httpDate(t time.Time) string { return t.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT") }
 
-func makeETag(size int64, mtime time.Time) string {
-	b := make([]byte, 0, 32)
+//
+// A sidecar's carries its coding: engine precompress gives every sidecar
+// its file's mtime, and two codings of one size must not share a
+// validator (If-None-Match or If-Range with the zstd body's would
+// otherwise match the br body).
+func makeETag(size int64, mtime time.Time, rel string) string {
+	b := make([]byte, 0, 40)
 	b = append(b, '"')
 	b = strconv.AppendInt(b, size, 16)
 	b = append(b, '-')
 	b = strconv.AppendInt(b, mtime.UnixNano(), 16)
+	for _, cd := range Codings {
+		if strings.HasSuffix(rel, cd.Suffix) {
+			b = append(b, '-')
+			b = append(b, cd.Suffix[1:]...)
+		}
+	}
 	b = append(b, '"')
 	return string(b)
 }

@@ -27,13 +27,30 @@ func SidecarOf(name string) (string, bool) {
 	return "", false
 }
 
-// A sidecar is served only when it is a regular file at least as new as
-// its file: one older than the file was made from an earlier version of
-// it (the file changed after; engine precompress gives a sidecar its
-// file's mtime exactly). A newer one is accepted, as nginx's gzip_static
-// accepts any: build tools write sidecars after their files.
+// The names engine precompress writes a sidecar under before renaming it:
+// a partial sidecar, never served (404).
+const (
+	PrecompressTempPrefix = ".precompress-"
+	PrecompressTempSuffix = ".tmp"
+)
+
+// isPrecompressTemp reports whether rel's last segment is such a name.
+func isPrecompressTemp(rel []byte) bool {
+	name := rel
+	if i := bytes.LastIndexByte(rel, '/'); i >= 0 {
+		name = rel[i+1:]
+	}
+	return bytes.HasPrefix(name, []byte(PrecompressTempPrefix)) && bytes.HasSuffix(name, []byte(PrecompressTempSuffix))
+}
+
+// A sidecar is served only when it is a regular file with its file's
+// mtime exactly, as engine precompress, gzip -k, brotli and zstd leave
+// it: one older was made from an earlier version of the file, and one
+// newer may be too (a file put back with an older mtime by a rollback,
+// rsync -t or cp -p). nginx's gzip_static serves any; here a sidecar that
+// may not match is skipped and the file itself is served.
 func freshSidecar(e, side *Entry) bool {
-	return side.Kind == KindFile && !side.ModTime.Before(e.ModTime)
+	return side.Kind == KindFile && side.ModTime.Equal(e.ModTime)
 }
 
 // usableSidecar reports whether site may serve side for e.

@@ -133,7 +133,7 @@ func openEntry(r *Root, rel string, small int64) *Entry {
 		return e
 	}
 	e.Kind, e.fd, e.Size = KindFile, fd, st.Size
-	e.ETag = makeETag(st.Size, e.ModTime)
+	e.ETag = makeETag(st.Size, e.ModTime, rel)
 	e.LastModified = httpDate(e.ModTime)
 	e.ContentType = ContentType(rel)
 	if st.Size > 0 && st.Size <= small {

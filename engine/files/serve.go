@@ -163,7 +163,7 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 		r.Err = err
 		return true
 	}
-	if site.HideDotfiles && hidden(rel) {
+	if site.HideDotfiles && hidden(rel) || isPrecompressTemp(rel) {
 		ErrorResponse(r, 404)
 		return true
 	}
