@@ -458,7 +458,8 @@ func classify(err error) Kind {
 
 func httpDate(t time.Time) string { return t.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT") }
 
-// A sidecar's carries its coding: engine precompress gives every sidecar
+// makeETag is a file's ETag until its digest is known: size and mtime.
+// A sidecar's also names its coding: engine precompress gives every sidecar
 // its file's mtime, and two codings of one size must not share a
 // validator (If-None-Match or If-Range with the zstd body's would
 // otherwise match the br body).
