@@ -74,8 +74,8 @@ func serveOnce(t *testing.T, c *Cache, site *Site, path string, h hdrs) Response
 	return s.Resp
 }
 
-// TestSidecarRules: a sidecar is served only when at least as new as its
-// file; Vary is on every response for a file with a usable sidecar and on
+// TestSidecarRules: a sidecar is served only with its file's mtime
+// exactly; Vary is on every response for a file with a usable sidecar and on
 // none for a file without; a sidecar created, retimed or removed after
 // the file was cached is seen (inotify drops the file's entry).
 func TestSidecarRules(t *testing.T) {
@@ -166,5 +166,46 @@ func TestSidecarRules(t *testing.T) {
 	r := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "zstd"})
 	if r.ContentEncoding != "zstd" || !r.Vary || string(r.Parts[0].Mem) != "zstd" {
 		t.Errorf("after eviction: encoding %q vary %v body %q", r.ContentEncoding, r.Vary, r.Parts[0].Mem)
+	}
+}
+
+// TestSidecarValidators: before the digests are known, two sidecars of
+// one size and mtime (engine precompress gives every sidecar its file's)
+// still have different ETags, so a validator of the zstd body never
+// matches the br body: no 304, and If-Range falls back to the whole body.
+// precompress's partial temporaries are never served.
+func TestSidecarValidators(t *testing.T) {
+	dir := t.TempDir()
+	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for name, body := range map[string]string{"app.js": "plain body", "app.js.br": "same-size", "app.js.zst": "same-size",
+		".precompress-123.tmp": "partial"} {
+		if err := os.WriteFile(dir+"/"+name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(dir+"/"+name, time.Time{}, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := NewCache(Config{})
+	defer c.Close()
+	root, err := NewRoot(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	site := &Site{Root: root, Index: []string{"index.html"}, Precompressed: true}
+	zst := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "zstd"})
+	br := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "br"})
+	if zst.ContentEncoding != "zstd" || br.ContentEncoding != "br" || zst.ETag == br.ETag {
+		t.Fatalf("zstd %q %s, br %q %s: the codings share a validator", zst.ContentEncoding, zst.ETag, br.ContentEncoding, br.ETag)
+	}
+	if r := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "br", "if-none-match": zst.ETag}); r.Status != 200 {
+		t.Errorf("br with the zstd body's ETag in If-None-Match: %d", r.Status)
+	}
+	if r := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "br", "range": "bytes=2-4", "if-range": zst.ETag}); r.Status != 200 {
+		t.Errorf("br with If-Range of the zstd body: %d, want the whole br body", r.Status)
+	}
+	if r := serveOnce(t, c, site, "/.precompress-123.tmp", hdrs{}); r.Status != 404 {
+		t.Errorf("a precompress temporary: %d, want 404", r.Status)
 	}
 }
