@@ -31,5 +31,5 @@ func pinSelf() string {
 			return "Client and server are not pinned: " + err.Error()
 		}
 	}
-	return "The client (this harness's threads) runs on CPU 0 and every engine on CPU 1 (`taskset -c 1`); the other CPUs, if any, are idle."
+	return "The client (this harness's threads) runs on CPU 0 and every server (engines and nginx) on CPU 1 (`taskset -c 1`); the other CPUs, if any, are idle."
 }
