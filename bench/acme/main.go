@@ -35,7 +35,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +44,7 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/mediaship/engine/internal/selfsigned"
+	"github.com/mediaship/engine/internal/stats"
 )
 
 const pebbleVersion = "v2.10.3"
@@ -145,15 +145,15 @@ func main() {
 		runtime.NumCPU(), kernel(), pebbleVersion)
 	fmt.Fprintf(&b, "## Start to the first verified HTTPS response\n\n")
 	fmt.Fprintf(&b, "From starting `engine serve` with an empty `storage` (so: a new account, an order, a TLS-ALPN-01 validation by Pebble against the engine's own listener, issuance) to the first response over HTTPS whose certificate chains to Pebble's root (the client trusts nothing else) and whose 1 MiB body has the file's BLAKE3. The client retries every 5 ms; until the certificate is there the engine answers its handshakes with `unrecognized_name`.\n\n")
-	fmt.Fprintf(&b, "| median | min | max | repeats |\n|---:|---:|---:|---:|\n| %v | %v | %v | %d |\n\n", time.Duration(median(durs(startTimes))).Round(time.Millisecond), minD(startTimes), maxD(startTimes), len(startTimes))
+	fmt.Fprintf(&b, "| median | min | max | repeats |\n|---:|---:|---:|---:|\n| %v | %v | %v | %d |\n\n", time.Duration(stats.Median(durs(startTimes))).Round(time.Millisecond), minD(startTimes), maxD(startTimes), len(startTimes))
 	fmt.Fprintf(&b, "Pebble validates at once here (`PEBBLE_VA_NOSLEEP=1`, no network) but is configured to answer `Retry-After: 1` while an authorization or order is pending, which certmagic honours when it polls: most runs are one such second plus the rest (account, order, validation, issuance, the first handshake); a run whose first poll found the validation done took 0.5 s. A public CA takes seconds more, which the engine spends serving its other names.\n\n")
 	fmt.Fprintf(&b, "## Full TLS handshakes per second\n\n")
 	fmt.Fprintf(&b, "Two engine processes, each 1 site, TLS 1.3, the same certificate chain (ECDSA P-256 leaf from Pebble and its intermediate) and key: one gets it from ACME (certmagic's cache, looked up at every handshake), the other from the files copied out of that storage. %d client goroutines in this process make full handshakes (no session resumption, X25519MLKEM768 or X25519 as Go's client offers, the chain verified against Pebble's root) for %v per run; the two servers take turns, %d runs each. Server CPU is utime+stime of its process over the run, per handshake.\n\n", *conns, *duration, *repeats)
 	fmt.Fprintf(&b, "| certificate | handshakes/s (median) | range | server CPU µs/handshake (median) |\n|---|---:|---:|---:|\n")
 	for i := range names {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.0f |\n", names[i], median(rates[i]), minF(rates[i]), maxF(rates[i]), median(cpus[i]))
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.0f |\n", names[i], stats.Median(rates[i]), stats.Min(rates[i]), stats.Max(rates[i]), stats.Median(cpus[i]))
 	}
-	fmt.Fprintf(&b, "\nRatio ACME/files: %.3f handshakes/s, %.3f CPU per handshake.\n\n", median(rates[0])/median(rates[1]), median(cpus[0])/median(cpus[1]))
+	fmt.Fprintf(&b, "\nRatio ACME/files: %.3f handshakes/s, %.3f CPU per handshake.\n\n", stats.Median(rates[0])/stats.Median(rates[1]), stats.Median(cpus[0])/stats.Median(cpus[1]))
 	fmt.Fprintf(&b, "Not measured here: kernel TLS (this page's machine may lack it; the handshake is the same either way, promotion comes after it), a CA across a network, renewal under load (renewal swaps the certificate in the cache; `TestACMEHTTP01Renewal` checks that a connection made before it goes on), and HTTP/3 handshakes.\n")
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
@@ -436,38 +436,10 @@ func durs(ds []time.Duration) []float64 {
 	return out
 }
 
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func minF(v []float64) float64 {
-	m := v[0]
-	for _, x := range v {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxF(v []float64) float64 {
-	m := v[0]
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
-}
-
 func minD(v []time.Duration) time.Duration {
-	return time.Duration(minF(durs(v))).Round(time.Millisecond)
+	return time.Duration(stats.Min(durs(v))).Round(time.Millisecond)
 }
 
 func maxD(v []time.Duration) time.Duration {
-	return time.Duration(maxF(durs(v))).Round(time.Millisecond)
+	return time.Duration(stats.Max(durs(v))).Round(time.Millisecond)
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mediaship/engine/internal/stats"
 )
 
 // An engine binary the harness runs: the one under test ("engine"), and
@@ -329,10 +331,10 @@ func baselineRatio(r row, cells map[string]*cell) (float64, bool) {
 		return 0, false
 	}
 	ev, bv := e.figures(), b.figures()
-	if len(ev) == 0 || len(bv) == 0 || median(ev) == 0 || median(bv) == 0 {
+	if len(ev) == 0 || len(bv) == 0 || stats.Median(ev) == 0 || stats.Median(bv) == 0 {
 		return 0, false
 	}
-	return ratio(median(ev), median(bv), r.metric), true
+	return ratio(stats.Median(ev), stats.Median(bv), r.metric), true
 }
 
 // cpuSnap is the machine's CPU time at one moment, in clock ticks: busy

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/stats"
 )
 
 // The external clients, as row.client names them; "" is engine bench,
@@ -153,9 +154,9 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 	if o.accepted == 0 {
 		return o
 	}
-	o.value = median(values)
+	o.value = stats.Median(values)
 	if len(p99s) > 0 {
-		o.p99, o.hasP99 = median(p99s), true
+		o.p99, o.hasP99 = stats.Median(p99s), true
 	}
 	switch {
 	case !sum.cpuOK:

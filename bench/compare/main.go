@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -634,18 +633,6 @@ func rotate(l []*server, k int) []*server {
 		out = append(out, l[(i+k)%len(l)])
 	}
 	return out
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // ceiling is what engine bench reached against its in-process source

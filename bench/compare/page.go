@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/internal/stats"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -196,7 +197,7 @@ func (c *cell) resumption() (conns, resumed int64) {
 // samples, with how many those were when not all; or why there is no
 // figure.
 func (c *cell) text() string {
-	return c.describe(func(v []float64) string { return fmt.Sprintf("%.1f", median(v)) })
+	return c.describe(func(v []float64) string { return fmt.Sprintf("%.1f", stats.Median(v)) })
 }
 
 // extText is an external row's cell: the figure as text() gives it, with
@@ -204,28 +205,28 @@ func (c *cell) text() string {
 // the large-file rows, µs per request on the 1 KiB ones): "726.1 [0.821]".
 func (c *cell) extText(r row) string {
 	return c.describe(func(v []float64) string {
-		s := fmt.Sprintf("%.1f", median(v))
+		s := fmt.Sprintf("%.1f", stats.Median(v))
 		switch r.metric {
 		case "rps":
-			s = fmt.Sprintf("%.0f", median(v))
+			s = fmt.Sprintf("%.0f", stats.Median(v))
 		case "latency":
 			var failed int64
 			for _, o := range c.repeats {
 				failed += o.failed
 			}
 			p50 := c.accepted(func(o outcome) (float64, bool) { return o.p50, true })
-			s = fmt.Sprintf("%.2f / %.2f, %d failed", median(p50), median(v), failed)
+			s = fmt.Sprintf("%.2f / %.2f, %d failed", stats.Median(p50), stats.Median(v), failed)
 		}
 		if p := c.p99s(); len(p) > 0 {
-			s += fmt.Sprintf(" (p99 %.2f ms)", median(p))
+			s += fmt.Sprintf(" (p99 %.2f ms)", stats.Median(p))
 		}
 		switch cpu := c.cpus(); {
 		case len(cpu) == 0:
 			s += " [CPU unknown]"
 		case r.metric == "mibps":
-			s += fmt.Sprintf(" [%.3f]", median(cpu))
+			s += fmt.Sprintf(" [%.3f]", stats.Median(cpu))
 		default:
-			s += fmt.Sprintf(" [%.1f]", median(cpu))
+			s += fmt.Sprintf(" [%.1f]", stats.Median(cpu))
 		}
 		return s
 	})
@@ -525,12 +526,12 @@ func render(p page) string {
 		}
 		for _, name := range ratios {
 			o := p.cells[i][name].figures()
-			if len(e) == 0 || len(o) == 0 || median(o) == 0 || median(e) == 0 {
+			if len(e) == 0 || len(o) == 0 || stats.Median(o) == 0 || stats.Median(e) == 0 {
 				b.WriteString(" - |")
 				continue
 			}
 			// For p99, lower is better: ratio shows how many times better.
-			fmt.Fprintf(&b, " %.2f |", ratio(median(e), median(o), r.metric))
+			fmt.Fprintf(&b, " %.2f |", ratio(stats.Median(e), stats.Median(o), r.metric))
 		}
 		b.WriteString("\n")
 	}
@@ -582,7 +583,7 @@ func (p page) cpuTable(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s |", r.name)
 		for _, s := range p.servers {
 			if v := p.cells[i][s.name].cpus(); len(v) > 0 {
-				fmt.Fprintf(b, " %.3f |", median(v))
+				fmt.Fprintf(b, " %.3f |", stats.Median(v))
 			} else {
 				b.WriteString(" - |")
 			}
@@ -635,7 +636,7 @@ func (p page) ceilingFor(r row) (float64, bool) {
 func (p page) nearCeiling(r row, c *cell) bool {
 	v := c.figures()
 	top, ok := p.ceilingFor(r)
-	return ok && len(v) > 0 && median(v) >= 0.9*top
+	return ok && len(v) > 0 && stats.Median(v) >= 0.9*top
 }
 
 // ceilingSection is engine bench's self-checks, and which rows have none.

@@ -29,7 +29,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/stats"
 )
 
 // variant is one configuration measured.
@@ -196,8 +196,8 @@ func main() {
 		fmt.Fprintf(&b, "| configuration | req/s (median) | range | vs off | server CPU µs/request (median) | vs off |\n|---|---:|---:|---:|---:|---:|\n")
 		for i, v := range variants {
 			o := base(i)
-			fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f |\n", v.name, median(wrps[i]), minF(wrps[i]), maxF(wrps[i]),
-				median(wrps[i])/median(wrps[o]), median(wcpu[i]), median(wcpu[i])/median(wcpu[o]))
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f |\n", v.name, stats.Median(wrps[i]), stats.Min(wrps[i]), stats.Max(wrps[i]),
+				stats.Median(wrps[i])/stats.Median(wrps[o]), stats.Median(wcpu[i]), stats.Median(wcpu[i])/stats.Median(wcpu[o]))
 		}
 	} else {
 		fmt.Fprintf(&b, "wrk is not installed (`apt-get install wrk`): no closed-loop figures.\n")
@@ -214,8 +214,8 @@ func main() {
 			drops = strconv.FormatFloat(dropped[i], 'f', 0, 64)
 		}
 		o := base(i)
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f–%.2f | %.3f | %.2f | %s | %s |\n", v.name, median(cpu[i]), minF(cpu[i]), maxF(cpu[i]),
-			median(cpu[i])/median(cpu[o]), median(p99[i]), lines, drops)
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f–%.2f | %.3f | %.2f | %s | %s |\n", v.name, stats.Median(cpu[i]), stats.Min(cpu[i]), stats.Max(cpu[i]),
+			stats.Median(cpu[i])/stats.Median(cpu[o]), stats.Median(p99[i]), lines, drops)
 	}
 	fmt.Fprintf(&b, "\n\"vs off\" is the ratio of medians to the same server's row without log or scraper (the engine's first row; nginx's for nginx, measured in the same turns as a reference for what an access log costs a server that writes each line with its own write(2)). Lines logged count every response of all runs and warm-ups (and the harness's start-up probe); lines dropped are `engine_access_log_dropped_lines_total` at the end. The machine is shared and noisy: read ratios within the min–max ranges as no difference.\n\n")
 	fmt.Fprintf(&b, "Not measured here: HTTP/2 and HTTP/3 (their log lines are built the same way), TLS, a slow or full disk (`TestAccessLogSlowDisk` checks that lines are dropped and counted instead of stalling the reactor), log lines to stdout under a service manager, and more than one reactor (scrapes and the log writer are goroutines that take turns with the reactors on the same CPUs).\n")
@@ -408,34 +408,6 @@ func countLines(path string) int64 {
 func kernel() string {
 	out, _ := exec.Command("uname", "-r").Output()
 	return strings.TrimSpace(string(out))
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func minF(v []float64) float64 {
-	m := v[0]
-	for _, x := range v {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxF(v []float64) float64 {
-	m := v[0]
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
 }
 
 // base is the index of the row variant i is compared with: the same
