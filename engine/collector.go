@@ -129,7 +129,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	snap := &snapshot{Stats: s.Stats(), h3Bytes: s.stats.h3Bytes.Load()}
+	snap := &snapshot{Stats: s.counters(), h3Bytes: s.stats.h3Bytes.Load()}
 	snap.t = s.tlsTotals()
 	if s.alog != nil {
 		snap.logWritten, snap.logDrops = s.alog.written.Load(), s.alog.dropped.Load()

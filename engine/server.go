@@ -584,6 +584,15 @@ func (s *Server) ReopenLogs() error { return s.alog.reopen() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
+	st := s.counters()
+	st.DigestsKnown, st.CacheEntries = s.digests.cache.Len(), s.cache.Len()
+	return st
+}
+
+// counters is Stats without the two cache sizes, which are read under
+// the caches' locks (a reactor takes the digest cache's when it asks for
+// a digest): what /metrics reads at every scrape, atomics only.
+func (s *Server) counters() Stats {
 	t := s.tlsTotals()
 	st := Stats{
 		Stats:            s.group.Stats(),
@@ -622,8 +631,6 @@ func (s *Server) Stats() Stats {
 		BytesHashed:        s.digests.bytes.Load(),
 		HashTime:           time.Duration(s.digests.nanos.Load()),
 		ManifestMismatches: s.digests.mismatches.Load(),
-		DigestsKnown:       s.digests.cache.Len(),
-		CacheEntries:       s.cache.Len(),
 		CacheHits:          s.cache.Hits.Load(),
 		CacheMisses:        s.cache.Misses.Load(),
 	}
