@@ -46,6 +46,7 @@ type Config struct {
 	ACME         ACME         `toml:"acme"`
 	RedirectHTTP RedirectHTTP `toml:"redirect_http"`
 	Admin        Admin        `toml:"admin"`
+	WebTransport WebTransport `toml:"webtransport"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`

@@ -28,6 +28,7 @@ func (c *Config) Validate() error {
 	c.validateLimits(&errs)
 	c.validateRuntime(&errs)
 	c.validateH3(&errs)
+	c.validateWebTransport(&errs)
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 		return errs
