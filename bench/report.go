@@ -409,6 +409,13 @@ func family(pid int) []int {
 	return out
 }
 
+// ProcessCPU is the user and system CPU time pid and its child processes
+// (nginx's workers) have used so far, from /proc; 0 where it cannot be
+// read.
+func ProcessCPU(pid int) time.Duration {
+	return time.Duration(procTicks(pid)) * 10 * time.Millisecond // USER_HZ = 100
+}
+
 // procTicks is utime+stime in clock ticks (USER_HZ, 100 on Linux).
 func procTicks(pid int) int64 {
 	var total int64

@@ -35,7 +35,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/internal/selfsigned"
 	"github.com/mediaship/engine/internal/stats"
 )
@@ -332,19 +332,6 @@ func (e *engineProc) stop() {
 	}
 }
 
-// cpu returns the process's user+system CPU time so far.
-func (e *engineProc) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
-}
-
 func get(addr, name, path string, roots *x509.CertPool) ([]byte, error) {
 	tr := &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: name},
@@ -370,7 +357,7 @@ func get(addr, name, path string, roots *x509.CertPool) ([]byte, error) {
 func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool) (int64, time.Duration) {
 	var n, fails atomic.Int64
 	stop := time.Now().Add(d)
-	cpu0 := e.cpu()
+	cpu0 := bench.ProcessCPU(e.cmd.Process.Pid)
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
@@ -389,7 +376,7 @@ func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool)
 		}()
 	}
 	wg.Wait()
-	cpu := e.cpu() - cpu0
+	cpu := bench.ProcessCPU(e.cmd.Process.Pid) - cpu0
 	if fails.Load() > 0 {
 		log.Printf("%d handshakes failed", fails.Load())
 	}

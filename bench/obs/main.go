@@ -434,9 +434,9 @@ type wrkResult struct{ rps, cpuPerReq float64 }
 // runWrk runs wrk against url and checks what it can: no error, no
 // status of 400 or above, a plausible byte count per response.
 func runWrk(bin, script, url string, conns int, d time.Duration, p *engineProc) wrkResult {
-	cpu0 := familyCPU(p.cmd.Process.Pid)
+	cpu0 := bench.ProcessCPU(p.cmd.Process.Pid)
 	out, err := exec.Command(bin, "-t1", "-c"+strconv.Itoa(conns), "-d"+strconv.Itoa(int(d.Seconds()))+"s", "-s", script, url).CombinedOutput()
-	cpu := familyCPU(p.cmd.Process.Pid) - cpu0
+	cpu := (bench.ProcessCPU(p.cmd.Process.Pid) - cpu0).Seconds()
 	if err != nil {
 		log.Fatalf("wrk: %v\n%s", err, out)
 	}
@@ -452,30 +452,4 @@ func runWrk(bin, script, url string, conns int, d time.Duration, p *engineProc) 
 		log.Fatalf("wrk run does not count: requests %d bytes %d errors %d statuses>=400 %d\n%s", reqs, bytes, errs, status, out)
 	}
 	return wrkResult{rps: float64(reqs) / (float64(dur) / 1e6), cpuPerReq: cpu * 1e6 / float64(reqs)}
-}
-
-// familyCPU is the utime+stime of a process and its children (nginx's
-// workers), in seconds.
-func familyCPU(pid int) float64 {
-	total := procCPU(pid)
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	for _, f := range strings.Fields(string(b)) {
-		if c, err := strconv.Atoi(f); err == nil {
-			total += procCPU(c)
-		}
-	}
-	return total
-}
-
-// procCPU is a process's utime+stime in seconds.
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100
 }
