@@ -13,21 +13,9 @@ func BenchmarkServeSidecars(b *testing.B) {
 	dir := b.TempDir()
 	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, name := range []string{"plain.js", "app.js", "app.js.br", "app.js.zst", "app.js.gz"} {
-		if err := os.WriteFile(dir+"/"+name, make([]byte, 1024), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chtimes(dir+"/"+name, time.Time{}, mtime); err != nil {
-			b.Fatal(err)
-		}
+		writeAt(b, dir, name, string(make([]byte, 1024)), mtime)
 	}
-	c := NewCache(Config{})
-	defer c.Close()
-	root, err := NewRoot(dir, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer root.Close()
-	site := &Site{Root: root, Index: []string{"index.html"}, Precompressed: true}
+	c, site := sidecarSite(b, dir)
 	for _, bc := range []struct{ name, path, ae string }{
 		{"plain/none", "/plain.js", ""},
 		{"plain/identity", "/plain.js", "identity"},
@@ -60,6 +48,31 @@ func BenchmarkServeSidecars(b *testing.B) {
 
 // serveOnce answers one request as a connection would: Fetch on a miss,
 // then Serve again.
+// writeAt writes name in dir with mtime mt.
+func writeAt(tb testing.TB, dir, name, content string, mt time.Time) {
+	tb.Helper()
+	if err := os.WriteFile(dir+"/"+name, []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chtimes(dir+"/"+name, time.Time{}, mt); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// sidecarSite serves dir, precompressed = true, from a cache of its own;
+// both are closed when tb ends.
+func sidecarSite(tb testing.TB, dir string) (*Cache, *Site) {
+	tb.Helper()
+	c := NewCache(Config{})
+	tb.Cleanup(func() { c.Close() })
+	root, err := NewRoot(dir, false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { root.Close() })
+	return c, &Site{Root: root, Index: []string{"index.html"}, Precompressed: true}
+}
+
 func serveOnce(t *testing.T, c *Cache, site *Site, path string, h hdrs) Response {
 	t.Helper()
 	req := &Request{Path: []byte(path), Header: h}
@@ -83,22 +96,11 @@ func TestSidecarRules(t *testing.T) {
 	mtime := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
 	write := func(name, content string, mt time.Time) {
 		t.Helper()
-		if err := os.WriteFile(dir+"/"+name, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(dir+"/"+name, time.Time{}, mt); err != nil {
-			t.Fatal(err)
-		}
+		writeAt(t, dir, name, content, mt)
 	}
 	write("app.js", "plain", mtime)
-	c := NewCache(Config{})
-	defer c.Close()
-	root, err := NewRoot(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	site := &Site{Root: root, Precompressed: true}
+	c, site := sidecarSite(t, dir)
+	root := site.Root
 
 	type want struct {
 		coding string
@@ -179,21 +181,9 @@ func TestSidecarValidators(t *testing.T) {
 	mtime := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for name, body := range map[string]string{"app.js": "plain body", "app.js.br": "same-size", "app.js.zst": "same-size",
 		".precompress-123.tmp": "partial"} {
-		if err := os.WriteFile(dir+"/"+name, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(dir+"/"+name, time.Time{}, mtime); err != nil {
-			t.Fatal(err)
-		}
+		writeAt(t, dir, name, body, mtime)
 	}
-	c := NewCache(Config{})
-	defer c.Close()
-	root, err := NewRoot(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	site := &Site{Root: root, Index: []string{"index.html"}, Precompressed: true}
+	c, site := sidecarSite(t, dir)
 	zst := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "zstd"})
 	br := serveOnce(t, c, site, "/app.js", hdrs{"accept-encoding": "br"})
 	if zst.ContentEncoding != "zstd" || br.ContentEncoding != "br" || zst.ETag == br.ETag {
