@@ -27,9 +27,9 @@ func statusClass(status int) int { return min(max(status/100, 1), 5) - 1 }
 // byte and response duration histograms' buckets: from half a
 // millisecond (a cached file on loopback) to five minutes (a large file
 // over a slow path); longer ones count in +Inf only.
-var latencyBounds = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+var latencyBounds = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
-var latencyBoundsNs = func() (ns [17]int64) {
+var latencyBoundsNs = func() (ns [len(latencyBounds)]int64) {
 	for i, b := range latencyBounds {
 		ns[i] = int64(math.Round(b * 1e9))
 	}
@@ -84,8 +84,6 @@ type respMetrics struct {
 	ttfb, dur [nProtos]histogram
 	// tls is the loop's transport counters (TLS and bytes by transport).
 	tls transport.Stats
-	// For its access log: lines written and dropped are counted by the
-	// writer; nothing here.
 }
 
 func newRespMetrics(sites int) *respMetrics {
