@@ -44,3 +44,15 @@ func TestPattern(t *testing.T) {
 		t.Fatalf("pattern start %#x %#x", ref(0), ref(8))
 	}
 }
+
+func BenchmarkCheckPattern(b *testing.B) {
+	buf := make([]byte, 256<<10)
+	Pattern(buf, 3)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if CheckPattern(buf, 3) != -1 {
+			b.Fatal("pattern mismatch")
+		}
+	}
+}
