@@ -3,8 +3,10 @@ package integrity
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/zeebo/blake3"
 
@@ -59,6 +61,38 @@ var ErrShort = fileio.ErrShrank
 // "blake3=:<base64>:" (RFC 9530 §2 with RFC 8941 byte sequences).
 func (d Digest) HeaderValue() string {
 	return "blake3=:" + base64.StdEncoding.EncodeToString(d[:]) + ":"
+}
+
+// Errors of ParseHeaderValue.
+var (
+	ErrNoFieldDigest  = errors.New("integrity: no blake3 member in the digest field")
+	ErrBadFieldDigest = errors.New("integrity: malformed digest field")
+)
+
+// ParseHeaderValue reads the blake3 member of a Repr-Digest or
+// Content-Digest dictionary (RFC 9530: key=:base64:), the inverse of
+// HeaderValue. Other algorithms are skipped; an empty field or one
+// without blake3 is ErrNoFieldDigest, a blake3 member that is not 32
+// bytes of base64 ErrBadFieldDigest.
+func ParseHeaderValue(v string) (Digest, error) {
+	var d Digest
+	for _, member := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(member), "=")
+		if !ok || strings.ToLower(strings.TrimSpace(k)) != "blake3" {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		if len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
+			return d, fmt.Errorf("%w: %q", ErrBadFieldDigest, v)
+		}
+		b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
+		if err != nil || len(b) != len(d) {
+			return d, fmt.Errorf("%w: %q", ErrBadFieldDigest, v)
+		}
+		copy(d[:], b)
+		return d, nil
+	}
+	return d, fmt.Errorf("%w: %q", ErrNoFieldDigest, v)
 }
 
 // ETag is the strong entity-tag derived from d: replicas of the same

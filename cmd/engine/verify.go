@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -221,28 +220,17 @@ func verifyOne(c *http.Client, proto, raw string, sums map[string]integrity.Dige
 	return verifyResult{n: vr.N(), sum: vr.Sum(), against: against}
 }
 
-// parseReprDigest finds the blake3 member of a Repr-Digest dictionary
-// (RFC 9530: key=:base64:).
+// parseReprDigest finds the blake3 member of a Repr-Digest field, in
+// verify's words.
 func parseReprDigest(v string) (integrity.Digest, error) {
-	var d integrity.Digest
-	if v == "" {
-		return d, errNoDigest
-	}
-	for _, member := range strings.Split(v, ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(member), "=")
-		if !ok || strings.ToLower(strings.TrimSpace(k)) != "blake3" {
-			continue
-		}
-		val = strings.TrimSpace(val)
-		if len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
-			return d, fmt.Errorf("%w: %q", errBadHeader, v)
-		}
-		b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
-		if err != nil || len(b) != len(d) {
-			return d, fmt.Errorf("%w: %q", errBadHeader, v)
-		}
-		copy(d[:], b)
+	d, err := integrity.ParseHeaderValue(v)
+	switch {
+	case err == nil:
 		return d, nil
+	case v == "":
+		return d, errNoDigest
+	case errors.Is(err, integrity.ErrBadFieldDigest):
+		return d, fmt.Errorf("%w: %q", errBadHeader, v)
 	}
 	return d, fmt.Errorf("%w (Repr-Digest has no blake3: %q)", errNoDigest, v)
 }
