@@ -15,6 +15,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/internal/httpsyntax"
+	"github.com/mediaship/engine/wt"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -74,6 +75,19 @@ func (s *Server) listenH3() error {
 	s.h3Metrics = hh.metrics
 	hh.scratch.New = func() any { return &h3Scratch{} }
 	c := &s.cfg.H3
+	var wtHook h3.WebTransport
+	if w := &s.cfg.WebTransport; w.Enabled {
+		s.wt = wt.NewServer(wt.Config{
+			MaxSessions:          w.MaxSessions,
+			MaxStreamsPerSession: w.MaxStreamsPerSession,
+			MaxDatagramBytes:     w.MaxDatagramBytes,
+			MaxBytesPerSession:   int64(w.MaxBytesPerSession),
+			IdleTimeout:          w.IdleTimeout.D(),
+			HeaderTimeout:        s.cfg.Limits.HeaderTimeout.D(),
+			Logger:               s.log,
+		})
+		wtHook = s.wt
+	}
 	s.h3, err = h3.Listen(h3.Config{
 		Addr:                net.JoinHostPort(host, port),
 		TLS:                 &tls.Config{GetCertificate: s.certs.getCertificate},
@@ -92,6 +106,8 @@ func (s *Server) listenH3() error {
 		Allow0RTT:        c.Allow0RTT,
 		UDPBuffer:        int(c.UDPBuffer),
 		Wrap:             wrap,
+		HeaderTimeout:    s.cfg.Limits.HeaderTimeout.D(),
+		WebTransport:     wtHook,
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
@@ -144,6 +160,10 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	hh.beginRecord(r, sc)
 	path, query := splitTarget([]byte(r.RequestURI))
+	if srv.wt != nil && r.Method == "CONNECT" && string(path) == srv.cfg.WebTransport.Path {
+		hh.serveWebTransport(w, r, query, sc)
+		return
+	}
 	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
 		sc.host = normHost([]byte(r.Host), sc.host)
 		if rt := px.match(sc.host, path); rt != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
+	"github.com/mediaship/engine/wt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -40,6 +41,7 @@ type Server struct {
 	alog    *accessLog
 	limits  h1.Limits
 	h3      *h3.Server     // nil when no site serves HTTP/3
+	wt      *wt.Server     // [webtransport] sessions; nil unless enabled
 	proxy   *proxyRoutes   // nil without reverse proxy routes that terminate TLS
 	pass    *passthrough   // nil without passthrough routes
 	quic    *quicRouter    // QUIC passthrough; nil without it

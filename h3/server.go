@@ -54,6 +54,10 @@ type Config struct {
 	// not complete in twice this long (quic-go's HandshakeIdleTimeout).
 	// Zero means 10s.
 	HandshakeTimeout time.Duration
+	// HeaderTimeout bounds, on connections served with WebTransport, the
+	// wait for a stream's first bytes and for a request's HEADERS frame;
+	// the stream is reset past it. Zero means 10s.
+	HeaderTimeout time.Duration
 	// MaxConnections refuses new connections (CONNECTION_REFUSED) while
 	// this many are open. Zero means 8192.
 	MaxConnections int64
@@ -68,6 +72,11 @@ type Config struct {
 	// passthrough takes the datagrams of relayed connections there). A
 	// wrapped socket is read a datagram at a time, without GSO or ECN.
 	Wrap func(*net.UDPConn) net.PacketConn
+	// WebTransport, when set, serves WebTransport sessions beside HTTP/3:
+	// SETTINGS offer them, QUIC datagrams and RESET_STREAM_AT are on, and
+	// every connection is served by the listener's own stream loops (see
+	// serveRaw and shutdownRaw: a stop then sends no GOAWAY).
+	WebTransport WebTransport
 }
 
 // Server is an HTTP/3 listener: one quic.Transport on one UDP socket,
@@ -82,6 +91,7 @@ type Server struct {
 	hs    *http3.Server
 	bufRx int // socket buffer sizes obtained
 	bufTx int
+	raw   *rawConns // with WebTransport: the connections served raw
 
 	active atomic.Int64 // connections open now: added to by Accept, taken from as each ends; read by ConnContext
 	stats  counters
@@ -126,6 +136,9 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = 10 * time.Second
 	}
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = 8192
@@ -189,8 +202,10 @@ func Listen(cfg Config) (*Server, error) {
 		MaxConnectionReceiveWindow:     cfg.ConnReceiveWindow,
 		MaxIncomingStreams:             cfg.MaxStreams,
 		// The client's control and QPACK streams; push is never used.
-		MaxIncomingUniStreams: 4,
-		Allow0RTT:             cfg.Allow0RTT,
+		MaxIncomingUniStreams:            4,
+		Allow0RTT:                        cfg.Allow0RTT,
+		EnableDatagrams:                  cfg.WebTransport != nil,
+		EnableStreamResetPartialDelivery: cfg.WebTransport != nil,
 		// Congestion control is quic-go's own (CUBIC with pacing); it has
 		// no option to choose one. Should it gain one, this is where
 		// [kernel] bulk_congestion would select BBR for QUIC too.
@@ -210,8 +225,14 @@ func Listen(cfg Config) (*Server, error) {
 		IdleTimeout:    cfg.IdleTimeout,
 		Logger:         nil, // quic-go's own debug lines are not ours to print
 		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
+			ctx = context.WithValue(ctx, connKey{}, c)
 			return context.WithValue(ctx, watchKey{}, newConnWatch(c, cfg.IdleTimeout))
 		},
+	}
+	if cfg.WebTransport != nil {
+		s.hs.EnableDatagrams = true
+		s.hs.AdditionalSettings = cfg.WebTransport.Settings()
+		s.raw = &rawConns{conns: map[*quic.Conn]struct{}{}, done: make(chan struct{})}
 	}
 	return s, nil
 }
@@ -252,6 +273,7 @@ func newConnWatch(c *quic.Conn, idle time.Duration) *connWatch {
 type activity struct{ h http.Handler }
 
 func (a activity) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	clearHeaderDeadline(rw)
 	if w, _ := r.Context().Value(watchKey{}).(*connWatch); w != nil {
 		w.mu.Lock()
 		w.active++
@@ -282,6 +304,12 @@ func (s *Server) AltSvc() string {
 
 // Serve answers requests until Shutdown or Close.
 func (s *Server) Serve() error {
+	if s.raw != nil {
+		s.raw.mu.Lock()
+		s.raw.serving = true
+		s.raw.mu.Unlock()
+		return s.serveRaw()
+	}
 	err := s.hs.ServeListener(countingListener{s})
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) {
 		return nil
@@ -290,10 +318,17 @@ func (s *Server) Serve() error {
 }
 
 // Shutdown sends GOAWAY on every connection, lets the requests in flight
-// finish until ctx ends, then closes what remains and the socket.
+// finish until ctx ends, then closes what remains and the socket. With
+// WebTransport it refuses new requests instead of sending GOAWAY (see
+// shutdownRaw).
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.ln.Close() // no new connections; those open continue
-	err := s.hs.Shutdown(ctx)
+	var err error
+	if s.raw != nil {
+		err = s.shutdownRaw(ctx)
+	} else {
+		s.ln.Close() // no new connections; those open continue
+		err = s.hs.Shutdown(ctx)
+	}
 	s.tr.Close()
 	s.udp.Close() // the Transport closes only a socket it made itself
 	return err
@@ -301,6 +336,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close closes every connection and the socket at once.
 func (s *Server) Close() error {
+	if s.raw != nil {
+		s.closeRaw("server closed")
+	}
 	err := s.hs.Close()
 	s.ln.Close()
 	s.tr.Close()

@@ -96,7 +96,7 @@ func NewClientConn(qconn *quic.Conn) (*ClientConn, error) {
 	if !st.SupportsDatagrams.Local || !st.SupportsStreamResetPartialDelivery.Local {
 		return nil, errors.New("wt: the QUIC connection needs EnableDatagrams and EnableStreamResetPartialDelivery")
 	}
-	tr := &http3.Transport{EnableDatagrams: true, AdditionalSettings: map[uint64]uint64{settingsWTEnabled: 1}}
+	tr := &http3.Transport{EnableDatagrams: true, AdditionalSettings: map[uint64]uint64{settingWTEnabled: 1}}
 	c := &ClientConn{qconn: qconn, h3: tr.NewRawClientConn(qconn), sessions: map[uint64]*ClientSession{}}
 	go c.acceptUni()
 	go c.acceptBidi()
@@ -174,9 +174,9 @@ func (c *ClientConn) dial(ctx context.Context, rawURL string, hdr http.Header, o
 	if err := c.await(ctx, c.h3.ReceivedSettings()); err != nil {
 		return nil, nil, fmt.Errorf("wt: HTTP/3 SETTINGS: %w", err)
 	}
-	if set := c.h3.Settings(); !set.EnableExtendedConnect || !set.EnableDatagrams || set.Other[settingsWTEnabled] == 0 {
+	if set := c.h3.Settings(); !set.EnableExtendedConnect || !set.EnableDatagrams || set.Other[settingWTEnabled] == 0 {
 		return nil, nil, fmt.Errorf("%w: SETTINGS extended CONNECT %t, datagrams %t, WT_ENABLED %d",
-			ErrNotOffered, set.EnableExtendedConnect, set.EnableDatagrams, set.Other[settingsWTEnabled])
+			ErrNotOffered, set.EnableExtendedConnect, set.EnableDatagrams, set.Other[settingWTEnabled])
 	}
 	str, err := c.h3.OpenRequestStream(ctx)
 	if err != nil {
@@ -265,7 +265,7 @@ func (c *ClientConn) acceptUni() {
 			return
 		}
 		go func() {
-			id, ok, err := readHeader(str, uniStreamType)
+			id, ok, err := readHeader(str, UniType)
 			switch {
 			case err != nil:
 				str.CancelRead(quic.StreamErrorCode(http3.ErrCodeStreamCreationError))
@@ -275,7 +275,7 @@ func (c *ClientConn) acceptUni() {
 				if s := c.route(id); s != nil {
 					s.deliverUni(str)
 				} else {
-					str.CancelRead(codeBufferedStreamRejected)
+					str.CancelRead(errBufferedStreamRejected)
 				}
 			}
 		}()
@@ -291,7 +291,7 @@ func (c *ClientConn) acceptBidi() {
 			return
 		}
 		go func() {
-			id, ok, err := readHeader(str, bidiSignal)
+			id, ok, err := readHeader(str, BidiSignal)
 			switch {
 			case err != nil:
 				str.CancelRead(quic.StreamErrorCode(http3.ErrCodeStreamCreationError))
@@ -302,8 +302,8 @@ func (c *ClientConn) acceptBidi() {
 				if s := c.route(id); s != nil {
 					s.deliverBidi(str)
 				} else {
-					str.CancelRead(codeBufferedStreamRejected)
-					str.CancelWrite(codeBufferedStreamRejected)
+					str.CancelRead(errBufferedStreamRejected)
+					str.CancelWrite(errBufferedStreamRejected)
 				}
 			}
 		}()

@@ -13,24 +13,6 @@ import (
 	"github.com/quic-go/quic-go/quicvarint"
 )
 
-// SessionError is how a session ended cleanly: the code and message of a
-// CLOSE_WEBTRANSPORT_SESSION capsule, or code 0 and no message when the
-// CONNECT stream was finished without one ("equivalent to a close with
-// code 0", draft §5).
-type SessionError struct {
-	Remote  bool // the server ended the session, not this client
-	Code    uint32
-	Message string
-}
-
-func (e *SessionError) Error() string {
-	who := "client"
-	if e.Remote {
-		who = "server"
-	}
-	return fmt.Sprintf("wt: session closed by the %s: code %#x %q", who, e.Code, e.Message)
-}
-
 // ClientSession is one WebTransport session a client opened. Its methods
 // are safe for concurrent use.
 type ClientSession struct {
@@ -74,8 +56,9 @@ func (s *ClientSession) Done() <-chan struct{} { return s.done }
 func (s *ClientSession) Draining() <-chan struct{} { return s.drain }
 
 // Err is nil while the session is open. After, it is a *SessionError
-// when it was closed by either side, else the error that cut the CONNECT
-// stream or the connection.
+// (Remote: the server closed it) when either side closed it with a
+// capsule or a FIN, else the error that cut the CONNECT stream or the
+// connection (a reset, an idle timeout), wrapped as it came.
 func (s *ClientSession) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -94,15 +77,15 @@ func (s *ClientSession) OpenStream(ctx context.Context) (*quic.Stream, error) {
 	// The header is delivered even if the stream is reset later
 	// (RESET_STREAM_AT), so the server always learns its session.
 	str.SetWriteDeadline(time.Now().Add(headerTimeout))
-	_, err = str.Write(quicvarint.Append(quicvarint.Append(nil, bidiSignal), s.id))
+	_, err = str.Write(quicvarint.Append(quicvarint.Append(nil, BidiSignal), s.id))
 	str.SetWriteDeadline(time.Time{})
 	if err != nil {
-		str.CancelRead(codeSessionGone)
-		str.CancelWrite(codeSessionGone)
+		str.CancelRead(errSessionGone)
+		str.CancelWrite(errSessionGone)
 		return nil, err
 	}
 	str.SetReliableBoundary()
-	if !s.track(func() { str.CancelRead(codeSessionGone); str.CancelWrite(codeSessionGone) }) {
+	if !s.track(func() { str.CancelRead(errSessionGone); str.CancelWrite(errSessionGone) }) {
 		return nil, s.Err()
 	}
 	return str, nil
@@ -118,14 +101,14 @@ func (s *ClientSession) OpenUniStream(ctx context.Context) (*quic.SendStream, er
 		return nil, err
 	}
 	str.SetWriteDeadline(time.Now().Add(headerTimeout))
-	_, err = str.Write(quicvarint.Append(quicvarint.Append(nil, uniStreamType), s.id))
+	_, err = str.Write(quicvarint.Append(quicvarint.Append(nil, UniType), s.id))
 	str.SetWriteDeadline(time.Time{})
 	if err != nil {
-		str.CancelWrite(codeSessionGone)
+		str.CancelWrite(errSessionGone)
 		return nil, err
 	}
 	str.SetReliableBoundary()
-	if !s.track(func() { str.CancelWrite(codeSessionGone) }) {
+	if !s.track(func() { str.CancelWrite(errSessionGone) }) {
 		return nil, s.Err()
 	}
 	return str, nil
@@ -175,8 +158,8 @@ func (s *ClientSession) ReceiveDatagram(ctx context.Context) ([]byte, error) {
 func (s *ClientSession) Close(code uint32, msg string) error {
 	var err error
 	if s.Err() == nil {
-		err = s.finishSend(appendCloseCapsule(nil, code, msg))
-		s.finish(&SessionError{Code: code, Message: msg[:min(len(msg), maxCloseMessage)]})
+		err = s.finishSend(appendClose(nil, code, msg))
+		s.finish(&SessionError{Code: code, Message: msg[:min(len(msg), maxCloseMessage)], client: true})
 	}
 	t := time.NewTimer(closeTimeout)
 	select {
@@ -223,20 +206,20 @@ func (s *ClientSession) readCapsules() {
 		typ, r, err := p.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				s.finish(&SessionError{Remote: true})
+				s.finish(&SessionError{Remote: true, client: true})
 			} else {
 				s.finish(fmt.Errorf("wt: session %d: CONNECT stream: %w", s.id, err))
 			}
 			break
 		}
-		if typ == closeCapsuleType {
+		if typ == capsuleClose {
 			code, msg, err := parseCloseCapsule(r)
 			if err != nil {
 				s.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeMessageError))
 				s.finish(fmt.Errorf("wt: session %d: %w", s.id, err))
 				break
 			}
-			s.finish(&SessionError{Remote: true, Code: code, Message: msg})
+			s.finish(&SessionError{Remote: true, Code: code, Message: msg, client: true})
 			// "The endpoint that sends WT_CLOSE_SESSION MUST immediately
 			// send a FIN"; whatever else arrives is not read.
 			s.str.SetReadDeadline(time.Now().Add(closeTimeout))
@@ -244,7 +227,7 @@ func (s *ClientSession) readCapsules() {
 			s.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeNoError))
 			break
 		}
-		if typ == drainCapsuleType {
+		if typ == capsuleDrain {
 			s.drainOnce.Do(func() { close(s.drain) })
 		}
 		if err := r.Discard(); err != nil {
@@ -276,25 +259,25 @@ func (s *ClientSession) track(reset func()) bool {
 }
 
 func (s *ClientSession) deliverUni(str *quic.ReceiveStream) {
-	if !s.track(func() { str.CancelRead(codeSessionGone) }) {
+	if !s.track(func() { str.CancelRead(errSessionGone) }) {
 		return
 	}
 	select {
 	case s.uni <- str:
 	default:
-		str.CancelRead(codeBufferedStreamRejected)
+		str.CancelRead(errBufferedStreamRejected)
 	}
 }
 
 func (s *ClientSession) deliverBidi(str *quic.Stream) {
-	if !s.track(func() { str.CancelRead(codeSessionGone); str.CancelWrite(codeSessionGone) }) {
+	if !s.track(func() { str.CancelRead(errSessionGone); str.CancelWrite(errSessionGone) }) {
 		return
 	}
 	select {
 	case s.bidi <- str:
 	default:
-		str.CancelRead(codeBufferedStreamRejected)
-		str.CancelWrite(codeBufferedStreamRejected)
+		str.CancelRead(errBufferedStreamRejected)
+		str.CancelWrite(errBufferedStreamRejected)
 	}
 }
 

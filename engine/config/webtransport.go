@@ -86,9 +86,5 @@ func (c *Config) validateWebTransport(errs *Errors) {
 	switch {
 	case w.Enabled && !c.H3Enabled():
 		errs.add(c.errAt("webtransport.enabled", "WebTransport runs over HTTP/3, which this configuration does not serve; give a site a certificate (HTTP/3 is on for TLS sites unless [sites.protocols] h3 = false)"))
-	case w.Enabled:
-		// The sessions themselves are not built yet (issue 20): refused,
-		// never silently ignored.
-		errs.add(c.errAt("webtransport.enabled", "this build does not serve WebTransport sessions yet; remove enabled = true"))
 	}
 }

@@ -25,10 +25,10 @@ func TestCloseCapsule(t *testing.T) {
 		{0xffffffff, long, long[:1024]},
 	}
 	for _, tt := range tests {
-		b := appendCloseCapsule(nil, tt.code, tt.msg)
+		b := appendClose(nil, tt.code, tt.msg)
 		p := http3.NewCapsuleParser(bytes.NewReader(b))
 		typ, r, err := p.Next()
-		if err != nil || typ != closeCapsuleType {
+		if err != nil || typ != capsuleClose {
 			t.Fatalf("capsule of (%#x, %d bytes): type %#x, %v", tt.code, len(tt.msg), typ, err)
 		}
 		code, msg, err := parseCloseCapsule(r)
@@ -40,15 +40,15 @@ func TestCloseCapsule(t *testing.T) {
 		}
 	}
 	// The drain capsule has no payload.
-	p := http3.NewCapsuleParser(bytes.NewReader(appendDrainCapsule(nil)))
-	if typ, r, err := p.Next(); err != nil || typ != drainCapsuleType || r.Remaining() != 0 {
+	p := http3.NewCapsuleParser(bytes.NewReader(appendDrain(nil)))
+	if typ, r, err := p.Next(); err != nil || typ != capsuleDrain || r.Remaining() != 0 {
 		t.Errorf("drain capsule: type %#x, %d bytes, %v", typ, r.Remaining(), err)
 	}
 }
 
 func TestCloseCapsuleMalformed(t *testing.T) {
 	capsule := func(payload []byte) []byte {
-		b := quicvarint.Append(nil, uint64(closeCapsuleType))
+		b := quicvarint.Append(nil, uint64(capsuleClose))
 		b = quicvarint.Append(b, uint64(len(payload)))
 		return append(b, payload...)
 	}
@@ -77,13 +77,13 @@ func TestCloseCapsuleMalformed(t *testing.T) {
 // FuzzCloseCapsule: any bytes either fail or parse as a close capsule
 // within the draft's bounds that encodes to one parsing the same.
 func FuzzCloseCapsule(f *testing.F) {
-	f.Add(appendCloseCapsule(nil, 0x107, "file changed"))
-	f.Add(appendCloseCapsule(nil, 0, ""))
+	f.Add(appendClose(nil, 0x107, "file changed"))
+	f.Add(appendClose(nil, 0, ""))
 	f.Add([]byte{0x80, 0, 0x28, 0x43, 3, 0, 0, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := http3.NewCapsuleParser(bytes.NewReader(b))
 		typ, r, err := p.Next()
-		if err != nil || typ != closeCapsuleType {
+		if err != nil || typ != capsuleClose {
 			return
 		}
 		code, msg, err := parseCloseCapsule(r)
@@ -93,7 +93,7 @@ func FuzzCloseCapsule(f *testing.F) {
 		if len(msg) > maxCloseMessage {
 			t.Fatalf("parsed a message of %d bytes", len(msg))
 		}
-		q := http3.NewCapsuleParser(bytes.NewReader(appendCloseCapsule(nil, code, msg)))
+		q := http3.NewCapsuleParser(bytes.NewReader(appendClose(nil, code, msg)))
 		_, r2, _ := q.Next()
 		if c2, m2, err := parseCloseCapsule(r2); err != nil || c2 != code || m2 != msg {
 			t.Fatalf("round trip of (%#x, %q): (%#x, %q), %v", code, msg, c2, m2, err)
@@ -101,24 +101,24 @@ func FuzzCloseCapsule(f *testing.F) {
 	})
 }
 
-func TestAppErrorCode(t *testing.T) {
+func TestAppCode(t *testing.T) {
 	// The draft's mapping: first + N + N/0x1e, never on a reserved code
 	// (0x1f × k + 0x21), and back.
 	for _, n := range []uint32{0, 1, 0x1d, 0x1e, 0x1f, 0x104, 0x3c, 1 << 20, 0xfffffffe, 0xffffffff} {
-		h := StreamErrorCode(n)
+		h := StreamCode(n)
 		if (uint64(h)-0x21)%0x1f == 0 {
-			t.Errorf("StreamErrorCode(%#x) = %#x, a reserved code", n, h)
+			t.Errorf("StreamCode(%#x) = %#x, a reserved code", n, h)
 		}
-		if got, ok := AppErrorCode(h); !ok || got != n {
-			t.Errorf("AppErrorCode(StreamErrorCode(%#x)) = %#x, %t", n, got, ok)
+		if got, ok := AppCode(h); !ok || got != n {
+			t.Errorf("AppCode(StreamCode(%#x)) = %#x, %t", n, got, ok)
 		}
 	}
-	if StreamErrorCode(0) != 0x52e4a40fa8db || StreamErrorCode(0xffffffff) != 0x52e5ac983162 {
-		t.Errorf("range %#x..%#x, want 0x52e4a40fa8db..0x52e5ac983162", StreamErrorCode(0), StreamErrorCode(0xffffffff))
+	if StreamCode(0) != 0x52e4a40fa8db || StreamCode(0xffffffff) != 0x52e5ac983162 {
+		t.Errorf("range %#x..%#x, want 0x52e4a40fa8db..0x52e5ac983162", StreamCode(0), StreamCode(0xffffffff))
 	}
-	for _, h := range []quic.StreamErrorCode{0, 0x10c, 0x52e4a40fa8da, 0x52e5ac983163, StreamErrorCode(0x1d) + 1} {
-		if n, ok := AppErrorCode(h); ok {
-			t.Errorf("AppErrorCode(%#x) = %#x, want none", h, n)
+	for _, h := range []quic.StreamErrorCode{0, 0x10c, 0x52e4a40fa8da, 0x52e5ac983163, StreamCode(0x1d) + 1} {
+		if n, ok := AppCode(h); ok {
+			t.Errorf("AppCode(%#x) = %#x, want none", h, n)
 		}
 	}
 }
@@ -151,13 +151,13 @@ func TestReadHeader(t *testing.T) {
 		rest    string // what is left to read
 		restAll bool   // nothing was consumed
 	}{
-		{"uni session 0", hdr(uniStreamType, 0), uniStreamType, 0, true, false, "data", false},
-		{"uni session 8", hdr(uniStreamType, 8), uniStreamType, 8, true, false, "data", false},
-		{"bidi session 1<<40", hdr(bidiSignal, 1<<40), bidiSignal, 1 << 40, true, false, "data", false},
-		{"control stream", hdr(0x00), uniStreamType, 0, false, false, "", true},
-		{"QPACK encoder", hdr(0x02), uniStreamType, 0, false, false, "", true},
-		{"no session ID", quicvarint.Append(nil, uniStreamType), uniStreamType, 0, false, true, "", false},
-		{"empty", nil, uniStreamType, 0, false, true, "", false},
+		{"uni session 0", hdr(UniType, 0), UniType, 0, true, false, "data", false},
+		{"uni session 8", hdr(UniType, 8), UniType, 8, true, false, "data", false},
+		{"bidi session 1<<40", hdr(BidiSignal, 1<<40), BidiSignal, 1 << 40, true, false, "data", false},
+		{"control stream", hdr(0x00), UniType, 0, false, false, "", true},
+		{"QPACK encoder", hdr(0x02), UniType, 0, false, false, "", true},
+		{"no session ID", quicvarint.Append(nil, UniType), UniType, 0, false, true, "", false},
+		{"empty", nil, UniType, 0, false, true, "", false},
 	}
 	for _, tt := range tests {
 		f := &fakeStream{bytes.NewReader(tt.in)}

@@ -1,0 +1,392 @@
+package wt
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
+)
+
+// Codes the server closes sessions (and resets streams) with; the client
+// sees them in CLOSE_WEBTRANSPORT_SESSION. docs/WEBTRANSPORT.md lists
+// them for operators.
+const (
+	CodeDone             uint32 = 0     // closed by the client, or finished
+	CodeIdle             uint32 = 0x100 // nothing moved for IdleTimeout
+	CodeTooManyStreams   uint32 = 0x101 // more than MaxStreamsPerSession open
+	CodeByteLimit        uint32 = 0x102 // MaxBytesPerSession moved
+	CodeDatagramTooLarge uint32 = 0x103 // a datagram over MaxDatagramBytes
+	CodeRefusedStream    uint32 = 0x104 // a stream the session does not use (stream resets)
+	CodeShutdown         uint32 = 0x105 // the server is stopping
+	CodeBadCapsule       uint32 = 0x106 // a malformed capsule on the CONNECT stream
+	CodeSourceFailed     uint32 = 0x107 // the data to send could not be read
+)
+
+// Config bounds a Server's sessions. The zero value of each field means
+// its documented default.
+type Config struct {
+	// MaxSessions bounds the sessions open at once, over all
+	// connections. Zero means 64.
+	MaxSessions int
+	// MaxStreamsPerSession bounds the streams a client has open at once
+	// in one session; one more closes the session (CodeTooManyStreams).
+	// Zero means 16.
+	MaxStreamsPerSession int
+	// MaxDatagramBytes bounds a datagram's payload; a larger one closes
+	// the session (CodeDatagramTooLarge). Zero means 1200.
+	MaxDatagramBytes int
+	// MaxBytesPerSession bounds what a session moves both ways (stream
+	// and datagram payloads, capsules); past it the session closes
+	// (CodeByteLimit). Zero means 10 GiB.
+	MaxBytesPerSession int64
+	// IdleTimeout closes a session that moves nothing this long
+	// (CodeIdle). Zero means 30 s.
+	IdleTimeout time.Duration
+	// HeaderTimeout bounds the wait for a stream's signal and session ID.
+	// Zero means 10 s.
+	HeaderTimeout time.Duration
+	// OrphanWait is how long a stream naming a session the connection
+	// does not have (yet) is held before it is refused. Zero means 1 s.
+	OrphanWait time.Duration
+	Logger     *slog.Logger
+}
+
+// Server keeps the WebTransport sessions of an HTTP/3 listener: it hands
+// out session slots, binds the streams a connection opens to them, and
+// ends them all on shutdown.
+type Server struct {
+	// Immutable after NewServer.
+	cfg Config
+	log *slog.Logger
+
+	open atomic.Int64 // sessions open now; at most cfg.MaxSessions
+	stat Stats        // counters (atomics)
+
+	mu    sync.Mutex               // guards conns and draining
+	conns map[*quic.Conn]*connSess // guarded by mu: connections with sessions or streams waiting
+	drain bool                     // guarded by mu: Drain was called
+}
+
+// Stats are a Server's counters.
+type Stats struct {
+	Sessions       atomic.Int64 // accepted
+	Refused        atomic.Int64 // refused at MaxSessions
+	Streams        atomic.Int64 // client streams bound to a session
+	StreamsOrphan  atomic.Int64 // refused: no such session
+	DatagramsIn    atomic.Int64
+	DatagramsOut   atomic.Int64
+	BytesIn        atomic.Int64 // stream and datagram payload from clients
+	BytesOut       atomic.Int64 // to clients
+	ClosedByClient atomic.Int64
+	ClosedAbruptly atomic.Int64    // CONNECT stream reset or connection gone
+	ClosedByCode   [9]atomic.Int64 // server closes by code: [0] CodeDone and others, [1+code-0x100] for 0x100..0x107
+}
+
+// connSess is one connection's sessions, and the streams waiting for
+// theirs.
+type connSess struct {
+	mu       sync.Mutex                 // guards all below
+	sessions map[quic.StreamID]*Session // open sessions by ID
+	waiting  int                        // streams waiting for a session
+	changed  chan struct{}              // closed when sessions gains one
+}
+
+// maxOrphans bounds the streams of one connection that wait for their
+// session at once; more are refused at once.
+const maxOrphans = 16
+
+// NewServer returns a Server with cfg's limits.
+func NewServer(cfg Config) *Server {
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 64
+	}
+	if cfg.MaxStreamsPerSession == 0 {
+		cfg.MaxStreamsPerSession = 16
+	}
+	if cfg.MaxDatagramBytes == 0 {
+		cfg.MaxDatagramBytes = 1200
+	}
+	if cfg.MaxBytesPerSession == 0 {
+		cfg.MaxBytesPerSession = 10 << 30
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 30 * time.Second
+	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = 10 * time.Second
+	}
+	if cfg.OrphanWait == 0 {
+		cfg.OrphanWait = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, conns: map[*quic.Conn]*connSess{}}
+}
+
+// Config returns the limits in force, defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() *Stats { return &s.stat }
+
+// Open returns the number of sessions open now.
+func (s *Server) Open() int64 { return s.open.Load() }
+
+// Settings returns the HTTP/3 SETTINGS that offer WebTransport, for
+// http3.Server.AdditionalSettings; datagrams and extended CONNECT are
+// quic-go's own.
+func (s *Server) Settings() map[uint64]uint64 {
+	n := uint64(s.cfg.MaxSessions)
+	return map[uint64]uint64{
+		settingWTEnabled:        1,
+		settingWTMaxSessions:    n,
+		settingEnableWTDraft02:  1,
+		settingWTMaxSessionsD07: n,
+	}
+}
+
+// ErrTooManySessions is Accept's answer at MaxSessions: the caller
+// answers 503.
+var ErrTooManySessions = errors.New("wt: too many sessions")
+
+// errDraining refuses sessions once the server is stopping.
+var errDraining = errors.New("wt: server is shutting down")
+
+// Accept opens a session on the extended CONNECT request r, which the
+// caller has checked (IsProtocol, path, origin) and which arrived on conn.
+// It sends w's header with 200 and takes over the request stream. The
+// session runs until one side closes it or a limit does; the caller uses
+// it and must return from its handler only after Done is closed.
+// ErrTooManySessions means MaxSessions are open: nothing was sent.
+func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request) (*Session, error) {
+	if conn == nil {
+		return nil, errors.New("wt: request without its QUIC connection")
+	}
+	hs, ok := w.(http3.HTTPStreamer)
+	if !ok {
+		return nil, errors.New("wt: not an HTTP/3 response")
+	}
+	s.mu.Lock()
+	draining := s.drain
+	s.mu.Unlock()
+	if draining {
+		s.stat.Refused.Add(1)
+		return nil, errDraining
+	}
+	if s.open.Add(1) > int64(s.cfg.MaxSessions) {
+		s.open.Add(-1)
+		s.stat.Refused.Add(1)
+		return nil, ErrTooManySessions
+	}
+	w.WriteHeader(http.StatusOK)
+	str, err := hs.HTTPStream()
+	if err != nil {
+		s.open.Add(-1)
+		return nil, err
+	}
+	ss := newSession(s, conn, str, r)
+	if !s.register(ss) {
+		ss.end(CodeShutdown, "server is shutting down", false, false)
+		return ss, nil
+	}
+	s.stat.Sessions.Add(1)
+	go ss.readCapsules()
+	return ss, nil
+}
+
+// register adds ss to its connection's sessions and wakes the streams
+// waiting for it. It reports false once the server is draining.
+func (s *Server) register(ss *Session) bool {
+	s.mu.Lock()
+	if s.drain {
+		s.mu.Unlock()
+		return false
+	}
+	cs := s.conns[ss.conn]
+	if cs == nil {
+		cs = &connSess{sessions: map[quic.StreamID]*Session{}, changed: make(chan struct{})}
+		s.conns[ss.conn] = cs
+		c := ss.conn
+		context.AfterFunc(c.Context(), func() {
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		})
+	}
+	s.mu.Unlock()
+	cs.mu.Lock()
+	cs.sessions[ss.id] = ss
+	close(cs.changed)
+	cs.changed = make(chan struct{})
+	cs.mu.Unlock()
+	return true
+}
+
+// unregister removes an ended session.
+func (s *Server) unregister(ss *Session) {
+	s.mu.Lock()
+	cs := s.conns[ss.conn]
+	s.mu.Unlock()
+	if cs != nil {
+		cs.mu.Lock()
+		if cs.sessions[ss.id] == ss {
+			delete(cs.sessions, ss.id)
+		}
+		cs.mu.Unlock()
+	}
+}
+
+// find returns conn's session id, waiting up to OrphanWait for it to be
+// registered (a stream can overtake its session's CONNECT).
+func (s *Server) find(conn *quic.Conn, id quic.StreamID) *Session {
+	s.mu.Lock()
+	cs := s.conns[conn]
+	if cs == nil {
+		// No session yet on this connection: make its table, so the
+		// wait below is woken when the first one comes.
+		cs = &connSess{sessions: map[quic.StreamID]*Session{}, changed: make(chan struct{})}
+		s.conns[conn] = cs
+		context.AfterFunc(conn.Context(), func() {
+			s.mu.Lock()
+			delete(s.conns, conn)
+			s.mu.Unlock()
+		})
+	}
+	s.mu.Unlock()
+	deadline := time.NewTimer(s.cfg.OrphanWait)
+	defer deadline.Stop()
+	cs.mu.Lock()
+	if ss := cs.sessions[id]; ss != nil || cs.waiting >= maxOrphans {
+		cs.mu.Unlock()
+		return ss
+	}
+	cs.waiting++
+	defer func() {
+		cs.mu.Lock()
+		cs.waiting--
+		cs.mu.Unlock()
+	}()
+	for {
+		ch := cs.changed
+		cs.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return nil
+		case <-conn.Context().Done():
+			return nil
+		}
+		cs.mu.Lock()
+		if ss := cs.sessions[id]; ss != nil {
+			cs.mu.Unlock()
+			return ss
+		}
+	}
+}
+
+// readHeader reads a stream's signal or type and session ID, within
+// HeaderTimeout.
+func (s *Server) readHeader(r quicvarint.Reader, setDeadline func(time.Time) error) (quic.StreamID, error) {
+	setDeadline(time.Now().Add(s.cfg.HeaderTimeout))
+	defer setDeadline(time.Time{})
+	if _, err := quicvarint.Read(r); err != nil {
+		return 0, err
+	}
+	id, err := quicvarint.Read(r)
+	if err != nil {
+		return 0, err
+	}
+	return quic.StreamID(id), nil
+}
+
+// HandleStream binds a client bidirectional stream that starts with
+// BidiSignal to its session. It blocks until the stream is handed over
+// or refused.
+func (s *Server) HandleStream(conn *quic.Conn, str *quic.Stream) {
+	id, err := s.readHeader(quicvarint.NewReader(str), str.SetReadDeadline)
+	if err != nil {
+		str.CancelRead(quic.StreamErrorCode(http3.ErrCodeGeneralProtocolError))
+		str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeGeneralProtocolError))
+		return
+	}
+	if !validSessionID(id) {
+		// §4.2: a session ID that is not a client-initiated
+		// bidirectional stream is H3_ID_ERROR.
+		conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeIDError), "webtransport: invalid session ID")
+		return
+	}
+	ss := s.find(conn, id)
+	if ss == nil {
+		s.stat.StreamsOrphan.Add(1)
+		str.CancelRead(errBufferedStreamRejected)
+		str.CancelWrite(errBufferedStreamRejected)
+		return
+	}
+	ss.addStream(str)
+}
+
+// HandleUniStream binds a client unidirectional stream of type UniType to
+// its session.
+func (s *Server) HandleUniStream(conn *quic.Conn, str *quic.ReceiveStream) {
+	id, err := s.readHeader(quicvarint.NewReader(str), str.SetReadDeadline)
+	if err != nil {
+		str.CancelRead(quic.StreamErrorCode(http3.ErrCodeGeneralProtocolError))
+		return
+	}
+	if !validSessionID(id) {
+		conn.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeIDError), "webtransport: invalid session ID")
+		return
+	}
+	ss := s.find(conn, id)
+	if ss == nil {
+		s.stat.StreamsOrphan.Add(1)
+		str.CancelRead(errBufferedStreamRejected)
+		return
+	}
+	ss.addUniStream(str)
+}
+
+// validSessionID reports whether id can be a CONNECT stream: a
+// client-initiated bidirectional stream.
+func validSessionID(id quic.StreamID) bool { return id%4 == 0 }
+
+// Drain tells every session the server is stopping
+// (DRAIN_WEBTRANSPORT_SESSION) and refuses new ones.
+func (s *Server) Drain() {
+	for _, ss := range s.sessions(true) {
+		ss.sendDrain()
+	}
+}
+
+// CloseAll ends every session with CodeShutdown.
+func (s *Server) CloseAll() {
+	for _, ss := range s.sessions(true) {
+		ss.end(CodeShutdown, "server is shutting down", false, false)
+	}
+}
+
+// sessions lists the open sessions; with drain it also stops new ones.
+func (s *Server) sessions(drain bool) []*Session {
+	s.mu.Lock()
+	if drain {
+		s.drain = true
+	}
+	var all []*Session
+	for _, cs := range s.conns {
+		cs.mu.Lock()
+		for _, ss := range cs.sessions {
+			all = append(all, ss)
+		}
+		cs.mu.Unlock()
+	}
+	s.mu.Unlock()
+	return all
+}
