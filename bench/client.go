@@ -12,9 +12,11 @@ import (
 	"github.com/quic-go/quic-go/http3"
 )
 
-// conn is one client connection (for h2 and h3, shared by its streams).
+// conn is one client connection (for h2, h3 and webtransport, shared by
+// its streams).
 type conn struct {
-	rt    http.RoundTripper
+	rt    http.RoundTripper // h1, h2, h3
+	wt    *wtConn           // webtransport
 	close func()
 }
 
@@ -42,6 +44,9 @@ func newConn(c *Config, dials *atomic.Int64, tcp *tcpWatch) *conn {
 		return cn, err
 	}
 	switch c.Protocol {
+	case "webtransport":
+		w := newWTConn(c, dials)
+		return &conn{wt: w, close: w.close}
 	case "h3":
 		tr := &http3.Transport{
 			TLSClientConfig: tlsConf,

@@ -12,12 +12,16 @@ import (
 // default.
 type Config struct {
 	URLs []string // requested round-robin
-	// Protocol is "h1" (the zero value), "h2" or "h3".
+	// Protocol is "h1" (the zero value), "h2", "h3" or "webtransport":
+	// each request is then a WebTransport session on the engine's
+	// diagnostics endpoint, the URL's query its mode (source or
+	// datagrams; webtransport.go).
 	Protocol string
 	// Connections is how many connections to open. Zero means 1.
 	Connections int
-	// Streams is the concurrent requests per connection for h2 and h3.
-	// Zero means 1. HTTP/1.1 always has one.
+	// Streams is the concurrent requests per connection for h2 and h3,
+	// the concurrent sessions for webtransport. Zero means 1. HTTP/1.1
+	// always has one.
 	Streams int
 	// Duration of the measured run (after Warmup). Zero means 10s unless
 	// Requests is set.
@@ -81,9 +85,9 @@ func (c *Config) withDefaults() error {
 	switch c.Protocol {
 	case "":
 		c.Protocol = "h1"
-	case "h1", "h2", "h3":
+	case "h1", "h2", "h3", "webtransport":
 	default:
-		return fmt.Errorf("bench: protocol %q: expected h1, h2 or h3", c.Protocol)
+		return fmt.Errorf("bench: protocol %q: expected h1, h2, h3 or webtransport", c.Protocol)
 	}
 	if c.Connections <= 0 {
 		c.Connections = 1

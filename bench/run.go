@@ -27,6 +27,7 @@ type expect struct {
 	size         int64             // -1: whatever Content-Length says
 	digest       *integrity.Digest // nil: not checked
 	contentRange string            // for a range: the exact Content-Range
+	wt           *wtExpect         // webtransport: the session's mode
 }
 
 // expectations works out, per URL, the status, length and digest to
@@ -47,6 +48,13 @@ func (c *Config) expectations() ([]expect, string, error) {
 			return nil, "", fmt.Errorf("bench: %s needs an https URL", c.Protocol)
 		}
 		e := expect{status: 200, size: c.ExpectSize}
+		if c.Protocol == "webtransport" {
+			if checked, err = c.wtExpectation(u, &e, byPath); err != nil {
+				return nil, "", err
+			}
+			out[i] = e
+			continue
+		}
 		rel := strings.TrimPrefix(path.Clean("/"+u.Path), "/")
 		switch {
 		case c.RangeLast >= 0:
@@ -105,6 +113,8 @@ type acc struct {
 	// checked: a response that passed every check streamed during this
 	// sample, though it may have finished in a later one.
 	checked bool
+	// dg: the datagram sessions that ended in this sample.
+	dg dgCounts
 }
 
 // tail is what happened after the measured time: the responses in flight
@@ -137,7 +147,7 @@ type runState struct {
 	errs  atomic.Int64
 	dials atomic.Int64
 
-	tcp *tcpWatch // nil for h3; immutable after construction, safe for concurrent use
+	tcp *tcpWatch // nil for QUIC; immutable after construction, safe for concurrent use
 
 	mu      sync.Mutex     // guards samples, failed, tail and cut: a response is booked into all of them at once
 	samples []acc          // guarded by mu
@@ -217,7 +227,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 
 	// TCP_INFO, for h1 and h2: the clock ends each sample's readings.
 	tcpQuit, tcpDone := make(chan struct{}), make(chan struct{})
-	if c.Protocol != "h3" {
+	if c.Protocol == "h1" || c.Protocol == "h2" {
 		s.tcp = newTCPWatch(c.Samples)
 		go func() {
 			defer close(tcpDone)
@@ -288,6 +298,10 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 	c := s.c
 	br := newBodyReader()
 	defer br.close()
+	var ws *wtState
+	if c.Protocol == "webtransport" {
+		ws = &wtState{}
+	}
 	// arrived[k+1] is the body bytes of the current response that arrived
 	// in sample k (k = -1: warmup, k = Samples: after the end).
 	arrived := make([]int64, c.Samples+2)
@@ -309,11 +323,21 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 		}
 		clear(arrived)
 		i := n % len(c.URLs)
-		kind, lat := s.one(ctx, cn, c.URLs[i], s.exp[i], begin, br, arrived)
+		var kind string
+		var lat time.Duration
+		var dg *dgCounts
+		if ws != nil {
+			kind, lat = s.oneWT(ctx, cn, c.URLs[i], s.exp[i], begin, br, arrived, ws)
+			if s.exp[i].wt.mode == "datagrams" {
+				dg = &ws.dg
+			}
+		} else {
+			kind, lat = s.one(ctx, cn, c.URLs[i], s.exp[i], begin, br, arrived)
+		}
 		if kind != "" && ctx.Err() != nil {
 			kind = cutKind // cancelled by the caller: neither right nor wrong
 		}
-		s.record(begin, time.Now(), kind, lat, arrived)
+		s.record(begin, time.Now(), kind, lat, arrived, dg)
 	}
 }
 
@@ -399,8 +423,9 @@ func (s *runState) drain(body io.Reader, buf []byte, arrived []int64) {
 // record books one finished request. Its bytes are received in the
 // samples they arrived in; they are verified there only when the whole
 // response passed. A failure rejects every sample the request
-// overlapped; a pass vouches for them.
-func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, arrived []int64) {
+// overlapped; a pass vouches for them. dg, a datagram session's figures,
+// is booked in the sample the session ended in, passed or failed.
+func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, arrived []int64, dg *dgCounts) {
 	s.resps.Add(1)
 	if kind != "" && kind != cutKind {
 		s.errs.Add(1)
@@ -426,6 +451,9 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, 
 	}
 	if last < 0 {
 		return
+	}
+	if dg != nil && last < n {
+		s.samples[last].dg.add(*dg)
 	}
 	if s.c.Requests > 0 {
 		// The response that ends a sample ends its TCP readings too.
