@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,11 @@ func newSession(s *Server, conn *quic.Conn, str *http3.Stream, r *http.Request) 
 		uni:     make(chan *ReceiveStream, s.cfg.MaxStreamsPerSession),
 		streams: map[streamResetter]bool{},
 	}
-	ss.idle = time.AfterFunc(s.cfg.IdleTimeout, ss.checkIdle)
+	// Armed only once assigned: checkIdle, on the timer's goroutine,
+	// reads ss.idle, and Reset is what orders that read after this write
+	// (without it the race detector flags that read).
+	ss.idle = time.AfterFunc(math.MaxInt64, ss.checkIdle)
+	ss.idle.Reset(s.cfg.IdleTimeout)
 	context.AfterFunc(conn.Context(), func() {
 		ss.end(0, "connection closed", true, true)
 	})
