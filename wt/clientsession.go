@@ -156,10 +156,12 @@ func (s *ClientSession) ReceiveDatagram(ctx context.Context) ([]byte, error) {
 // connection closed next does not cut the capsule off. It returns nil
 // when the session had already ended.
 func (s *ClientSession) Close(code uint32, msg string) error {
+	// Ended here first, so that the server's FIN answering the capsule
+	// cannot pass for a close of its own.
+	msg = msg[:min(len(msg), maxCloseMessage)]
 	var err error
-	if s.Err() == nil {
+	if s.finish(&SessionError{Code: code, Message: msg, client: true}) {
 		err = s.finishSend(appendClose(nil, code, msg))
-		s.finish(&SessionError{Code: code, Message: msg[:min(len(msg), maxCloseMessage)], client: true})
 	}
 	t := time.NewTimer(closeTimeout)
 	select {
@@ -193,7 +195,10 @@ func (s *ClientSession) finishSend(b []byte) error {
 		s.str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeNoError))
 		return fmt.Errorf("wt: send close capsule: %w", err)
 	}
-	return s.str.Close()
+	// The FIN can find the send side already stopped by the server
+	// (STOP_SENDING once it has read the capsule): nothing is lost then.
+	s.str.Close()
+	return nil
 }
 
 // readCapsules reads the CONNECT stream until the session ends: close
@@ -281,13 +286,13 @@ func (s *ClientSession) deliverBidi(str *quic.Stream) {
 	}
 }
 
-// finish records how the session ended (the first call wins), resets
-// its streams and forgets it on the connection.
-func (s *ClientSession) finish(err error) {
+// finish records how the session ended, resets its streams and forgets
+// it on the connection. The first call wins and returns true.
+func (s *ClientSession) finish(err error) bool {
 	s.mu.Lock()
 	if s.end != nil {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.end = err
 	streams := s.streams
@@ -298,4 +303,5 @@ func (s *ClientSession) finish(err error) {
 		reset()
 	}
 	s.conn.remove(s.id)
+	return true
 }
