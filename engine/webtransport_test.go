@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
@@ -302,6 +303,33 @@ func TestWebTransportIndependentClient(t *testing.T) {
 		// Once they idle out, slots are free again.
 		if r := wtRun(t, ts, pki, "mode=echo", "-op", "echo"); !r.OK {
 			t.Errorf("a session after the others ended: %+v", r)
+		}
+	})
+	t.Run("metrics", func(t *testing.T) {
+		var fams map[string]*dto.MetricFamily
+		waitFor(scale(5*time.Second), func() bool {
+			fams = finalMetrics(t, ts)
+			return metric(t, fams, "engine_webtransport_sessions_open") == 0
+		})
+		if n := metric(t, fams, "engine_webtransport_sessions_open"); n != 0 {
+			t.Errorf("%v sessions open after all ended", n)
+		}
+		if n := metric(t, fams, "engine_webtransport_sessions_refused_total"); n < 2 {
+			t.Errorf("refused sessions: %v", n)
+		}
+		for code, min := range map[string]float64{"0x100": 1, "0x101": 1, "0x102": 1, "0x103": 1} {
+			if n := metric(t, fams, "engine_webtransport_session_ends_total", "by=server", "code="+code); n < min {
+				t.Errorf("sessions closed with %s: %v", code, n)
+			}
+		}
+		if n := metric(t, fams, "engine_webtransport_session_ends_total", "by=client", "code="); n < 5 {
+			t.Errorf("sessions closed by the client: %v", n)
+		}
+		if in, out := metric(t, fams, "engine_webtransport_bytes_received_total"), metric(t, fams, "engine_webtransport_bytes_sent_total"); in < 8e6 || out < 12e6 {
+			t.Errorf("bytes received %v, sent %v", in, out)
+		}
+		if n := metric(t, fams, "engine_webtransport_datagrams_sent_total"); n < 1000 {
+			t.Errorf("datagrams sent: %v", n)
 		}
 	})
 	if t.Failed() {
