@@ -43,7 +43,7 @@ type wtResult struct {
 		Message string `json:"message"`
 		Capsule bool   `json:"capsule"`
 	} `json:"closed"`
-	StreamResetCodes []uint32     `json:"stream_reset_codes"`
+	StreamResetCodes []uint32    `json:"stream_reset_codes"`
 	Sessions         []*wtResult `json:"sessions"`
 }
 

@@ -22,9 +22,10 @@ type WebTransport interface {
 	// the signal 0x41; HandleUniStream a unidirectional one of type 0x54.
 	HandleStream(*quic.Conn, *quic.Stream)
 	HandleUniStream(*quic.Conn, *quic.ReceiveStream)
-	// Drain tells sessions a stop has begun; CloseAll ends them.
+	// Drain tells sessions a stop has begun; CloseAll ends them and
+	// returns how many there were.
 	Drain()
-	CloseAll()
+	CloseAll() int
 }
 
 // Stream signals of WebTransport over HTTP/3.
@@ -242,9 +243,14 @@ func linger(ctx context.Context, c *quic.Conn) {
 	}
 }
 
-// closeRaw ends every session and closes every connection.
+// closeRaw ends every session and closes every connection, giving the
+// sessions' CLOSE capsules up to half a second to leave first.
 func (s *Server) closeRaw(msg string) {
-	s.cfg.WebTransport.CloseAll()
+	if s.cfg.WebTransport.CloseAll() > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		s.lingerAll(ctx)
+		cancel()
+	}
 	s.raw.mu.Lock()
 	s.raw.draining = true
 	conns := make([]*quic.Conn, 0, len(s.raw.conns))
