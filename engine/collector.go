@@ -16,6 +16,7 @@ type collector struct {
 
 	requests, ttfb, duration, bytes, handshakes, open, socketErrors *prometheus.Desc
 	integrity, h2Events, h3ConnErrors, passFailures                 *prometheus.Desc
+	wtCloses                                                        *prometheus.Desc
 	simple                                                          []simpleMetric
 }
 
@@ -52,6 +53,7 @@ func newCollector(s *Server) *collector {
 		h2Events:     d("h2_events_total", "HTTP/2 limits hit and protocol errors, by kind.", "event"),
 		h3ConnErrors: d("h3_connection_errors_total", "HTTP/3 connections closed with an error, by side and code.", "side_code"),
 		passFailures: d("passthrough_failures_total", "Connections TLS passthrough did not relay, by protocol (tcp, quic) and reason.", "protocol", "reason"),
+		wtCloses:     d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
 	}
 	counter := func(name, help string, f func(*snapshot) int64) {
 		c.simple = append(c.simple, simpleMetric{d(name, help), prometheus.CounterValue, func(s *snapshot) float64 { return float64(f(s)) }})
@@ -106,6 +108,18 @@ func newCollector(s *Server) *collector {
 		counter("upstream_queued_total", "Proxied requests that waited for a connection (max_conns).", func(s *snapshot) int64 { return s.ProxyQueued })
 		gauge("upstream_h2_buffered_bytes", "Proxied response bytes HTTP/2 streams hold ahead of their clients.", func(s *snapshot) int64 { return s.ProxyH2Buffered })
 	}
+	if w := s.wt; w != nil {
+		st := w.Stats()
+		counter("webtransport_sessions_total", "WebTransport sessions opened.", func(*snapshot) int64 { return st.Sessions.Load() })
+		counter("webtransport_sessions_refused_total", "WebTransport sessions refused at max_sessions or during a stop (503).", func(*snapshot) int64 { return st.Refused.Load() })
+		gauge("webtransport_sessions_open", "WebTransport sessions open now.", func(*snapshot) int64 { return w.Open() })
+		counter("webtransport_streams_total", "Client streams bound to a WebTransport session.", func(*snapshot) int64 { return st.Streams.Load() })
+		counter("webtransport_streams_orphaned_total", "Client streams refused because their session was not found (WT_BUFFERED_STREAM_REJECTED).", func(*snapshot) int64 { return st.StreamsOrphan.Load() })
+		counter("webtransport_datagrams_received_total", "WebTransport datagrams received.", func(*snapshot) int64 { return st.DatagramsIn.Load() })
+		counter("webtransport_datagrams_sent_total", "WebTransport datagrams sent.", func(*snapshot) int64 { return st.DatagramsOut.Load() })
+		counter("webtransport_bytes_received_total", "WebTransport payload bytes received (streams, datagrams, capsules).", func(*snapshot) int64 { return st.BytesIn.Load() })
+		counter("webtransport_bytes_sent_total", "WebTransport payload bytes sent (streams, datagrams).", func(*snapshot) int64 { return st.BytesOut.Load() })
+	}
 	if s.pass != nil {
 		counter("passthrough_relayed_total", "TCP connections relayed by TLS passthrough.", func(s *snapshot) int64 { return s.PassRelayed })
 		gauge("passthrough_open", "TCP passthrough relays open now.", func(s *snapshot) int64 { return s.PassActive })
@@ -119,7 +133,7 @@ func newCollector(s *Server) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.ttfb, c.duration, c.bytes, c.handshakes, c.open, c.socketErrors,
-		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures} {
+		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures, c.wtCloses} {
 		ch <- d
 	}
 	for _, m := range c.simple {
@@ -189,6 +203,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.passFailures, v, "quic", k)
 	}
 
+	if w := s.wt; w != nil {
+		st := w.Stats()
+		counter(c.wtCloses, st.ClosedByClient.Load(), "client", "")
+		counter(c.wtCloses, st.ClosedAbruptly.Load(), "gone", "")
+		for i := range st.ClosedByCode {
+			code := "0x0"
+			if i > 0 {
+				code = "0x" + strconv.FormatUint(uint64(0x100+i-1), 16)
+			}
+			counter(c.wtCloses, st.ClosedByCode[i].Load(), "server", code)
+		}
+	}
 	c.collectResponses(ch)
 }
 

@@ -36,6 +36,19 @@ package engine
 //	                                                     twice that in all
 //	h3 streams      a request stream's HEADERS (quic-go  idle_timeout after the connection's     max_streams     h3 connWatch: close
 //	                reads them; it has no hook before)   last request (not per stream)           per connection  H3_NO_ERROR
+//	                with [webtransport] on (raw serving): header_timeout per stream, first      h3 serveBidi read
+//	                                                     varint to HEADERS: reset                                deadline
+//	                                                     H3_REQUEST_INCOMPLETE
+//	wt stream head  a WebTransport stream's signal and   header_timeout: reset                   -               wt readHeader
+//	                session ID                           H3_GENERAL_PROTOCOL_ERROR
+//	wt orphan       a stream's session to appear         1 s: WT_BUFFERED_STREAM_REJECTED        16 per conn.    wt find
+//	wt session      a byte either way (streams,          webtransport.idle_timeout: CLOSE        max_bytes_per_  wt checkIdle
+//	                datagrams, capsules)                 0x100                                   session, max_
+//	                                                                                             streams_per_
+//	                                                                                             session
+//	wt capsule      the client to read a capsule         1 s write deadline                      -               wt writeCapsule
+//	h3 stop (raw)   responses and sessions in flight     shutdown_grace; then sessions CLOSE     -               h3 shutdownRaw
+//	                                                     0x105 and connections close
 //	h3 idle         a new request                        idle_timeout                            -               quic-go, h3 connWatch
 //	h3 response     the client's flow-control credit     send_timeout: H3_REQUEST_CANCELLED      one 128 KiB     h3 Body
 //	                                                                                             chunk

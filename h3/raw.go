@@ -22,9 +22,10 @@ type WebTransport interface {
 	// the signal 0x41; HandleUniStream a unidirectional one of type 0x54.
 	HandleStream(*quic.Conn, *quic.Stream)
 	HandleUniStream(*quic.Conn, *quic.ReceiveStream)
-	// Drain tells sessions a stop has begun; CloseAll ends them.
+	// Drain tells sessions a stop has begun; CloseAll ends them and
+	// returns how many there were.
 	Drain()
-	CloseAll()
+	CloseAll() int
 }
 
 // Stream signals of WebTransport over HTTP/3.
@@ -187,6 +188,7 @@ func (s *Server) shutdownRaw(ctx context.Context) error {
 	var err error
 	select {
 	case <-idle:
+		s.lingerAll(ctx)
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -194,9 +196,61 @@ func (s *Server) shutdownRaw(ctx context.Context) error {
 	return err
 }
 
-// closeRaw ends every session and closes every connection.
+// lingerAll waits, within ctx, until every connection has sent nothing
+// for a while. A handler that returned has handed its last bytes to
+// quic-go, not to the client, and closing the connection drops what is
+// unsent or unacknowledged; quic-go exposes no acknowledgement of a
+// stream's end, so the sign used is a connection that has sent no packet
+// (first transmission, retransmission or probe) for four smoothed RTTs
+// plus the ACK delay, at least 100 ms: by then what was in flight is
+// acknowledged, or its loss would have made the connection send again.
+func (s *Server) lingerAll(ctx context.Context) {
+	s.raw.mu.Lock()
+	conns := make([]*quic.Conn, 0, len(s.raw.conns))
+	for c := range s.raw.conns {
+		conns = append(conns, c)
+	}
+	s.raw.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() { linger(ctx, c) })
+	}
+	wg.Wait()
+}
+
+func linger(ctx context.Context, c *quic.Conn) {
+	const tick = 20 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	last, quiet := c.ConnectionStats().BytesSent, time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Context().Done():
+			return
+		case <-t.C:
+		}
+		st := c.ConnectionStats()
+		if st.BytesSent != last {
+			last, quiet = st.BytesSent, 0
+			continue
+		}
+		quiet += tick
+		if quiet >= max(100*time.Millisecond, 4*st.SmoothedRTT+25*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// closeRaw ends every session and closes every connection, giving the
+// sessions' CLOSE capsules up to half a second to leave first.
 func (s *Server) closeRaw(msg string) {
-	s.cfg.WebTransport.CloseAll()
+	if s.cfg.WebTransport.CloseAll() > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		s.lingerAll(ctx)
+		cancel()
+	}
 	s.raw.mu.Lock()
 	s.raw.draining = true
 	conns := make([]*quic.Conn, 0, len(s.raw.conns))

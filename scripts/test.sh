@@ -23,11 +23,19 @@ echo "== go vet (linux, and darwin and windows for the portable build)"
 go vet ./...
 GOOS=darwin go vet ./...
 GOOS=windows go vet ./...
+# tools/wtclient, the independent WebTransport client the wt tests run, is
+# a module of its own (webtransport-go needs an older quic-go), which
+# ./... does not reach.
+go vet -C tools/wtclient ./...
 
 echo "== tests (race detector on; fuzz targets run their seed corpus)"
 # Tests named TestKernelTLS* need a kernel with kernel TLS; they run in
 # the next step, where their VM timings are shown.
 go test -race -count=1 -timeout 15m -skip '^TestKernelTLS' -json ./... |
+	"$tmp/testreport" filter -skips "$skips"
+# tools/wtclient's own tests: its parsers, and the client against
+# webtransport-go's server over loopback.
+go test -C tools/wtclient -race -count=1 -timeout 5m -json ./... |
 	"$tmp/testreport" filter -skips "$skips"
 
 echo "== real-kernel tests (kernel TLS: on this kernel if it has it, else in a VM)"

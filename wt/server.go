@@ -361,16 +361,25 @@ func validSessionID(id quic.StreamID) bool { return id%4 == 0 }
 // Drain tells every session the server is stopping
 // (DRAIN_WEBTRANSPORT_SESSION) and refuses new ones.
 func (s *Server) Drain() {
+	var wg sync.WaitGroup
 	for _, ss := range s.sessions(true) {
-		ss.sendDrain()
+		wg.Go(ss.sendDrain)
 	}
+	wg.Wait()
 }
 
-// CloseAll ends every session with CodeShutdown.
-func (s *Server) CloseAll() {
-	for _, ss := range s.sessions(true) {
-		ss.end(CodeShutdown, "server is shutting down", false, false)
+// CloseAll ends every session with CodeShutdown and returns how many
+// there were.
+func (s *Server) CloseAll() int {
+	all := s.sessions(true)
+	var wg sync.WaitGroup
+	for _, ss := range all {
+		// At once: each may wait up to a second on a client that
+		// reads nothing.
+		wg.Go(func() { ss.end(CodeShutdown, "server is shutting down", false, false) })
 	}
+	wg.Wait()
+	return len(all)
 }
 
 // sessions lists the open sessions; with drain it also stops new ones.

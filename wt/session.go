@@ -34,6 +34,7 @@ type Session struct {
 	in, out  atomic.Int64 // payload bytes from and to the client
 	lastMove atomic.Int64 // when a byte last moved, ns since start
 	idle     *time.Timer  // checks lastMove every IdleTimeout
+	unwatch  func() bool  // stops the connection-close callback
 
 	wmu sync.Mutex // serializes capsule writes on connect
 
@@ -61,7 +62,7 @@ func newSession(s *Server, conn *quic.Conn, str *http3.Stream, r *http.Request) 
 	// (without it the race detector flags that read).
 	ss.idle = time.AfterFunc(math.MaxInt64, ss.checkIdle)
 	ss.idle.Reset(s.cfg.IdleTimeout)
-	context.AfterFunc(conn.Context(), func() {
+	ss.unwatch = context.AfterFunc(conn.Context(), func() {
 		ss.end(0, "connection closed", true, true)
 	})
 	return ss
@@ -368,6 +369,7 @@ func (ss *Session) end(code uint32, msg string, remote, abrupt bool) {
 	ss.mu.Unlock()
 
 	ss.idle.Stop()
+	ss.unwatch() // a connection outliving many sessions holds none of them
 	ss.cancel()
 	for st := range streams {
 		st.reset(errSessionGone)
