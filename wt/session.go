@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -33,8 +32,11 @@ type Session struct {
 
 	in, out  atomic.Int64 // payload bytes from and to the client
 	lastMove atomic.Int64 // when a byte last moved, ns since start
-	idle     *time.Timer  // checks lastMove every IdleTimeout
-	unwatch  func() bool  // stops the connection-close callback
+	// Set by newSession before it closes ready. The two callbacks, on
+	// goroutines of their own, wait for ready before they read them.
+	idle    *time.Timer   // checks lastMove every IdleTimeout
+	unwatch func() bool   // stops the connection-close callback
+	ready   chan struct{} // closed once idle and unwatch are set
 
 	wmu sync.Mutex // serializes capsule writes on connect
 
@@ -55,16 +57,14 @@ func newSession(s *Server, conn *quic.Conn, str *http3.Stream, r *http.Request) 
 		start: time.Now(), ctx: ctx, cancel: cancel,
 		bidi:    make(chan *Stream, s.cfg.MaxStreamsPerSession),
 		uni:     make(chan *ReceiveStream, s.cfg.MaxStreamsPerSession),
-		streams: map[streamResetter]bool{},
+		streams: map[streamResetter]bool{}, ready: make(chan struct{}),
 	}
-	// Armed only once assigned: checkIdle, on the timer's goroutine,
-	// reads ss.idle, and Reset is what orders that read after this write
-	// (without it the race detector flags that read).
-	ss.idle = time.AfterFunc(math.MaxInt64, ss.checkIdle)
-	ss.idle.Reset(s.cfg.IdleTimeout)
+	ss.idle = time.AfterFunc(s.cfg.IdleTimeout, ss.checkIdle)
 	ss.unwatch = context.AfterFunc(conn.Context(), func() {
+		<-ss.ready
 		ss.end(0, "connection closed", true, true)
 	})
+	close(ss.ready)
 	return ss
 }
 
@@ -116,6 +116,7 @@ func (ss *Session) moved(n int, in bool) {
 // checkIdle runs every IdleTimeout: a session whose last byte moved that
 // long ago ends.
 func (ss *Session) checkIdle() {
+	<-ss.ready
 	idle := ss.srv.cfg.IdleTimeout
 	since := time.Since(ss.start) - time.Duration(ss.lastMove.Load())
 	if since >= idle {
