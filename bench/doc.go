@@ -8,7 +8,9 @@
 // enter a median.
 //
 // It speaks HTTP/1.1 (plain and TLS), HTTP/2 (TLS) and HTTP/3 and keeps
-// its connections. Each worker (a connection, or a stream of one) reads
+// its connections; over WebTransport a request is a session on the
+// engine's diagnostics endpoint (webtransport.go), whose datagrams may be
+// lost: loss is reported, a wrong datagram rejects. Each worker (a connection, or a stream of one) reads
 // bodies into 256 KiB buffers and hands those of a long body to a hasher
 // goroutine of its own, so that reading (and TLS decryption) and BLAKE3
 // run on different cores and the server, not the client, is what is

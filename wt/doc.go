@@ -8,4 +8,8 @@
 // The invariant: every stream and datagram belongs to exactly one session
 // of one connection, and a session that ends resets all of its streams,
 // so nothing a client opened outlives the session that bounds it.
+//
+// It also speaks WebTransport as a client (ClientConn, ClientSession, on
+// quic-go's raw HTTP/3 client connection), for engine bench and tests:
+// the same wire numbers, and the same rule for a session that ends.
 package wt
