@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -163,4 +164,25 @@ func TestWebTransportExpectations(t *testing.T) {
 			t.Errorf("%v (range %d-%d): accepted", u, c.RangeFirst, c.RangeLast)
 		}
 	}
+}
+
+// FuzzParseDatagramLine: a line either fails or gives figures within
+// the bounds, which written back parse the same.
+func FuzzParseDatagramLine(f *testing.F) {
+	f.Add("100 1200\n")
+	f.Add("0 16\n")
+	f.Add(" 7\t900 \n")
+	f.Fuzz(func(t *testing.T, line string) {
+		sent, size, err := parseDatagramLine(line, 100, 1200)
+		if err != nil {
+			return
+		}
+		if sent < 0 || sent > 100 || size < 16 || size > 1200 {
+			t.Fatalf("parseDatagramLine(%q) = %d, %d: out of bounds", line, sent, size)
+		}
+		again := fmt.Sprintf("%d %d\n", sent, size)
+		if s2, z2, err := parseDatagramLine(again, 100, 1200); err != nil || s2 != sent || z2 != size {
+			t.Fatalf("round trip of %q: %d, %d, %v", again, s2, z2, err)
+		}
+	})
 }
