@@ -440,6 +440,12 @@ type logLimiter struct {
 func (l *logLimiter) log(log *slog.Logger, msg string, args ...any) {
 	sec := time.Now().Unix()
 	if sec != l.sec {
+		// Lines held back in an earlier second are said before the
+		// next one, for loggers nobody flushes (HTTP/3's).
+		if l.suppressed > 0 {
+			log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
+			l.suppressed = 0
+		}
 		l.sec, l.n = sec, 0
 	}
 	if l.n++; l.n > l.perSecond {

@@ -16,6 +16,7 @@ import (
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
+	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/wt"
 	"github.com/quic-go/quic-go"
 	"github.com/zeebo/blake3"
@@ -143,7 +144,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 		hh.mu.Lock()
 		hh.limiter.log(srv.log, "webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
 		hh.mu.Unlock()
-		if status == 503 {
+		if status == 503 && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}
 		w.WriteHeader(status)
@@ -174,14 +175,23 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	switch op.mode {
 	case "source":
 		if op.file != "" {
-			if file = hh.wtFile(s, op.file, sc); file.Status != 200 {
-				if file.Status == 503 {
-					h.Set("Retry-After", strconv.Itoa(max(1, file.RetryAfter)))
-					w.WriteHeader(503)
-					sc.rec.respond(503, false)
-					hh.logRequest(503, 0, sc)
-					return
-				}
+			file = hh.wtFile(s, op.file, sc)
+			size := file.ContentLength
+			if file.Status == 503 && file.NeedDigest != nil {
+				size = file.NeedDigest.Size
+			}
+			switch limit := srv.wt.Config().MaxBytesPerSession; {
+			case (file.Status == 200 || file.Status == 503) && size > limit:
+				// Refused before its digest is computed for nothing.
+				refuse(400, fmt.Sprintf("file=%s: %d bytes, more than webtransport.max_bytes_per_session (%d)", op.file, size, limit))
+				return
+			case file.Status == 503:
+				// As a GET on a site with require_digest: the session
+				// advertises the digest, which is being computed.
+				h.Set("Retry-After", strconv.Itoa(max(1, file.RetryAfter)))
+				refuse(503, "file="+op.file+": its digest is being computed; retry")
+				return
+			case file.Status != 200:
 				refuse(404, "file="+op.file+": not a file this site serves")
 				return
 			}
@@ -341,6 +351,17 @@ func (hh *h3Handler) wtSource(sess *wt.Session, op wtOp, file *files.Response, s
 		st.Close()
 		return
 	}
+	// The bytes sent are hashed as they go and must be the digest the
+	// session's response advertised: a file rewritten in place (same
+	// size) while being sent is caught here, and the stream is reset
+	// instead of finished, so the client never takes it for the file.
+	want, err := integrity.ParseHeaderValue(file.ReprDigest)
+	if err != nil {
+		st.Abort(wt.CodeSourceFailed)
+		sess.Close(wt.CodeSourceFailed, "no digest for "+op.file)
+		return
+	}
+	h := blake3.New()
 	var iov [1][]byte
 	for _, p := range file.Parts {
 		b := partBody(file, p)
@@ -355,11 +376,21 @@ func (hh *h3Handler) wtSource(sess *wt.Session, op wtOp, file *files.Response, s
 				sess.Close(wt.CodeSourceFailed, "file "+op.file+" could not be read")
 				return
 			}
+			h.Write(buf[:want])
 			if _, err := st.Write(buf[:want]); err != nil {
 				return
 			}
 			off += int64(want)
 		}
+	}
+	var got integrity.Digest
+	h.Sum(got[:0])
+	if got != want {
+		hh.srv.log.Warn("webtransport source: the file changed while it was sent; stream reset", "file", op.file,
+			"advertised", hex.EncodeToString(want[:]), "sent", hex.EncodeToString(got[:]))
+		st.Abort(wt.CodeSourceFailed)
+		sess.Close(wt.CodeSourceFailed, "file "+op.file+" changed while it was sent")
+		return
 	}
 	st.Close()
 }

@@ -205,6 +205,57 @@ func TestWebTransportProtocolErrors(t *testing.T) {
 			t.Fatalf("a stream without its session ID: %v, want a reset (H3_GENERAL_PROTOCOL_ERROR) after header_timeout", err)
 		}
 	})
+	t.Run("reset streams free their slots", func(t *testing.T) {
+		// max_streams_per_session = 4: eight streams reset by the client
+		// one after the other, then four open at once, all echoed.
+		w := dialRawWT(t, ts.addr, pki, "mode=echo")
+		hdr := quicvarint.Append(quicvarint.Append(nil, 0x41), uint64(w.str.StreamID()))
+		for i := range 8 {
+			s, err := w.qc.OpenStreamSync(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Write(append(hdr[:len(hdr):len(hdr)], "abc"...))
+			buf := make([]byte, 3)
+			s.SetReadDeadline(time.Now().Add(scale(5 * time.Second)))
+			if _, err := io.ReadFull(s, buf); err != nil {
+				t.Fatalf("stream %d: %v", i, err)
+			}
+			if i%2 == 0 {
+				s.CancelWrite(0x52e4a40fa8db)
+				s.CancelRead(0x52e4a40fa8db)
+			} else {
+				s.CancelWrite(0x52e4a40fa8db) // the server resets its side in turn
+				if _, err := io.ReadAll(s); err == nil {
+					t.Errorf("stream %d: the server finished a stream the client had reset", i)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		var strs []*quic.Stream
+		for range 4 {
+			s, err := w.qc.OpenStreamSync(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Write(append(hdr[:len(hdr):len(hdr)], "ping"...))
+			strs = append(strs, s)
+		}
+		for i, s := range strs {
+			s.Close()
+			s.SetReadDeadline(time.Now().Add(scale(5 * time.Second)))
+			if got, err := io.ReadAll(s); err != nil || string(got) != "ping" {
+				t.Fatalf("stream %d of 4 after 8 resets: %q, %v", i, got, err)
+			}
+		}
+	})
+	t.Run("capsules are bounded", func(t *testing.T) {
+		w := dialRawWT(t, ts.addr, pki, "mode=echo")
+		b := quicvarint.Append(nil, 0x1234567)
+		b = quicvarint.Append(b, 100<<10)
+		w.str.Write(append(b, make([]byte, 100<<10)...))
+		w.wantClose(t, 0x106)
+	})
 	t.Run("datagram with the session's quarter stream ID", func(t *testing.T) {
 		w := dialRawWT(t, ts.addr, pki, "mode=echo")
 		if err := w.str.SendDatagram([]byte("datagram")); err != nil {

@@ -124,6 +124,7 @@ func TestWebTransportIndependentClient(t *testing.T) {
 	root := siteRoot(t)
 	file := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB
 	writeFile(t, filepath.Join(root, "media.bin"), string(file))
+	writeFile(t, filepath.Join(root, "big9m.bin"), strings.Repeat("x", 9<<20))
 	var log syncBuffer
 	pki := newPKI(t, t.TempDir(), "localhost")
 	ts := startLog(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s%s",
@@ -167,6 +168,17 @@ func TestWebTransportIndependentClient(t *testing.T) {
 		}
 		if r := wtRun(t, ts, pki, "mode=source&file=/../../etc/passwd", "-op", "source"); r.Status == 200 {
 			t.Errorf("file outside the root: %+v", r)
+		}
+	})
+	t.Run("exactly the byte limit", func(t *testing.T) {
+		// 8 MiB is max_bytes_per_session: the whole of it is sent, and
+		// the client's close is a close, not a limit hit.
+		r := wtRun(t, ts, pki, "mode=source&bytes=8388608", "-op", "source")
+		if !r.OK || !r.Verified || r.Bytes != 8<<20 || r.Closed.By != "local" {
+			t.Fatalf("source of max_bytes_per_session: %+v", r)
+		}
+		if r := wtRun(t, ts, pki, "mode=source&file=/big9m.bin", "-op", "source"); r.Status != 400 {
+			t.Errorf("a file over max_bytes_per_session: %+v", r)
 		}
 	})
 	t.Run("sink", func(t *testing.T) {

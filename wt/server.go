@@ -26,7 +26,8 @@ const (
 	CodeRefusedStream    uint32 = 0x104 // a stream the session does not use (stream resets)
 	CodeShutdown         uint32 = 0x105 // the server is stopping
 	CodeBadCapsule       uint32 = 0x106 // a malformed capsule on the CONNECT stream
-	CodeSourceFailed     uint32 = 0x107 // the data to send could not be read
+	CodeSourceFailed     uint32 = 0x107 // the data to send could not be read, or changed
+	CodeAborted          uint32 = 0x108 // (stream resets) the client reset the other side
 )
 
 // Config bounds a Server's sessions. The zero value of each field means
@@ -43,8 +44,10 @@ type Config struct {
 	// the session (CodeDatagramTooLarge). Zero means 1200.
 	MaxDatagramBytes int
 	// MaxBytesPerSession bounds what a session moves both ways (stream
-	// and datagram payloads, capsules); past it the session closes
-	// (CodeByteLimit). Zero means 10 GiB.
+	// and datagram payloads; the server sends no byte past it, and a
+	// client's go over by at most one read); past it the session closes
+	// (CodeByteLimit). Capsules are bounded apart, at 64 KiB a session.
+	// Zero means 10 GiB.
 	MaxBytesPerSession int64
 	// IdleTimeout closes a session that moves nothing this long
 	// (CodeIdle). Zero means 30 s.

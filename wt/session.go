@@ -31,6 +31,7 @@ type Session struct {
 	uni     chan *ReceiveStream // client unidirectional streams not yet accepted
 
 	in, out  atomic.Int64 // payload bytes from and to the client
+	capsules atomic.Int64 // bytes read from the CONNECT stream
 	lastMove atomic.Int64 // when a byte last moved, ns since start
 	// Set by newSession before it closes ready. The two callbacks, on
 	// goroutines of their own, wait for ready before they read them.
@@ -93,6 +94,32 @@ func (ss *Session) Close(code uint32, msg string) { ss.end(code, msg, false, fal
 
 // Wait blocks until the session has ended.
 func (ss *Session) Wait() { <-ss.ctx.Done() }
+
+// allow cuts b to what MaxBytesPerSession leaves the session to send, and
+// reports whether it cut.
+func (ss *Session) allow(b []byte) ([]byte, bool) {
+	left := ss.srv.cfg.MaxBytesPerSession - ss.in.Load() - ss.out.Load()
+	if int64(len(b)) <= left {
+		return b, false
+	}
+	return b[:max(left, 0)], true
+}
+
+// maxCapsuleBytes bounds what a client may send on a session's CONNECT
+// stream: capsules are control, not payload, and do not count against
+// MaxBytesPerSession.
+const maxCapsuleBytes = 64 << 10
+
+// capsuleBytes accounts n bytes read from the CONNECT stream.
+func (ss *Session) capsuleBytes(n int) {
+	if n <= 0 {
+		return
+	}
+	ss.lastMove.Store(int64(time.Since(ss.start)))
+	if ss.capsules.Add(int64(n)) > maxCapsuleBytes {
+		ss.end(CodeBadCapsule, "more than 64 KiB of capsules", false, false)
+	}
+}
 
 // moved accounts n payload bytes and enforces MaxBytesPerSession.
 func (ss *Session) moved(n int, in bool) {
@@ -245,8 +272,13 @@ func (ss *Session) OpenUniStream(ctx context.Context) (*SendStream, error) {
 }
 
 // SendDatagram sends b as one HTTP datagram of the session. It returns
-// *quic.DatagramTooLargeError when the path cannot carry it.
+// *quic.DatagramTooLargeError when the path cannot carry it; one that
+// MaxBytesPerSession has no room for ends the session instead.
 func (ss *Session) SendDatagram(b []byte) error {
+	if _, limited := ss.allow(b); limited {
+		ss.end(CodeByteLimit, "max_bytes_per_session reached", false, false)
+		return ss.Err()
+	}
 	if err := ss.connect.SendDatagram(b); err != nil {
 		return err
 	}
@@ -325,7 +357,7 @@ type countingReader struct{ ss *Session }
 
 func (r countingReader) Read(b []byte) (int, error) {
 	n, err := r.ss.connect.Read(b)
-	r.ss.moved(n, true)
+	r.ss.capsuleBytes(n)
 	return n, err
 }
 

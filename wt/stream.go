@@ -2,6 +2,8 @@ package wt
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"sync"
 
@@ -18,22 +20,37 @@ type Stream struct {
 	rDone, wDone bool       // a direction finished (EOF, close, error or cancel)
 }
 
-// Read reads what the client sent.
+// Read reads what the client sent. A stream the client reset is
+// abandoned both ways (the server's side reset with CodeAborted), so it
+// no longer counts against MaxStreamsPerSession.
 func (st *Stream) Read(b []byte) (int, error) {
 	n, err := st.q.Read(b)
 	st.ss.moved(n, true)
 	if err != nil {
-		st.done(true, false)
+		if !errors.Is(err, io.EOF) {
+			st.q.CancelWrite(StreamCode(CodeAborted))
+			st.done(true, true)
+		} else {
+			st.done(true, false)
+		}
 	}
 	return n, err
 }
 
-// Write sends b to the client.
+// Write sends b to the client, up to what MaxBytesPerSession leaves: past
+// it the session ends. A write the client refused (STOP_SENDING) abandons
+// the stream both ways.
 func (st *Stream) Write(b []byte) (int, error) {
+	b, limited := st.ss.allow(b)
 	n, err := st.q.Write(b)
 	st.ss.moved(n, false)
+	if err == nil && limited {
+		st.ss.end(CodeByteLimit, "max_bytes_per_session reached", false, false)
+		err = st.ss.Err()
+	}
 	if err != nil {
-		st.done(false, true)
+		st.q.CancelRead(StreamCode(CodeAborted))
+		st.done(true, true)
 	}
 	return n, err
 }
@@ -99,10 +116,15 @@ type SendStream struct {
 	once sync.Once
 }
 
-// Write sends b to the client.
+// Write sends b to the client, up to what MaxBytesPerSession leaves.
 func (st *SendStream) Write(b []byte) (int, error) {
+	b, limited := st.ss.allow(b)
 	n, err := st.q.Write(b)
 	st.ss.moved(n, false)
+	if err == nil && limited {
+		st.ss.end(CodeByteLimit, "max_bytes_per_session reached", false, false)
+		err = st.ss.Err()
+	}
 	if err != nil {
 		st.once.Do(func() { st.ss.untrack(st) })
 	}

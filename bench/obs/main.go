@@ -66,7 +66,7 @@ func main() {
 	out := flag.String("out", "docs/BENCHMARKS-observability.md", "page to write")
 	flag.Parse()
 	log.SetFlags(0)
-	pinned := pinSelf()
+	pinned := bench.PinSelf()
 
 	work, err := os.MkdirTemp("", "bench-obs-")
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"os"
@@ -9,10 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pinSelf keeps the harness (the client) on CPU 0 and says what it did:
+// PinSelf keeps the calling process (a benchmark harness, the client) on
+// CPU 0 and says what it did, for the benchmark page:
 // the engines run on CPU 1 (taskset), so that neither takes the other's
 // CPU in turns, which made runs a few percent apart for no reason.
-func pinSelf() string {
+func PinSelf() string {
 	if runtime.NumCPU() < 2 {
 		return "Client and server share the machine's one CPU."
 	}
