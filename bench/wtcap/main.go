@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,6 +110,7 @@ func main() {
 	cpu := make([][]float64, len(variants)) // server CPU s/GiB
 	loss := make([][]float64, len(variants))
 	var lost, expected, sent = make([]int64, len(variants)), make([]int64, len(variants)), make([]int64, len(variants))
+	rcvbuf := make([]int64, len(variants)) // the kernel's UDP receive-buffer drops during the runs
 	for r := 0; r < *repeats; r++ {
 		for k := range variants {
 			i := (k + r) % len(variants)
@@ -119,10 +121,12 @@ func main() {
 			if v.protocol == "h3" || strings.Contains(v.target, "file=") {
 				c.ExpectDigest = &digest
 			}
+			before := udpRcvbufErrors()
 			rep, err := bench.Run(context.Background(), c)
 			if err != nil {
 				log.Fatalf("%s: %v", v.name, err)
 			}
+			rcvbuf[i] += udpRcvbufErrors() - before
 			if rep.Accepted != len(rep.Samples) || rep.Server == nil || rep.Bytes == 0 {
 				log.Fatalf("%s: %d of %d samples accepted (errors %v)", v.name, rep.Accepted, len(rep.Samples), rep.Errors)
 			}
@@ -152,12 +156,12 @@ func main() {
 	for i, v := range variants {
 		l := "–"
 		if v.rate > 0 {
-			l = fmt.Sprintf("%.2f%% median (%d of %d; server sent %d)", stats.Median(loss[i]), lost[i], expected[i], sent[i])
+			l = fmt.Sprintf("%.2f%% median (%d of %d; server sent %d; kernel UDP receive-buffer drops %d)", stats.Median(loss[i]), lost[i], expected[i], sent[i], rcvbuf[i])
 		}
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f–%.1f | %.2f | %.3f | %.3f–%.3f | %s |\n", v.name, stats.Median(mibs[i]), stats.Min(mibs[i]), stats.Max(mibs[i]),
 			stats.Median(mibs[i])/stats.Median(mibs[0]), stats.Median(cpu[i]), stats.Min(cpu[i]), stats.Max(cpu[i]), l)
 	}
-	fmt.Fprintf(&b, "\nServer CPU is utime+stime of the engine process over the samples, per GiB verified. The datagram rows are offered loads: a session sends `rate` datagrams of 1200 bytes in one second, then its count line, and the next session starts; their MiB/s is what arrived intact, so it tops out at the offered rate (1200 × rate / 2^20: 22.9, 114.4, 343.3 MiB/s). Loss is datagrams asked for and not received: the server's line says how many it sent, and the rest were dropped on the way, mostly by the receiving side's queues (quic-go keeps 128 datagrams per connection and HTTP/3 32 per session; a client that falls behind loses the rest, as UDP would).\n\n")
+	fmt.Fprintf(&b, "\nServer CPU is utime+stime of the engine process over the samples, per GiB verified. The datagram rows are offered loads: a session asks for one second's worth (`count` = `rate`) of 1200-byte datagrams; the server sends them on that schedule, or as fast as quic-go's send queue takes them when it cannot keep up (then the session lasts longer than a second), then its count line, and the next session starts. Their MiB/s is what arrived intact, at most the offered rate (1200 × rate / 2^20: 22.9, 114.4, 343.3 MiB/s). Loss is datagrams asked for and not received. The server's line says how many it handed to quic-go (whose send queue blocks when full rather than drop); the kernel's UDP `RcvbufErrors` (/proc/net/snmp, the whole machine, over the runs) says how many the receiving socket's buffer dropped. Datagrams lost with neither were dropped in the receiving process: quic-go keeps 128 received datagrams per connection and HTTP/3 32 per session, and drops what arrives while they are full, so a client that falls behind the offered rate on its one CPU loses the rest, as a UDP application would.\n\n")
 	fmt.Fprintf(&b, "Not measured: more than one connection or session at once, a real network (loss, delay, MTU below loopback's), browsers' WebTransport clients, the echo and sink modes (the first sends back what it gets, the second hashes it: their figures would be the client's), and datagrams larger than 1200 bytes (the endpoint's ceiling).\n")
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
@@ -221,6 +225,29 @@ idle_timeout = "10s"
 	}
 	go io.Copy(io.Discard, stderr)
 	return p
+}
+
+// udpRcvbufErrors reads the machine's UDP receive-buffer drop count.
+func udpRcvbufErrors() int64 {
+	b, _ := os.ReadFile("/proc/net/snmp")
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "RcvbufErrors" && i < len(f) {
+				v, _ := strconv.ParseInt(f[i], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
 }
 
 func kernel() string {
