@@ -57,17 +57,12 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 
-	work, err := os.MkdirTemp("", "bench-acme-")
+	h, err := bench.NewHarness("bench-acme-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(work)
-	engineBin := filepath.Join(work, "engine")
-	if b, err := exec.Command("go", "build", "-o", engineBin, "./cmd/engine").CombinedOutput(); err != nil {
-		log.Fatalf("build engine: %v\n%s", err, b)
-	}
-	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	dirty, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+	defer h.Close()
+	work, engineBin := h.Work, h.Engine
 
 	root := filepath.Join(work, "root")
 	os.MkdirAll(root, 0o755)
@@ -140,9 +135,9 @@ func main() {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Automatic HTTPS: measured against Pebble\n\n")
-	fmt.Fprintf(&b, "`go run ./bench/acme --repeats %d --duration %v --conns %d`, %s, commit %s%s, %d CPUs, kernel %s; Pebble %s (Let's Encrypt's test CA) and its challenge test server as DNS, all on loopback.\n\n",
-		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(commit)), map[bool]string{true: " (with uncommitted changes)", false: ""}[len(dirty) > 0],
-		runtime.NumCPU(), kernel(), pebbleVersion)
+	fmt.Fprintf(&b, "`go run ./bench/acme --repeats %d --duration %v --conns %d`, %s, commit %s, %d CPUs, kernel %s; Pebble %s (Let's Encrypt's test CA) and its challenge test server as DNS, all on loopback.\n\n",
+		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision,
+		runtime.NumCPU(), bench.KernelRelease(), pebbleVersion)
 	fmt.Fprintf(&b, "## Start to the first verified HTTPS response\n\n")
 	fmt.Fprintf(&b, "From starting `engine serve` with an empty `storage` (so: a new account, an order, a TLS-ALPN-01 validation by Pebble against the engine's own listener, issuance) to the first response over HTTPS whose certificate chains to Pebble's root (the client trusts nothing else) and whose 1 MiB body has the file's BLAKE3. The client retries every 5 ms; until the certificate is there the engine answers its handshakes with `unrecognized_name`.\n\n")
 	fmt.Fprintf(&b, "| median | min | max | repeats |\n|---:|---:|---:|---:|\n| %v | %v | %v | %d |\n\n", time.Duration(stats.Median(durs(startTimes))).Round(time.Millisecond), minD(startTimes), maxD(startTimes), len(startTimes))
@@ -408,11 +403,6 @@ func freePort() int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func kernel() string {
-	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return strings.TrimSpace(string(b))
 }
 
 func durs(ds []time.Duration) []float64 {

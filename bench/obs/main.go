@@ -68,17 +68,12 @@ func main() {
 	log.SetFlags(0)
 	pinned := bench.PinSelf()
 
-	work, err := os.MkdirTemp("", "bench-obs-")
+	h, err := bench.NewHarness("bench-obs-")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(work)
-	bin := filepath.Join(work, "engine")
-	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/engine").CombinedOutput(); err != nil {
-		log.Fatalf("build engine: %v\n%s", err, b)
-	}
-	commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	dirty, _ := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+	defer h.Close()
+	work, bin := h.Work, h.Engine
 
 	root := filepath.Join(work, "root")
 	os.MkdirAll(root, 0o755)
@@ -114,7 +109,7 @@ func main() {
 		for _, p := range procs {
 			p.stop()
 		}
-		os.RemoveAll(work)
+		h.Close()
 		os.Exit(1)
 	}()
 	p99 := make([][]float64, len(variants)) // ms, verified runs
@@ -185,9 +180,8 @@ func main() {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# What observability costs: access logs and /metrics\n\n")
-	fmt.Fprintf(&b, "`go run ./bench/obs --repeats %d --duration %v --connections %d`, %s, commit %s%s, %d CPUs, kernel %s, Go %s.\n\n",
-		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(commit)),
-		map[bool]string{true: " (with uncommitted changes)", false: ""}[len(dirty) > 0], runtime.NumCPU(), kernel(), runtime.Version())
+	fmt.Fprintf(&b, "`go run ./bench/obs --repeats %d --duration %v --connections %d`, %s, commit %s, %d CPUs, kernel %s, Go %s.\n\n",
+		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision, runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
 	fmt.Fprintf(&b, "%s\n\n", pinned)
 	fmt.Fprintf(&b, "A 1 KiB file over plain HTTP/1.1 on %d keep-alive connections, one server process per configuration (the engine with `workers = 1`; nginx with one worker), all started at once and measured in turns: in each of the %d rounds every configuration runs once with each client, and the order rotates so each takes every place. The logs go to files in `os.MkdirTemp`'s directory; the scraper (a goroutine of the harness, on the client's CPU) reads the whole `/metrics` body every 100 ms. Server CPU is utime+stime of the server's processes over the measured time, per response.\n\n", *conns, *repeats)
 	if wrkBin != "" {
@@ -403,11 +397,6 @@ func countLines(path string) int64 {
 		n++
 	}
 	return n
-}
-
-func kernel() string {
-	out, _ := exec.Command("uname", "-r").Output()
-	return strings.TrimSpace(string(out))
 }
 
 // base is the index of the row variant i is compared with: the same
