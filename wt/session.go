@@ -105,6 +105,20 @@ func (ss *Session) allow(b []byte) ([]byte, bool) {
 	return b[:max(left, 0)], true
 }
 
+// write sends b on a stream of the session, cut to what
+// MaxBytesPerSession leaves; the write that reaches the limit ends the
+// session, and returns how it ended.
+func (ss *Session) write(w io.Writer, b []byte) (int, error) {
+	b, limited := ss.allow(b)
+	n, err := w.Write(b)
+	ss.moved(n, false)
+	if err == nil && limited {
+		ss.end(CodeByteLimit, "max_bytes_per_session reached", false, false)
+		err = ss.Err()
+	}
+	return n, err
+}
+
 // maxCapsuleBytes bounds what a client may send on a session's CONNECT
 // stream: capsules are control, not payload, and do not count against
 // MaxBytesPerSession.

@@ -41,13 +41,7 @@ func (st *Stream) Read(b []byte) (int, error) {
 // it the session ends. A write the client refused (STOP_SENDING) abandons
 // the stream both ways.
 func (st *Stream) Write(b []byte) (int, error) {
-	b, limited := st.ss.allow(b)
-	n, err := st.q.Write(b)
-	st.ss.moved(n, false)
-	if err == nil && limited {
-		st.ss.end(CodeByteLimit, "max_bytes_per_session reached", false, false)
-		err = st.ss.Err()
-	}
+	n, err := st.ss.write(st.q, b)
 	if err != nil {
 		st.q.CancelRead(StreamCode(CodeAborted))
 		st.done(true, true)
@@ -118,13 +112,7 @@ type SendStream struct {
 
 // Write sends b to the client, up to what MaxBytesPerSession leaves.
 func (st *SendStream) Write(b []byte) (int, error) {
-	b, limited := st.ss.allow(b)
-	n, err := st.q.Write(b)
-	st.ss.moved(n, false)
-	if err == nil && limited {
-		st.ss.end(CodeByteLimit, "max_bytes_per_session reached", false, false)
-		err = st.ss.Err()
-	}
+	n, err := st.ss.write(st.q, b)
 	if err != nil {
 		st.once.Do(func() { st.ss.untrack(st) })
 	}
