@@ -48,6 +48,13 @@ type acmeManager struct {
 	mu     sync.Mutex
 	names  []string               // guarded by mu: the names managed
 	status map[string]*ACMEStatus // guarded by mu
+	// stored holds the certificates storage had for managed names when
+	// they were added (start, a reload), until certmagic's cache has
+	// them: certmagic loads stored certificates on goroutines of its
+	// own (ManageAsync), and a handshake that comes first must still get
+	// the certificate. An entry goes when certmagic reports the name
+	// cached, or the name is no longer managed.
+	stored map[string]*tls.Certificate // guarded by mu
 	cancel context.CancelFunc     // guarded by mu; set by start
 	runCtx context.Context        // guarded by mu; set by start
 }
@@ -73,7 +80,7 @@ func newACME(cfg *config.Config, log *slog.Logger, create bool) (*acmeManager, e
 	m := &acmeManager{
 		log: log.With("acme", a.CA), names: names, storage: a.Storage,
 		http01: a.HasChallenge(config.ChallengeHTTP), tlsALPN: a.HasChallenge(config.ChallengeTLSALPN),
-		status: map[string]*ACMEStatus{},
+		status: map[string]*ACMEStatus{}, stored: map[string]*tls.Certificate{},
 	}
 	for _, n := range names {
 		m.status[n] = &ACMEStatus{Name: n, Missing: "not obtained yet"}
@@ -147,9 +154,11 @@ func splitPort(addr string) (string, int) {
 	return h, n
 }
 
-// start loads the certificates storage has and asks the CA, in the
-// background, for those it has not and those due for renewal. It does
-// not wait for the CA.
+// start has certmagic manage the names: it loads what storage has into
+// its cache and asks the CA, in the background, for the certificates
+// storage has not and those due for renewal. It does not wait for the
+// CA. (The stored certificates are served before that: see loadStored,
+// which New calls before it binds a socket.)
 func (m *acmeManager) start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.mu.Lock()
@@ -199,6 +208,7 @@ func (m *acmeManager) setNames(names []string) error {
 		if !keep[n] {
 			removed = append(removed, certmagic.SubjectIssuer{Subject: n})
 			delete(m.status, n)
+			delete(m.stored, n)
 		}
 	}
 	m.names = names
@@ -207,12 +217,58 @@ func (m *acmeManager) setNames(names []string) error {
 		m.cache.RemoveManaged(removed)
 	}
 	if ctx := m.ctx(); len(added) > 0 && ctx != nil { // before start, start manages them
+		m.loadStored(ctx, added)
 		if err := m.magic.ManageAsync(ctx, added); err != nil {
 			return fmt.Errorf("engine: acme: %w", err)
 		}
 		m.log.Info("ACME: managing new names after a reload", "names", strings.Join(added, ","))
 	}
 	return nil
+}
+
+// storedLoadTimeout bounds the reading of stored certificates at start
+// or reload (storage may be a shared network file system).
+const storedLoadTimeout = 10 * time.Second
+
+// loadStored reads the certificate storage holds for each of names, so
+// that the first handshake for a name gets it: certmagic's ManageAsync
+// loads them on goroutines of its own, which a handshake arriving at once
+// can overtake. New calls it before it binds a socket (quic-go completes
+// handshakes from the moment its socket is bound, before Run), and a
+// reload before it manages added names. A certificate
+// that cannot be read, or is not valid now, is left to certmagic (which
+// renews or obtains it in the background).
+func (m *acmeManager) loadStored(ctx context.Context, names []string) {
+	ctx, cancel := context.WithTimeout(ctx, storedLoadTimeout)
+	defer cancel()
+	st := m.magic.Storage
+	key := m.issuer.IssuerKey()
+	now := time.Now()
+	for _, n := range names {
+		certPEM, err := st.Load(ctx, certmagic.StorageKeys.SiteCert(key, n))
+		if err != nil {
+			continue // none yet: certmagic obtains one
+		}
+		keyPEM, err := st.Load(ctx, certmagic.StorageKeys.SitePrivateKey(key, n))
+		if err != nil {
+			m.log.Warn("ACME: a stored certificate has no readable key; certmagic will replace it", "name", n, "err", err)
+			continue
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			m.log.Warn("ACME: a stored certificate cannot be used; certmagic will replace it", "name", n, "err", err)
+			continue
+		}
+		if cert.Leaf == nil || now.Before(cert.Leaf.NotBefore) || now.After(cert.Leaf.NotAfter) || cert.Leaf.VerifyHostname(n) != nil {
+			continue
+		}
+		m.mu.Lock()
+		if st := m.status[n]; st != nil {
+			m.stored[n] = &cert
+			st.NotAfter, st.Missing = cert.Leaf.NotAfter, ""
+		}
+		m.mu.Unlock()
+	}
 }
 
 // ctx is the context of the manager's orders, cancelled by stop.
@@ -254,6 +310,10 @@ func (m *acmeManager) certificate(hello *tls.ClientHelloInfo, name string) *tls.
 	}
 	now := time.Now()
 	m.mu.Lock()
+	if c := m.stored[name]; c != nil && now.Before(c.Leaf.NotAfter) {
+		m.mu.Unlock()
+		return c // certmagic has not loaded it yet
+	}
 	st := m.status[name]
 	logIt := st != nil && now.Sub(st.lastLog) >= 10*time.Second
 	var why string
@@ -386,6 +446,9 @@ func (m *acmeManager) onEvent(_ context.Context, event string, data map[string]a
 		sans, _ := data["sans"].([]string)
 		for _, n := range sans {
 			m.refresh(n)
+			m.mu.Lock()
+			delete(m.stored, serverName(n)) // certmagic serves it from now on
+			m.mu.Unlock()
 		}
 	}
 	return nil

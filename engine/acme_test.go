@@ -779,6 +779,78 @@ func TestACMEOCSPStaple(t *testing.T) {
 	}
 }
 
+// TestACMERestartServesStored: an engine restarted with a valid
+// certificate in storage serves it on the very first handshake, over TCP
+// and over HTTP/3, restart after restart, and asks the CA for nothing.
+// (certmagic loads stored certificates on goroutines of its own; a
+// handshake the moment the loops accept must not overtake them.)
+func TestACMERestartServesStored(t *testing.T) {
+	t.Parallel()
+	dns := startDNS(t)
+	p := newPebble(t, dns, freeTCPPort(t), freeTCPPort(t))
+	p.start()
+	root, body := acmeSite(t)
+	cfg := acmeConfig(p, t.TempDir(), root, []string{"a.example.com"}, "tls-alpn-01")
+	roots := pool(p.root())
+	srv := startLog(t, cfg, nil)
+	var leaf *x509.Certificate
+	var err error
+	if !waitFor(scale(30*time.Second), func() bool {
+		_, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots)
+		return err == nil
+	}) {
+		t.Fatalf("no certificate obtained: %v\n%s", err, p.logText())
+	}
+	want := serial(leaf)
+	srv.stop()
+	issued := p.issued()
+	for i := range 20 {
+		srv = startLog(t, cfg, nil)
+		proto := "HTTP/1.1"
+		var got []byte
+		if i%2 == 0 {
+			got, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots)
+		} else {
+			proto = "HTTP/3"
+			got, leaf, err = h3Get(srv.addr, "a.example.com", "/file.txt", roots)
+		}
+		srv.stop()
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("restart %d: the first %s request after start: %v (%d bytes)", i+1, proto, err, len(got))
+		}
+		if serial(leaf) != want {
+			t.Fatalf("restart %d: served serial %s, want the stored %s", i+1, serial(leaf), want)
+		}
+	}
+	if n := p.issued() - issued; n != 0 {
+		t.Errorf("20 restarts with the certificate in storage made the CA issue %d more", n)
+	}
+}
+
+// h3Get is tlsGet over HTTP/3.
+func h3Get(addr, name, path string, roots *x509.CertPool) ([]byte, *x509.Certificate, error) {
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: name}}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+addr+path, nil)
+	req.Host = name
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	var leaf *x509.Certificate
+	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
+		leaf = resp.TLS.PeerCertificates[0]
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("status %s", resp.Status)
+	}
+	return body, leaf, err
+}
+
 // parseConfig parses and validates a config text as engine serve does.
 func parseConfig(t *testing.T, text string) *config.Config {
 	t.Helper()

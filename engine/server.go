@@ -302,9 +302,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("serving", "addr", s.Addr(), "workers", len(s.group.Loops()), "steering", s.group.Steering(),
 		"sites", s.sites.describe())
 	if s.acme != nil {
-		// Before the loops accept: certificates in storage are in the
-		// cache by the first handshake (connections wait in the
-		// listener's backlog meanwhile; orders run in the background).
+		// Certificates in storage are served already (New loaded
+		// them); certmagic takes over their renewal, and orders the
+		// missing ones in the background.
 		if err := s.acme.start(); err != nil {
 			s.log.Error("ACME could not start; names without a stored certificate get none", "err", err)
 		}
@@ -407,6 +407,9 @@ func (s *Server) setupTLS() error {
 			return err
 		}
 		s.acme, s.certs.acme = m, m
+		// Before any socket is bound: the certificates storage holds
+		// are served from the first handshake (TCP or QUIC).
+		m.loadStored(context.Background(), m.names)
 	}
 	if s.cfg.SelfSigned() {
 		cert, err := selfSignedCert()
