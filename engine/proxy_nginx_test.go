@@ -370,14 +370,24 @@ func TestProxyTrailers(t *testing.T) {
 // short (it is read and dropped, and the connection reused), while an
 // upstream still working on the request learns of the close within
 // about a second (drainWait), as nginx's upstream would at once.
+//
+// Ordered by events, not sleeps: each short request is answered only
+// once the engine has noticed its client's close, and max_conns = 1
+// makes the next request wait for the drained connection rather than
+// race it: so a second upstream connection means the drained one was
+// closed, never that it came back a moment late.
 func TestProxyDrainOnClientAbort(t *testing.T) {
 	canceled := make(chan time.Duration, 1)
+	arrived := make(chan struct{})
+	release := make(chan struct{})
 	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/quick":
-			time.Sleep(50 * time.Millisecond) // the client is gone by now
+			arrived <- struct{}{}
+			<-release // the client is gone by now
 			io.WriteString(w, "short answer")
 		case "/slow":
+			arrived <- struct{}{}
 			t0 := time.Now()
 			select {
 			case <-r.Context().Done():
@@ -390,7 +400,9 @@ func TestProxyDrainOnClientAbort(t *testing.T) {
 		}
 	}))
 	// One reactor: pools are per reactor, and the clients must share one.
-	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "", b.hostPort()))
+	// trusted_proxies: the one client address may hold the one connection.
+	ts := start(t, "workers = 1\n"+strings.Replace(proxyConfig(t, "/", "max_conns = 1\nresponse_timeout = \"20s\"\n", b.hostPort()),
+		"enabled = true\n", "enabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n", 1))
 	get := func() {
 		t.Helper()
 		resp, err := http.Get(ts.url + "/ok")
@@ -400,13 +412,24 @@ func TestProxyDrainOnClientAbort(t *testing.T) {
 		io.ReadAll(resp.Body)
 		resp.Body.Close()
 	}
+	wait := func(what string, ch chan struct{}) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(scale(10 * time.Second)):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 	get()
-	for range 5 {
+	for i := range 5 {
 		c := dial(t, ts.addr)
 		c.send("GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
-		time.Sleep(10 * time.Millisecond)
+		wait("the request to reach the upstream", arrived)
 		c.Close()
-		time.Sleep(80 * time.Millisecond) // the response arrives and is dropped
+		if !waitFor(scale(10*time.Second), func() bool { return ts.Stats().ProxyDrained == int64(i+1) }) {
+			t.Fatalf("the engine did not start draining after client %d left: ProxyDrained = %d", i+1, ts.Stats().ProxyDrained)
+		}
+		release <- struct{}{} // the response arrives and is dropped
 		get()
 	}
 	if n := b.conns.Load(); n != 1 {
@@ -418,7 +441,7 @@ func TestProxyDrainOnClientAbort(t *testing.T) {
 
 	c := dial(t, ts.addr)
 	c.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-	time.Sleep(100 * time.Millisecond)
+	wait("the slow request to reach the upstream", arrived)
 	c.Close()
 	if d := <-canceled; d < 0 || d > scale(3*time.Second) {
 		t.Errorf("the upstream learned of the client's close after %v; want about 1 s", d)
