@@ -20,9 +20,10 @@ import (
 )
 
 // TestQuick runs the comparison harness in --quick mode against the engine
-// alone (nginx and Caddy are not installed in CI; the full comparison is
-// documented in docs/BENCHMARKS.md): fixtures, certificate, servers, the
-// gated runs and the report are exercised end to end.
+// alone (the peers' configurations are started in TestPeersAnswer; the
+// full comparison is documented in docs/BENCHMARKS.md): fixtures,
+// certificate, servers, the gated runs and the report are exercised end
+// to end.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")

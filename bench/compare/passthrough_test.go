@@ -50,13 +50,8 @@ func TestQuickPassthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	for _, tool := range []string{"nginx", "haproxy", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (.ci/run installs it)", tool)
-		}
-	}
-	if _, err := os.Stat(toolNginxStream.files[0]); err != nil {
-		t.Skipf("nginx's stream module is not installed (apt-get install libnginx-mod-stream; .ci/run installs it)")
+	for _, tool := range []debTool{toolNginxStream, toolHAProxy, toolCurl} {
+		requireDebTool(t, tool)
 	}
 	out := filepath.Join(t.TempDir(), "BENCHMARKS-passthrough.md")
 	cmd := exec.Command("go", "run", ".", "--client", "passthrough", "--quick", "--workloads", "pass-large-h1-tls,pass-large-h3", "--out", out)

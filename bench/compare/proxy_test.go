@@ -85,17 +85,15 @@ func TestRenderProxy(t *testing.T) {
 // fixed-rate row (engine bench, no external client) with the engine,
 // nginx and HAProxy as proxies in front of the nginx backend: the
 // templates, the backend's connection count and the page, end to end.
-// .ci/run installs nginx and HAProxy; Caddy is built from the module
-// proxy only by hand-started runs.
+// .ci/run installs nginx and HAProxy. Caddy's proxy configuration is
+// started in TestPeersAnswer, not here: without $CADDY this run would
+// build it first.
 func TestQuickProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	for _, tool := range []string{"nginx", "haproxy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (apt-get install %s; .ci/run installs it)", tool, tool)
-		}
-	}
+	requireDebTool(t, toolNginx)
+	requireDebTool(t, toolHAProxy)
 	out := filepath.Join(t.TempDir(), "BENCHMARKS-proxy.md")
 	cmd := exec.Command("go", "run", ".", "--client", "proxy", "--quick", "--servers", "engine,nginx,haproxy", "--workloads", "proxy-1k-h1-tls-5000", "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {

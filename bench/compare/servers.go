@@ -429,6 +429,17 @@ func caddyAbout(bin string) string {
 	return "(version unknown)"
 }
 
+// cachedCaddy is where findCaddy builds Caddy caddyVersion, and looks
+// for it before building: a folder of the user's cache directory per
+// version.
+func cachedCaddy() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory to build Caddy into (%v); name a binary with --caddy PATH", err)
+	}
+	return filepath.Join(cache, "engine-compare", "caddy-"+caddyVersion, "caddy"), nil
+}
+
 // findCaddy returns the caddy binary to measure: the one named, or else
 // Caddy caddyVersion, built once from the Go module proxy into the user's
 // cache directory and reused from there.
@@ -439,12 +450,11 @@ func findCaddy(named string) (string, error) {
 		}
 		return named, nil
 	}
-	cache, err := os.UserCacheDir()
+	bin, err := cachedCaddy()
 	if err != nil {
-		return "", fmt.Errorf("no cache directory to build Caddy into (%v); name a binary with --caddy PATH", err)
+		return "", err
 	}
-	dir := filepath.Join(cache, "engine-compare", "caddy-"+caddyVersion)
-	bin := filepath.Join(dir, "caddy")
+	dir := filepath.Dir(bin)
 	if bi, err := buildinfo.ReadFile(bin); err == nil && bi.Main.Version == caddyVersion {
 		log.Printf("caddy %s: using %s (built before)", caddyVersion, bin)
 		return bin, nil

@@ -9,8 +9,10 @@ import (
 
 // allowance excuses a skip, but only on a machine that really lacks what
 // the test needs: each is checked on the machine the tests just ran on.
-// Missing tools (curl, openssl, h2load, b3sum, h2spec, pebble, nginx, haproxy,
-// gzip, brotli, zstd, qemu and the VM kernel) are never excused: .ci/run installs them, and
+// Missing tools (curl, openssl, h2load, wrk, b3sum, h2spec, pebble, nginx
+// and its stream module, haproxy, lighttpd and its TLS module, Caddy at
+// bench/compare's pinned version, gzip, brotli, zstd, qemu and the VM
+// kernel) are never excused: .ci/run installs them, and
 // ENGINE_REQUIRE_TOOLS and ENGINE_REQUIRE_VM make them failures anyway.
 type allowance struct {
 	test   string // the test's name; its subtests too; "" for any test
