@@ -457,8 +457,11 @@ func (s *Server) setupTLS() error {
 		if allow12 && !slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
 			clone()
 			c.SessionTicketsDisabled = true
-			if !s.certs.cur.Load().allows12(hello.ServerName) {
-				c.MinVersion = tls.VersionTLS13 // this site is 1.3 only: the handshake fails
+			if t := s.certs.cur.Load(); !t.allows12(hello.ServerName) && t.pick(serverName(hello.ServerName)) != nil {
+				// This name is 1.3 only: the handshake fails
+				// (protocol_version). A name nothing serves gets no
+				// certificate instead: unrecognized_name.
+				c.MinVersion = tls.VersionTLS13
 			}
 		}
 		// A site that turned session tickets off gets full handshakes.
