@@ -64,6 +64,180 @@ func namedGet(t *testing.T, addr string, pool *x509.CertPool, proto, sni, host, 
 	return resp.StatusCode, string(body), err
 }
 
+// TestMisdirectedRouteVersion: the TLS facts of a connection (the name
+// its handshake chose, the version it settled on) must be ones the
+// request's Host would have been given, whether a site or a proxy route
+// answers that Host. One certificate covers every name here, so only the
+// minimum version tells them apart. A TLS 1.2 client naming a site that
+// allows 1.2 cannot reach a TLS 1.3-only route by its Host (the upstream
+// sees nothing), nor, with routes that allow 1.2, a 1.3-only site through
+// a route's name; what the facts allow is served on HTTP/1.1, HTTP/2 and
+// HTTP/3.
+func TestMisdirectedRouteVersion(t *testing.T) {
+	root := siteRoot(t)
+	pki := newPKI(t, t.TempDir(), "old.test", "new.test", "api.test")
+	up, seen := countingBackend(t)
+	conf := func(proxyMin string) string {
+		return fmt.Sprintf(ktlsAuto+`
+[[sites]]
+domain = "old.test"
+root = %[1]q
+[sites.tls]
+cert = %[2]q
+key = %[3]q
+min_version = "1.2"
+[[sites]]
+domain = "new.test"
+root = %[1]q
+[sites.tls]
+cert = %[2]q
+key = %[3]q
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %[2]q
+key = %[3]q
+min_version = %[5]q
+[[reverse_proxy.routes]]
+domain = "api.test"
+upstreams = [%[4]q]
+[[reverse_proxy.routes]]
+domain = "new.test"
+path_prefix = "/api/"
+upstreams = [%[4]q]
+`, root, pki.certFile, pki.keyFile, up.hostPort(), proxyMin)
+	}
+	type check struct {
+		proto, sni, host, path string
+		v12                    bool
+		want                   int
+	}
+	run := func(ts *testServer, checks []check) {
+		t.Helper()
+		for _, c := range checks {
+			before := seen.Load()
+			code, body, err := namedGet(t, ts.addr, pki.pool, c.proto, c.sni, c.host, c.path, c.v12)
+			if err != nil {
+				t.Errorf("%s SNI %s Host %s %s (TLS 1.2: %v): %v", c.proto, c.sni, c.host, c.path, c.v12, err)
+				continue
+			}
+			if code != c.want {
+				t.Errorf("%s SNI %s Host %s %s (TLS 1.2: %v): %d %.60q, want %d", c.proto, c.sni, c.host, c.path, c.v12, code, body, c.want)
+			}
+			if n := seen.Load() - before; c.want == 421 && n != 0 {
+				t.Errorf("%s SNI %s Host %s %s (TLS 1.2: %v): refused, yet the upstream saw %d request(s)", c.proto, c.sni, c.host, c.path, c.v12, n)
+			}
+			if c.want == 200 && strings.HasPrefix(c.path, "/api/") != strings.HasPrefix(body, "upstream ") {
+				t.Errorf("%s SNI %s Host %s %s: answered %.60q by the wrong side", c.proto, c.sni, c.host, c.path, body)
+			}
+		}
+	}
+
+	// Routes TLS 1.3 only ([reverse_proxy.tls] and new.test's own).
+	ts := start(t, conf("1.3"))
+	var checks []check
+	for _, p := range []string{"h1", "h2"} {
+		checks = append(checks,
+			// A 1.3-only route, by Host, on a 1.2 connection made for a
+			// site that allows 1.2: refused before the upstream.
+			check{p, "old.test", "api.test", "/api/x", true, 421},
+			check{p, "old.test", "new.test", "/api/x", true, 421},
+			check{p, "old.test", "new.test", "/alpha.txt", true, 421},
+			// The same over 1.3, which every name accepts with this
+			// certificate; and each name by itself.
+			check{p, "old.test", "api.test", "/api/x", false, 200},
+			check{p, "old.test", "new.test", "/api/x", false, 200},
+			check{p, "api.test", "api.test", "/api/x", false, 200},
+			check{p, "new.test", "new.test", "/api/x", false, 200},
+			check{p, "old.test", "old.test", "/alpha.txt", true, 200},
+		)
+	}
+	checks = append(checks,
+		check{"h3", "old.test", "api.test", "/api/x", false, 200},
+		check{"h3", "api.test", "api.test", "/api/x", false, 200},
+		check{"h3", "new.test", "new.test", "/api/x", false, 200},
+	)
+	run(ts, checks)
+	ts.stop()
+
+	// Routes that allow TLS 1.2: api.test's name no longer reaches the
+	// 1.3-only site (nor new.test's route) over 1.2.
+	ts = start(t, conf("1.2"))
+	checks = nil
+	for _, p := range []string{"h1", "h2"} {
+		checks = append(checks,
+			check{p, "api.test", "new.test", "/alpha.txt", true, 421},
+			check{p, "api.test", "new.test", "/api/x", true, 421},
+			check{p, "api.test", "api.test", "/api/x", true, 200},
+			check{p, "api.test", "old.test", "/alpha.txt", true, 200},
+			check{p, "api.test", "new.test", "/alpha.txt", false, 200},
+		)
+	}
+	run(ts, checks)
+}
+
+// TestMisdirectedRouteCertificate: a site and a route with certificates
+// of their own. A connection made for one (its certificate) does not
+// carry requests for the other, in either direction, on HTTP/1.1, HTTP/2
+// and HTTP/3; each is served on its own.
+func TestMisdirectedRouteCertificate(t *testing.T) {
+	root := siteRoot(t)
+	site := newPKI(t, t.TempDir(), "files.test")
+	proxy := newPKI(t, t.TempDir(), "api.test", "files.test")
+	pool := site.pool.Clone()
+	pool.AppendCertsFromPEM(mustRead(t, proxy.caFile))
+	up, seen := countingBackend(t)
+	ts := start(t, fmt.Sprintf(ktlsAuto+`
+[[sites]]
+domain = "files.test"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "api.test"
+upstreams = [%q]
+[[reverse_proxy.routes]]
+domain = "files.test"
+path_prefix = "/api/"
+upstreams = [%[6]q]
+`, root, site.certFile, site.keyFile, proxy.certFile, proxy.keyFile, up.hostPort()))
+	for _, p := range []string{"h1", "h2", "h3"} {
+		for _, c := range []struct {
+			sni, host, path string
+			want            int
+		}{
+			{"files.test", "files.test", "/alpha.txt", 200},
+			{"files.test", "files.test", "/api/x", 200},
+			{"api.test", "api.test", "/api/x", 200},
+			// The route's name (its certificate, which also covers
+			// files.test) does not reach the site, nor the site's name
+			// the route.
+			{"api.test", "files.test", "/alpha.txt", 421},
+			{"api.test", "files.test", "/api/x", 421},
+			{"files.test", "api.test", "/api/x", 421},
+		} {
+			before := seen.Load()
+			code, body, err := namedGet(t, ts.addr, pool, p, c.sni, c.host, c.path, false)
+			if err != nil {
+				t.Errorf("%s SNI %s Host %s %s: %v", p, c.sni, c.host, c.path, err)
+				continue
+			}
+			if code != c.want {
+				t.Errorf("%s SNI %s Host %s %s: %d %.60q, want %d", p, c.sni, c.host, c.path, code, body, c.want)
+			}
+			if n := seen.Load() - before; c.want == 421 && n != 0 {
+				t.Errorf("%s SNI %s Host %s %s: refused, yet the upstream saw %d request(s)", p, c.sni, c.host, c.path, n)
+			}
+		}
+	}
+}
+
 // TestUnservedName: a handshake for a name no site and no route names
 // (or for no name) is refused with unrecognized_name, over TCP and QUIC,
 // unless something takes such names (here a site marked default), and a
