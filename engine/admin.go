@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
@@ -28,14 +32,113 @@ const (
 	adminWriteTimeout = 2 * time.Minute
 	adminIdleTimeout  = time.Minute
 	adminMaxHeader    = 16 << 10
+	adminRefusalLogs  = 5 // lines a second about refused Hosts, at most
 )
 
 // admin is the [admin] listener: /metrics, /healthz, /debug/pprof/. It is
 // served by net/http on goroutines of its own, never by the reactors; a
 // scrape reads the servers' counters and locks nothing a reactor waits on.
 type admin struct {
-	ln  net.Listener
-	srv *http.Server
+	// Immutable after listenAdmin.
+	ln    net.Listener
+	srv   *http.Server
+	hosts adminHosts
+	log   *slog.Logger
+
+	mu      sync.Mutex // guards limiter: requests run on goroutines of their own
+	limiter logLimiter // refused Hosts
+}
+
+// adminHosts are the Host values the admin listener answers. A page in
+// the operator's browser can point a name of its own at 127.0.0.1 (DNS
+// rebinding) and then read /metrics and /debug/pprof/ as its own origin;
+// the Host it sends is still that name. So only names no page can rebind
+// pass: IP literals of loopback addresses and "localhost", with any port
+// or none, and the listen address itself (as configured and as bound,
+// and its host alone when that is an IP literal). A listener on every
+// address (allow_remote with 0.0.0.0 or [::]) takes any IP literal: a
+// browser sends one only to the address it names. Anything else, an
+// empty Host included, gets 403 (as Caddy's admin API does).
+type adminHosts struct {
+	exact map[string]bool // lowercase Host values besides the loopback ones
+	anyIP bool            // the listener is on every address
+}
+
+// newAdminHosts allows listen (as configured) and bound (the listener's
+// address, which names the port listen left to the kernel).
+func newAdminHosts(listen, bound string) adminHosts {
+	a := adminHosts{exact: map[string]bool{}}
+	for _, hp := range []string{listen, bound} {
+		hp = strings.ToLower(hp)
+		a.exact[hp] = true
+		host, _, err := net.SplitHostPort(hp)
+		if err != nil {
+			continue
+		}
+		ip, err := netip.ParseAddr(host)
+		switch {
+		case host == "":
+			a.anyIP = true
+		case err != nil:
+		case ip.IsUnspecified():
+			a.anyIP = true
+		case ip.Is6():
+			a.exact["["+host+"]"] = true
+		default:
+			a.exact[host] = true
+		}
+	}
+	return a
+}
+
+// allowed reports whether the admin listener answers a request whose
+// Host (its authority) is host.
+func (a adminHosts) allowed(host string) bool {
+	if host == "" {
+		return false
+	}
+	host = strings.ToLower(host)
+	if a.exact[host] {
+		return true
+	}
+	name := host
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if strings.Trim(port, "0123456789") != "" {
+			return false
+		}
+		name = h
+	} else if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		name = host[1 : len(host)-1]
+	}
+	if name == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(name)
+	if err != nil || ip.Zone() != "" {
+		return false
+	}
+	return ip.Unmap().IsLoopback() || a.anyIP
+}
+
+// guard answers 403 to a request whose Host the listener does not answer
+// (adminHosts), before next sees it.
+func (a *admin) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.hosts.allowed(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		a.mu.Lock()
+		a.limiter.log(a.log, "admin: request refused: its Host is not a loopback address, localhost or the listen address",
+			"peer", r.RemoteAddr, "host", r.Host, "path", r.URL.Path)
+		a.mu.Unlock()
+		h := w.Header()
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, "forbidden: this Host is not served here\n")
+	})
 }
 
 // listenAdmin binds [admin] listen.
@@ -73,16 +176,19 @@ func (s *Server) listenAdmin() error {
 		}
 	})
 	s.admin = &admin{
-		ln: netutil.LimitListener(ln, adminMaxConns),
-		srv: &http.Server{
-			Handler:           mux,
-			ReadHeaderTimeout: adminHeadTimeout,
-			ReadTimeout:       adminReadTimeout,
-			WriteTimeout:      adminWriteTimeout,
-			IdleTimeout:       adminIdleTimeout,
-			MaxHeaderBytes:    adminMaxHeader,
-			ErrorLog:          nil,
-		},
+		ln:      netutil.LimitListener(ln, adminMaxConns),
+		hosts:   newAdminHosts(a.Listen, ln.Addr().String()),
+		log:     s.log,
+		limiter: logLimiter{perSecond: adminRefusalLogs},
+	}
+	s.admin.srv = &http.Server{
+		Handler:           s.admin.guard(mux),
+		ReadHeaderTimeout: adminHeadTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeader,
+		ErrorLog:          nil,
 	}
 	return nil
 }

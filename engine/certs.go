@@ -14,13 +14,22 @@ import (
 )
 
 // certTable chooses a certificate by SNI: exact name, then wildcard, then
-// the default (the default site's, or the first site's).
+// the default. It is the one rule for which names the engine's TLS
+// serves, for sites and routes alike, and with what: a name's TLS facts
+// (certificate, minimum version) are its site's when a site names it
+// (exactly or by wildcard), else [reverse_proxy.tls]'s when a route that
+// terminates TLS does. A name neither names (or no name at all) gets the
+// default's when something takes such names: a "*" site, the site marked
+// default, the top-level root (with the certificate it borrows), or a
+// "*" route, in that order. Otherwise it gets no certificate, and the
+// handshake fails with unrecognized_name; the first site is no default
+// of its own accord. Requests are held to the same facts (misdirected).
 type certTable struct {
 	exact     map[string]*tls.Certificate
 	wildcards []wildcardCert
-	def       *tls.Certificate
-	// TLS 1.2: the names (and wildcard suffixes) of sites with
-	// min_version = "1.2", and whether the default site is one.
+	def       *tls.Certificate // nil: names nothing names are refused
+	// TLS 1.2: whether each name (and wildcard suffix) of the table
+	// accepts it (min_version = "1.2"), and whether the default does.
 	v12   map[string]bool
 	def12 bool
 	// acme maps the placeholder certificate of each ACME name to the
@@ -68,102 +77,147 @@ type certStore struct {
 // the config key.
 func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable, error) {
 	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, acme: map[*tls.Certificate]string{}}
-	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so sites sharing files share it
+	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so tables sharing files share it
+	load := func(key string, c *config.TLS) (*tls.Certificate, error) {
+		if cert := loaded[c.Cert+"\x00"+c.Key]; cert != nil {
+			return cert, nil
+		}
+		cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+		if err != nil {
+			return nil, &config.Error{File: cfg.File(), Line: cfg.Line(key + ".cert"), Key: key,
+				Msg: fmt.Sprintf("cannot load certificate %s with key %s: %v", c.Cert, c.Key, err)}
+		}
+		loaded[c.Cert+"\x00"+c.Key] = &cert
+		return &cert, nil
+	}
 	placeholder := func(domain string) *tls.Certificate {
 		c := new(tls.Certificate)
 		t.acme[c] = serverName(domain)
 		return c
 	}
-	for i := range cfg.Sites {
-		sc := &cfg.Sites[i]
-		var cert *tls.Certificate
+	// add gives the name d (normalized; "*.suffix" for a wildcard) cert
+	// and its minimum version, unless a table before it took the name.
+	add := func(d string, cert *tls.Certificate, v12 bool) {
 		switch {
-		case sc.TLS.ACME:
-			cert = placeholder(sc.Domain)
-		case sc.TLS.Cert != "":
-			cert = loaded[sc.TLS.Cert+"\x00"+sc.TLS.Key]
-			if cert == nil {
-				c, err := tls.LoadX509KeyPair(sc.TLS.Cert, sc.TLS.Key)
-				if err != nil {
-					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(fmt.Sprintf("sites[%d].tls.cert", i)),
-						Key: fmt.Sprintf("sites[%d].tls", i),
-						Msg: fmt.Sprintf("cannot load certificate %s with key %s: %v", sc.TLS.Cert, sc.TLS.Key, err)}
-				}
-				cert = &c
-				loaded[sc.TLS.Cert+"\x00"+sc.TLS.Key] = cert
-			}
-		case selfSigned != nil:
-			cert = selfSigned
-		default:
-			continue
-		}
-		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
-		v12 := sc.TLS.MinVersion == "1.2"
-		switch {
-		case d == "*":
 		case strings.HasPrefix(d, "*."):
-			t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
-			t.v12[d[1:]] = v12
-		default:
+			if _, ok := t.v12[d[1:]]; !ok {
+				t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
+				t.v12[d[1:]] = v12
+			}
+		case t.exact[d] == nil:
 			t.exact[d] = cert
 			t.v12[d] = v12
 		}
-		if t.def == nil || sc.Default || d == "*" {
-			t.def = cert
-			t.def12 = v12
+	}
+
+	// Each site's own certificate; nil for those without one.
+	certs := make([]*tls.Certificate, len(cfg.Sites))
+	var first *tls.Certificate // the first site's with one
+	var first12 bool
+	for i := range cfg.Sites {
+		sc := &cfg.Sites[i]
+		switch {
+		case sc.TLS.ACME:
+			certs[i] = placeholder(sc.Domain)
+		case sc.TLS.Cert != "":
+			c, err := load(fmt.Sprintf("sites[%d].tls", i), &sc.TLS)
+			if err != nil {
+				return nil, err
+			}
+			certs[i] = c
+		default:
+			certs[i] = selfSigned
+		}
+		if first == nil && certs[i] != nil {
+			first, first12 = certs[i], sc.TLS.MinVersion == "1.2"
 		}
 	}
-	if rp := &cfg.ReverseProxy; rp.Enabled {
-		// The proxy's certificate answers for the route domains that no
-		// site's certificate names.
-		cert := selfSigned
+	// The proxy's certificate answers for the route domains that no
+	// site's certificate names.
+	rp := &cfg.ReverseProxy
+	var proxyCert *tls.Certificate
+	if rp.Enabled {
+		proxyCert = selfSigned
 		if rp.TLS.Cert != "" {
-			c, err := tls.LoadX509KeyPair(rp.TLS.Cert, rp.TLS.Key)
+			c, err := load("reverse_proxy.tls", &rp.TLS)
 			if err != nil {
-				return nil, &config.Error{File: cfg.File(), Line: cfg.Line("reverse_proxy.tls.cert"), Key: "reverse_proxy.tls",
-					Msg: fmt.Sprintf("cannot load certificate %s with key %s: %v", rp.TLS.Cert, rp.TLS.Key, err)}
+				return nil, err
 			}
-			cert = &c
+			proxyCert = c
 		}
+	}
+	// Sites without a certificate of their own, and the top-level root,
+	// which has no TLS settings, borrow one with its minimum version: the
+	// first site's, else the proxy's, else the self-signed one.
+	fallback, fallback12 := first, first12
+	if fallback == nil {
+		fallback, fallback12 = proxyCert, rp.TLS.MinVersion == "1.2"
+	}
+	if fallback == nil {
+		fallback, fallback12 = selfSigned, false
+	}
+
+	var star, dflt *tls.Certificate // the "*" site's, the default site's
+	var star12, dflt12 bool
+	for i := range cfg.Sites {
+		sc := &cfg.Sites[i]
+		cert := certs[i]
+		if cert == nil {
+			cert = fallback
+		}
+		if cert == nil {
+			continue // nothing to serve it with: its handshakes fail
+		}
+		d := serverName(sc.Domain)
+		v12 := sc.TLS.MinVersion == "1.2"
+		if d == "*" {
+			star, star12 = cert, v12
+		} else {
+			add(d, cert, v12)
+		}
+		if sc.Default {
+			dflt, dflt12 = cert, v12
+		}
+	}
+	var anyRoute bool // a terminating "*" route
+	if rp.Enabled {
 		v12 := rp.TLS.MinVersion == "1.2"
 		for i := range rp.Routes {
-			d := strings.ToLower(strings.TrimSuffix(rp.Routes[i].Domain, "."))
-			if rp.TLS.ACME && d != "*" && !strings.HasPrefix(d, "*.") && !rp.Routes[i].Passthrough && t.exact[d] == nil {
-				t.exact[d] = placeholder(d)
-				t.v12[d] = v12
-				if t.def == nil {
-					t.def, t.def12 = t.exact[d], v12
-				}
+			r := &rp.Routes[i]
+			if r.Passthrough {
 				continue
 			}
-			if cert == nil {
-				continue
-			}
+			d := serverName(r.Domain)
 			switch {
 			case d == "*":
-				if t.def == nil {
-					t.def, t.def12 = cert, v12
-				}
-			case strings.HasPrefix(d, "*."):
-				if _, ok := t.v12[d[1:]]; !ok {
-					t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
-					t.v12[d[1:]] = v12
-				}
-			default:
+				anyRoute = true
+			case rp.TLS.ACME && !strings.HasPrefix(d, "*."):
 				if t.exact[d] == nil {
-					t.exact[d] = cert
-					t.v12[d] = v12
+					add(d, placeholder(d), v12)
 				}
+			case proxyCert != nil:
+				add(d, proxyCert, v12)
 			}
 		}
-		if t.def == nil && cert != nil {
-			t.def, t.def12 = cert, v12
+	}
+
+	// The default, for names nothing names: a "*" site, the site marked
+	// default, the top-level root with the certificate it borrows, a "*"
+	// route; none otherwise.
+	switch {
+	case star != nil:
+		t.def, t.def12 = star, star12
+	case dflt != nil:
+		t.def, t.def12 = dflt, dflt12
+	case cfg.Root != "":
+		t.def, t.def12 = fallback, fallback12
+	case anyRoute:
+		t.def, t.def12 = proxyCert, rp.TLS.MinVersion == "1.2"
+		if t.def == nil {
+			t.def = fallback
 		}
 	}
-	if t.def == nil {
-		t.def = selfSigned
-	}
-	if t.def == nil {
+	if t.def == nil && len(t.exact) == 0 && len(t.wildcards) == 0 {
 		return nil, &config.Error{File: cfg.File(), Key: "sites", Msg: "no certificate to serve TLS with; add [sites.tls] cert and key, or run serve --self-signed"}
 	}
 	return t, nil
@@ -198,35 +252,49 @@ func (t *certTable) pick(name string) *tls.Certificate {
 	return t.def
 }
 
-// misdirected reports whether a request naming host (normalized as
-// siteTable.lookup leaves it: lowercase, without port or trailing dot) on
-// a TLS connection whose handshake named sniName and settled on version
-// must be answered 421 Misdirected Request (RFC 9110 §15.5.20): the Host
-// names a site with another TLS policy than the one the handshake was
-// made for, another certificate, or TLS 1.3 only on a TLS 1.2 connection,
-// or a domain a passthrough route relays. Otherwise a client
-// could reach a 1.3-only site over 1.2, or a site under a certificate that
-// is not its own, by naming another site in SNI. A request without a Host
-// is not judged.
+// misdirected reports whether a request naming host (normalized:
+// lowercase, without port or trailing dot) on a TLS connection whose
+// handshake named sniName and settled on version must be answered 421
+// Misdirected Request (RFC 9110 §15.5.20), whether a site or a route
+// would answer it: the connection's TLS facts are not ones a handshake
+// naming host would have had (certTable). Host names nothing the
+// engine's TLS serves, or a name with another certificate, or one that
+// accepts TLS 1.3 only on a TLS 1.2 connection; or a domain a
+// passthrough route relays. Otherwise a client could reach a 1.3-only
+// site or route over 1.2, or a site or route under a certificate that is
+// not its own, by naming another in SNI. A request without a Host is not
+// judged.
 func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
-	if s.pass != nil && len(host) > 0 && s.pass.route(string(host)) != nil && serverName(sniName) != string(host) {
+	if len(host) == 0 {
+		return false
+	}
+	h, sni := string(host), serverName(sniName)
+	if s.pass != nil && s.pass.route(h) != nil && sni != h {
 		// A relayed name: its origin answers it, on a connection of
 		// its own.
 		return true
 	}
-	if s.certs == nil || len(host) == 0 || len(s.sites.all) == 1 {
-		return false // one site has one policy (and lookup leaves host unnormalized, unless passthrough routes exist)
-	}
-	sni := serverName(sniName)
-	if string(host) == sni {
-		return false
+	if s.certs == nil || h == sni {
+		return false // the handshake was for this very name
 	}
 	t := s.certs.cur.Load()
-	h := string(host)
-	if t.pick(h) != t.pick(sni) {
+	if c := t.pick(h); c == nil || c != t.pick(sni) {
 		return true
 	}
 	return version < tls.VersionTLS13 && !t.allows12(h)
+}
+
+// servesName reports whether the engine answers host (normalized) on its
+// TLS listener: a passthrough route relays it, or a handshake naming it
+// gets a certificate (certTable's rule). An empty host names nothing.
+func (s *Server) servesName(host string) bool {
+	if host == "" {
+		return false
+	}
+	if s.pass != nil && s.pass.route(host) != nil {
+		return true
+	}
+	return s.certs != nil && s.certs.cur.Load().pick(host) != nil
 }
 
 // selfSignedCert makes an in-memory ECDSA P-256 certificate for trying

@@ -105,6 +105,7 @@ func newCollector(s *Server) *collector {
 		counter("upstream_timeouts_total", "Upstream response or send timeouts (504).", func(s *snapshot) int64 { return s.ProxyTimeouts })
 		counter("upstream_bad_responses_total", "Upstream responses that could not be relayed (502, or a reset mid-body).", func(s *snapshot) int64 { return s.ProxyBadResponses })
 		counter("upstream_drained_total", "Upstream responses read and dropped after their client left, to keep the connection.", func(s *snapshot) int64 { return s.ProxyDrained })
+		counter("upstream_unsolicited_total", "Upstream connections closed, not reused, for bytes no request asked for (an upstream answering twice).", func(s *snapshot) int64 { return s.ProxyUnsolicited })
 		counter("upstream_queued_total", "Proxied requests that waited for a connection (max_conns).", func(s *snapshot) int64 { return s.ProxyQueued })
 		gauge("upstream_h2_buffered_bytes", "Proxied response bytes HTTP/2 streams hold ahead of their clients.", func(s *snapshot) int64 { return s.ProxyH2Buffered })
 	}

@@ -174,7 +174,7 @@ func startLog(t testing.TB, toml string, w io.Writer) *testServer {
 // applied over the file, as engine serve does.
 func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testServer {
 	t.Helper()
-	if !strings.Contains(toml, "listen") {
+	if !topLevelListen(toml) {
 		toml = "listen = \"127.0.0.1:0\"\n" + toml
 	}
 	dir := t.TempDir()
@@ -219,6 +219,21 @@ func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testSe
 	}
 	t.Cleanup(ts.stop)
 	return ts
+}
+
+// topLevelListen reports whether a TOML text sets the top-level listen
+// (before its first table: [admin] listen is another key).
+func topLevelListen(toml string) bool {
+	for _, line := range strings.Split(toml, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			return false
+		}
+		if k, _, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "listen" {
+			return true
+		}
+	}
+	return false
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's loops to write.

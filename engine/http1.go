@@ -241,7 +241,8 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
 		h.hostBuf = normHost(r.Host, h.hostBuf)
 		if rt := px.match(h.hostBuf, r.Path); rt != nil {
-			if status := proxyRefuse(r.Path, px.h1); status != 0 {
+			sess := st.s.Session()
+			if status := proxyRefuse(r.Path, px.h1, sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, h.hostBuf)); status != 0 {
 				h.limiter.log(h.log, "proxy: request refused", "status", status, "path", string(r.Path), "peer", c.Peer())
 				st.closeAfter = true
 				files.ErrorResponse(&st.files.Resp, status)

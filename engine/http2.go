@@ -277,7 +277,8 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		path, _ := splitTarget(r.Path)
 		hh.h1.hostBuf = normHost(r.Authority, hh.h1.hostBuf)
 		if rt := px.match(hh.h1.hostBuf, path); rt != nil {
-			if status := proxyRefuse(path, px.h2); status != 0 {
+			sess := hc.s.Session()
+			if status := proxyRefuse(path, px.h2, sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hh.h1.hostBuf)); status != 0 {
 				files.ErrorResponse(&hs.files.Resp, status)
 				hc.respond(hs)
 				return

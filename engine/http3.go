@@ -167,7 +167,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
 		sc.host = normHost([]byte(r.Host), sc.host)
 		if rt := px.match(sc.host, path); rt != nil {
-			status, sent := proxyRefuse(path, px.h3), int64(0)
+			status, sent := proxyRefuse(path, px.h3, r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, sc.host)), int64(0)
 			if status == 0 && (!httpsyntax.ValidHost([]byte(r.Host)) || !httpsyntax.ValidPath([]byte(r.RequestURI)) ||
 				r.URL.Scheme != "" && r.URL.Scheme != "https") {
 				// What HTTP/2's request checks refuse (RFC 9114 §4.3.1):

@@ -265,7 +265,8 @@ func TestH3Pacing(t *testing.T) {
 	root := siteRoot(t)
 	big, _ := linkBig(t, root, "big.bin")
 	pki := newPKI(t, t.TempDir(), "localhost")
-	site := fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\nroot = %q\n", root)
+	// default: the site answers the 127.0.0.1 the requests name.
+	site := fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\ndefault = true\nroot = %q\n", root)
 	tls := fmt.Sprintf("[sites.tls]\ncert = %q\nkey = %q\n", pki.certFile, pki.keyFile)
 	t.Run("bulk_pace_rate", func(t *testing.T) {
 		testH3Pacing(t, start(t, site+tls+ktlsAuto+"[h3]\nbulk_pace_rate = \"4MiB\"\n"), pki, big)
@@ -831,7 +832,7 @@ func TestH3StalledSmallResponse(t *testing.T) {
 		writeFile(t, filepath.Join(root, "many", fmt.Sprintf("file-with-a-long-name-%03d.bin", i)), "x")
 	}
 	pki := newPKI(t, t.TempDir(), "localhost")
-	ts := start(t, fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\nroot = %q\ndirectory_listing = true\n[sites.tls]\ncert = %q\nkey = %q\n%s[limits]\nsend_timeout = \"2s\"\n",
+	ts := start(t, fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\ndefault = true\nroot = %q\ndirectory_listing = true\n[sites.tls]\ncert = %q\nkey = %q\n%s[limits]\nsend_timeout = \"2s\"\n",
 		root, pki.certFile, pki.keyFile, ktlsAuto))
 	ctx, cancel := context.WithTimeout(context.Background(), scale(10*time.Second))
 	defer cancel()

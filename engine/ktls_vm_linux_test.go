@@ -132,7 +132,7 @@ func TestKernelTLSPromotion(t *testing.T) {
 	t.Run("metrics", func(t *testing.T) {
 		logPath := filepath.Join(t.TempDir(), "access.log")
 		pki := newPKI(t, t.TempDir(), "localhost")
-		ts := start(t, fmt.Sprintf("access_log = %q\naccess_log_format = \"json\"\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n"+
+		ts := start(t, fmt.Sprintf("access_log = %q\naccess_log_format = \"json\"\n[[sites]]\ndomain = \"localhost\"\ndefault = true\nroot = %q\n"+
 			"[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"require\"\npromote_after = \"1MiB\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
 			logPath, root, pki.certFile, pki.keyFile))
 		c := pki.client(nil)

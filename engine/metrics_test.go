@@ -108,6 +108,7 @@ func TestAdminMetrics(t *testing.T) {
 access_log_format = "json"
 [[sites]]
 domain = "localhost"
+default = true # answers the 127.0.0.1 the requests name
 root = %q
 [sites.tls]
 cert = %q

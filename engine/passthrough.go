@@ -151,17 +151,12 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 }
 
 // localTLS reports whether the engine terminates TLS for a server name
-// no passthrough route takes: a site names it, a terminating route does,
-// or a default site answers every name.
+// no passthrough route takes: the handshake would give it a certificate
+// (a site or a terminating route names it, or a default takes names
+// nothing names: certTable).
 func (h *connHandler) localTLS(name string) bool {
 	s := h.srv
-	if s.tlsConfig == nil {
-		return false
-	}
-	if s.sites.emptyDir == "" || s.sites.any != nil || name != "" && s.sites.names(name) {
-		return true // a real default site (or "*") serves any name
-	}
-	return s.proxy != nil && s.proxy.hasDomain(name)
+	return s.tlsConfig != nil && s.certs.cur.Load().pick(serverName(name)) != nil
 }
 
 // refuse answers a connection that cannot be relayed with a TLS alert in

@@ -43,12 +43,17 @@ func (p *proxyPool) get(u *upstream) *upConn {
 		uc := l[len(l)-1]
 		l = l[:len(l)-1]
 		p.idle[u] = l
-		// Bytes that came after the last response (its upstream's error, or
-		// a close on its way) would be read as the next response: such a
-		// connection is not reused, even if its event has not been seen.
-		if !uc.c.Stale() {
+		// Bytes that came after the last response (an upstream answering
+		// twice, its error, or a close on its way) would be read as the
+		// next response: such a connection is not reused, even if its
+		// event has not been seen.
+		stale, data := uc.c.Stale()
+		if !stale {
 			uc.c.SetReadDeadline(0)
 			return uc
+		}
+		if data {
+			p.unsolicited(uc, "when taken from the pool")
 		}
 		uc.c.Close()
 	}
@@ -66,6 +71,14 @@ func (p *proxyPool) put(uc *upConn, r *route) {
 	uc.c.SetReadDeadline(r.cfg.IdleTimeout.D())
 	p.idle[uc.up] = append(p.idle[uc.up], uc)
 	p.admitLater(uc.up)
+}
+
+// unsolicited counts and logs a connection closed for bytes its upstream
+// sent that no request asked for; found says when they were seen.
+func (p *proxyPool) unsolicited(uc *upConn, found string) {
+	p.h.srv.proxy.stats.unsolicited.Add(1)
+	p.h.limiter.log(p.h.log, "proxy: upstream sent bytes no request asked for; connection closed, not reused",
+		"upstream", uc.up.name, "found", found)
 }
 
 // full reports whether r may open no more connections to u from this
@@ -171,7 +184,10 @@ func (uc *upConn) Serve(c *reactor.Conn) {
 		return
 	}
 	// Idle: the upstream closed it, or sent bytes nobody asked for.
-	if c.EOF() || len(c.Input()) > 0 {
+	if len(c.Input()) > 0 {
+		uc.pool.unsolicited(uc, "while idle in the pool")
+		c.Close()
+	} else if c.EOF() {
 		c.Close()
 	}
 }
@@ -607,6 +623,9 @@ func (ex *exchange) finish() {
 	uc := ex.dropUp()
 	reusable := ex.reqDone && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
 	uc.c.SetBulkInput(false)
+	if len(uc.c.Input()) > 0 {
+		ex.h.proxy.unsolicited(uc, "behind the response")
+	}
 	if reusable {
 		ex.h.proxy.put(uc, ex.r)
 	} else {

@@ -312,10 +312,12 @@ func httpToken(v []byte) bool {
 
 // proxyRefuse is the status a request for a route is refused with, or 0:
 // 421 when the proxy does not answer the client's protocol
-// ([reverse_proxy.protocols]), 400 for a path the route cannot vouch for.
-func proxyRefuse(path []byte, protoOn bool) int {
+// ([reverse_proxy.protocols]) or the request came on a TLS connection
+// made for another name's facts (Server.misdirected), 400 for a path the
+// route cannot vouch for.
+func proxyRefuse(path []byte, protoOn, misdirected bool) int {
 	switch {
-	case !protoOn:
+	case !protoOn || misdirected:
 		return 421
 	case unsafeProxyPath(path):
 		return 400

@@ -67,6 +67,8 @@ func (u *upstream) failed() time.Duration {
 // proxyCounters count what the upstream pools did.
 type proxyCounters struct {
 	opened, reused, failed, retried, timeouts, badResponses, drained, queued atomic.Int64
+	// unsolicited: connections closed for bytes no request asked for.
+	unsolicited atomic.Int64
 }
 
 // upstreamBackoff is the longest an upstream that keeps refusing or

@@ -44,22 +44,6 @@ func redirectPort(s *Server) string {
 	return strconv.Itoa(p)
 }
 
-// servesName reports whether the TLS listener serves host (normalized):
-// a site names it, exactly or by wildcard, or a "*" site or the top-level
-// root serves every name, or a proxy or passthrough route names it.
-func (s *Server) servesName(host string) bool {
-	if host == "" {
-		return false
-	}
-	if s.sites.names(host) || s.sites.any != nil || s.cfg.Root != "" {
-		return true
-	}
-	if s.proxy != nil && s.proxy.hasDomain(host) {
-		return true
-	}
-	return s.pass != nil && s.pass.route(host) != nil
-}
-
 // handleRedirect answers the request h.req (head of n bytes) on the
 // redirect listener. It returns false while an HTTP-01 lookup runs on a
 // worker; Serve then parses the request again and finds the answer.

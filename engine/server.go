@@ -143,6 +143,11 @@ type Stats struct {
 	ProxyDrained      int64 // responses read and dropped after their client went away, to keep the connection
 	ProxyH2Buffered   int64 // proxied response bytes HTTP/2 streams hold ahead of their clients, now
 	ProxyQueued       int64 // requests that waited for a connection (max_conns)
+	// ProxyUnsolicited counts upstream connections closed, not reused,
+	// because their upstream sent bytes no request asked for (behind a
+	// response, while idle, or found when taken from the pool): they
+	// would have been read as the next request's response.
+	ProxyUnsolicited int64
 
 	// TLS passthrough (routes with tls_termination = false).
 	PassRelayed   int64 // TCP connections relayed to an upstream
@@ -455,8 +460,11 @@ func (s *Server) setupTLS() error {
 		if allow12 && !slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
 			clone()
 			c.SessionTicketsDisabled = true
-			if !s.certs.cur.Load().allows12(hello.ServerName) {
-				c.MinVersion = tls.VersionTLS13 // this site is 1.3 only: the handshake fails
+			if t := s.certs.cur.Load(); !t.allows12(hello.ServerName) && t.pick(serverName(hello.ServerName)) != nil {
+				// This name is 1.3 only: the handshake fails
+				// (protocol_version). A name nothing serves gets no
+				// certificate instead: unrecognized_name.
+				c.MinVersion = tls.VersionTLS13
 			}
 		}
 		// A site that turned session tickets off gets full handshakes.
@@ -643,6 +651,7 @@ func (s *Server) counters() Stats {
 		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
 		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
 		st.ProxyDrained, st.ProxyH2Buffered, st.ProxyQueued = p.stats.drained.Load(), p.h2Buffered.Load(), p.stats.queued.Load()
+		st.ProxyUnsolicited = p.stats.unsolicited.Load()
 	}
 	if p := s.pass; p != nil {
 		st.PassRelayed, st.PassActive = p.stats.relayed.Load(), p.stats.active.Load()

@@ -47,7 +47,8 @@ type siteTable struct {
 	roots     []*files.Root
 	emptyDir  string // the default site's directory when only proxy routes serve; removed at close
 	// normalize has lookup return the normalized host even with one site:
-	// misdirected needs it to refuse names passthrough routes relay.
+	// misdirected judges it on TLS, and refuses names passthrough routes
+	// relay.
 	normalize bool
 }
 
@@ -57,7 +58,7 @@ type wildcard struct {
 }
 
 func newSiteTable(cfg *config.Config) (*siteTable, error) {
-	t := &siteTable{exact: map[string]*site{}, normalize: cfg.Passthrough()}
+	t := &siteTable{exact: map[string]*site{}, normalize: cfg.Passthrough() || cfg.HasTLS()}
 	roots := map[string]*files.Root{}
 	root := func(dir string, follow bool) (*files.Root, error) {
 		key := fmt.Sprintf("%v\x00%s", follow, dir)

@@ -349,6 +349,7 @@ func TestTLS12(t *testing.T) {
 	ts := start(t, fmt.Sprintf(`
 [[sites]]
 domain = "old.example"
+default = true # answers the 127.0.0.1 the requests name
 root = %q
 [sites.tls]
 cert = %q
@@ -463,7 +464,7 @@ ktls = "auto"
 		t.Fatalf("new certificate not served: %v", err)
 	}
 	c.Close()
-	io.WriteString(open, get("/alpha.txt"))
+	io.WriteString(open, "GET /alpha.txt HTTP/1.1\r\nHost: a.example\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(open), &http.Request{Method: "GET"})
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("the connection open across the reload: %v", err)

@@ -62,8 +62,14 @@ type Site struct {
 	Domain string `toml:"domain"`
 	// Root is the document root. Empty means the top-level root.
 	Root string `toml:"root"`
-	// Default makes this site answer requests for hosts no site names.
-	// Zero means the top-level root's site, or else the first site.
+	// Default makes this site take the names no site and no route
+	// names: their requests, and on TLS their handshakes, under this
+	// site's certificate and minimum version (a "*" site takes them
+	// first). Zero (false): on TLS, without a "*" site, a
+	// top-level root or a "*" route, a handshake for such a name is
+	// refused (unrecognized_name) and a request naming one gets 421; on
+	// plain HTTP such requests go to the top-level root's site, or else
+	// the first site.
 	Default bool `toml:"default"`
 	// Index lists the files served for a directory. Zero means
 	// ["index.html"].

@@ -302,10 +302,38 @@ func (c *Conn) SetReadDeadline(d time.Duration) {
 // output for d, instead of Config.SendTimeout. Zero restores that.
 func (c *Conn) SetSendTimeout(d time.Duration) { c.sendTimeout = int64(d) }
 
-// Stale reports whether an idle connection has something waiting on its
-// socket that nobody asked for (bytes, or the peer's close): a pooled
-// connection to check just before it is reused.
-func (c *Conn) Stale() bool { return c.closed || c.eof || c.rpos != c.wpos || peekStale(c.fd) }
+// Stale reports whether an idle connection has something waiting that
+// nobody asked for: bytes (data is then true), or the peer's close or an
+// error. A pooled connection is checked so just before it is reused: its
+// handler hears of such input only on the connection's own events, which
+// may come after the reuse (bytes that came right behind a body spliced
+// from it wait in the socket unread until some later event).
+func (c *Conn) Stale() (stale, data bool) {
+	switch {
+	case c.closed:
+		return true, false
+	case c.rpos != c.wpos:
+		return true, true
+	case c.eof:
+		return true, false
+	}
+	switch peekWaiting(c.fd) {
+	case waitingBytes:
+		return true, true
+	case waitingGone:
+		return true, false
+	}
+	return false, false
+}
+
+// waiting is what a socket holds that has not been read.
+type waiting int
+
+const (
+	waitingNothing waiting = iota
+	waitingBytes           // at least one byte
+	waitingGone            // the peer's close, or an error (a reset)
+)
 
 // MarkIdle tells the loop whether the connection is idle though it has
 // output queued (a relay on which nothing moves), from now if it was not

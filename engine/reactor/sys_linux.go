@@ -219,16 +219,19 @@ func setPacing(fd int, rate uint64) error {
 	return nil
 }
 
-// peekStale reports whether the socket has bytes or the peer's close
-// waiting, without taking them.
-func peekStale(fd int) bool {
+// peekWaiting tells what waits on the socket, without taking it.
+func peekWaiting(fd int) waiting {
 	var b [1]byte
 	// recvfrom without an address: unix.Recvfrom allocates one per call.
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
 		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	// A byte waits (n 1), the peer closed (n 0), or an error (a reset):
-	// all but "nothing yet" make the connection unfit to reuse.
-	return errno != unix.EAGAIN
+	switch {
+	case errno == unix.EAGAIN:
+		return waitingNothing
+	case errno == 0 && n == 1:
+		return waitingBytes
+	}
+	return waitingGone // the peer closed (n 0), or an error
 }
 
 // newPipe makes a non-blocking pipe for splice, as large as the system

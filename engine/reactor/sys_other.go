@@ -33,7 +33,7 @@ func setPacing(int, uint64) error                             { return errNotLin
 func setLingerZero(int)                                       {}
 func connect(Addr) (int, error)                               { return -1, errNotLinux }
 func newPipe() ([2]int, error)                                { return [2]int{}, errNotLinux }
-func peekStale(int) bool                                      { return true }
+func peekWaiting(int) waiting                                 { return waitingGone }
 func spliceFd(int, int, int) (int, error)                     { return 0, errNotLinux }
 func pipeEmpty(int) bool                                      { return false }
 func connectErr(int) error                                    { return errNotLinux }
