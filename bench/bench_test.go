@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/testnet"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -250,9 +251,7 @@ func TestMisbehavingServers(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testnet.RefusedAddr(t)
 	r := run(t, Config{URLs: []string{"http://" + addr + "/x"}, Samples: 2, Duration: 500 * time.Millisecond})
 	if r.Errors["connect"] == 0 || r.Accepted != 0 {
 		t.Errorf("errors %v accepted %d", r.Errors, r.Accepted)

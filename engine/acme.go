@@ -55,8 +55,8 @@ type acmeManager struct {
 	// the certificate. An entry goes when certmagic reports the name
 	// cached, or the name is no longer managed.
 	stored map[string]*tls.Certificate // guarded by mu
-	cancel context.CancelFunc     // guarded by mu; set by start
-	runCtx context.Context        // guarded by mu; set by start
+	cancel context.CancelFunc          // guarded by mu; set by start
+	runCtx context.Context             // guarded by mu; set by start
 }
 
 // ACMEStatus is what the engine knows of one name's certificate; it is

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"github.com/mediaship/engine/internal/testnet"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"io"
@@ -298,9 +299,7 @@ func TestProxyStreaming(t *testing.T) {
 // slow 504, a garbage response 502, a cut body resets the client; the
 // files beside the route keep being served.
 func TestProxyErrors(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	down := ln.Addr().String()
-	ln.Close()
+	down := testnet.RefusedAddr(t)
 
 	garbage := rawBackend(t, func(c net.Conn) {
 		readHead(c)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mediaship/engine/internal/testnet"
 	"golang.org/x/sys/unix"
 )
 
@@ -419,9 +420,8 @@ func TestDial(t *testing.T) {
 		t.Errorf("an outbound connection counted as open client connections: %d", open)
 	}
 
-	ln.Close() // nothing listens there now
 	h = &dialHandler{msg: "hello", done: make(chan dialResult, 1)}
-	dial(ln.Addr().String(), h)
+	dial(testnet.RefusedAddr(t), h) // nothing listens there
 	select {
 	case r := <-h.done:
 		if r.err == nil || !strings.Contains(r.err.Error(), "refused") {
