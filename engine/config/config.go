@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"strconv"
 	"strings"
 )
@@ -142,6 +143,18 @@ type TLS struct {
 	// reconnects). Nil means on; false makes every handshake a full one,
 	// for a policy of forward secrecy per connection.
 	SessionTickets *bool `toml:"session_tickets"`
+	// KeyExchanges are the TLS key exchanges (groups) offered, most
+	// preferred first, as operators write them: "X25519MLKEM768",
+	// "SecP256r1MLKEM768", "SecP384r1MLKEM1024" (post-quantum hybrids,
+	// TLS 1.3 only), "X25519", "P-256" ("secp256r1", "prime256v1"),
+	// "P-384" ("secp384r1"), "P-521" ("secp521r1"); case is ignored.
+	// Zero means Go's default order, the post-quantum hybrids first
+	// (X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, X25519,
+	// P-256, P-384, P-521).
+	KeyExchanges []string `toml:"key_exchanges"`
+	// Groups is KeyExchanges resolved by Validate, in the same order;
+	// nil means Go's default. Not from TOML.
+	Groups []tls.CurveID `toml:"-"`
 }
 
 // Kernel chooses the kernel fast paths.
