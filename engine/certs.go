@@ -23,6 +23,10 @@ type certTable struct {
 	// min_version = "1.2", and whether the default site is one.
 	v12   map[string]bool
 	def12 bool
+	// Key exchanges (key_exchanges resolved), keyed as v12 is, and the
+	// default site's; nil means crypto/tls's default order.
+	groups    map[string][]tls.CurveID
+	defGroups []tls.CurveID
 	// acme maps the placeholder certificate of each ACME name to the
 	// name: the handshake asks the ACME manager for the real one.
 	acme map[*tls.Certificate]string
@@ -53,6 +57,25 @@ func (t *certTable) allows12(serverName string) bool {
 	return t.def12
 }
 
+// keyExchanges is the key exchanges of the site a client names in SNI,
+// chosen as its certificate is (exact, wildcard, default); nil means
+// crypto/tls's default order.
+func (t *certTable) keyExchanges(sni string) []tls.CurveID {
+	name := serverName(sni)
+	if g, ok := t.groups[name]; ok {
+		return g
+	}
+	if _, ok := t.exact[name]; ok {
+		return nil
+	}
+	for _, w := range t.wildcards {
+		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
+			return t.groups[w.suffix]
+		}
+	}
+	return t.defGroups
+}
+
 // certStore holds the current table; SIGHUP swaps in a reloaded one, and
 // handshakes already running keep the certificate they picked.
 type certStore struct {
@@ -67,7 +90,7 @@ type certStore struct {
 // loadCertTable reads every site's PEM files. Errors name the file and
 // the config key.
 func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable, error) {
-	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, acme: map[*tls.Certificate]string{}}
+	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, groups: map[string][]tls.CurveID{}, acme: map[*tls.Certificate]string{}}
 	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so sites sharing files share it
 	placeholder := func(domain string) *tls.Certificate {
 		c := new(tls.Certificate)
@@ -98,19 +121,21 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			continue
 		}
 		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
-		v12 := sc.TLS.MinVersion == "1.2"
+		v12, groups := sc.TLS.MinVersion == "1.2", sc.TLS.Groups
 		switch {
 		case d == "*":
 		case strings.HasPrefix(d, "*."):
 			t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
 			t.v12[d[1:]] = v12
+			t.groups[d[1:]] = groups
 		default:
 			t.exact[d] = cert
 			t.v12[d] = v12
+			t.groups[d] = groups
 		}
 		if t.def == nil || sc.Default || d == "*" {
 			t.def = cert
-			t.def12 = v12
+			t.def12, t.defGroups = v12, groups
 		}
 	}
 	if rp := &cfg.ReverseProxy; rp.Enabled {
@@ -125,14 +150,15 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			}
 			cert = &c
 		}
-		v12 := rp.TLS.MinVersion == "1.2"
+		v12, groups := rp.TLS.MinVersion == "1.2", rp.TLS.Groups
 		for i := range rp.Routes {
 			d := strings.ToLower(strings.TrimSuffix(rp.Routes[i].Domain, "."))
 			if rp.TLS.ACME && d != "*" && !strings.HasPrefix(d, "*.") && !rp.Routes[i].Passthrough && t.exact[d] == nil {
 				t.exact[d] = placeholder(d)
 				t.v12[d] = v12
+				t.groups[d] = groups
 				if t.def == nil {
-					t.def, t.def12 = t.exact[d], v12
+					t.def, t.def12, t.defGroups = t.exact[d], v12, groups
 				}
 				continue
 			}
@@ -142,22 +168,24 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			switch {
 			case d == "*":
 				if t.def == nil {
-					t.def, t.def12 = cert, v12
+					t.def, t.def12, t.defGroups = cert, v12, groups
 				}
 			case strings.HasPrefix(d, "*."):
 				if _, ok := t.v12[d[1:]]; !ok {
 					t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
 					t.v12[d[1:]] = v12
+					t.groups[d[1:]] = groups
 				}
 			default:
 				if t.exact[d] == nil {
 					t.exact[d] = cert
 					t.v12[d] = v12
+					t.groups[d] = groups
 				}
 			}
 		}
 		if t.def == nil && cert != nil {
-			t.def, t.def12 = cert, v12
+			t.def, t.def12, t.defGroups = cert, v12, groups
 		}
 	}
 	if t.def == nil {
