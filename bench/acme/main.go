@@ -136,7 +136,7 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Automatic HTTPS: measured against Pebble\n\n")
 	fmt.Fprintf(&b, "`go run ./bench/acme --repeats %d --duration %v --conns %d`, %s, commit %s, %d CPUs, kernel %s; Pebble %s (Let's Encrypt's test CA) and its challenge test server as DNS, all on loopback.\n\n",
-		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision,
+		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Build.Tree.String(),
 		runtime.NumCPU(), bench.KernelRelease(), pebbleVersion)
 	fmt.Fprintf(&b, "## Start to the first verified HTTPS response\n\n")
 	fmt.Fprintf(&b, "From starting `engine serve` with an empty `storage` (so: a new account, an order, a TLS-ALPN-01 validation by Pebble against the engine's own listener, issuance) to the first response over HTTPS whose certificate chains to Pebble's root (the client trusts nothing else) and whose 1 MiB body has the file's BLAKE3. The client retries every 5 ms; until the certificate is there the engine answers its handshakes with `unrecognized_name`.\n\n")

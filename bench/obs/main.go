@@ -181,7 +181,7 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# What observability costs: access logs and /metrics\n\n")
 	fmt.Fprintf(&b, "`go run ./bench/obs --repeats %d --duration %v --connections %d`, %s, commit %s, %d CPUs, kernel %s, Go %s.\n\n",
-		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision, runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
+		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Build.Tree.String(), runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
 	fmt.Fprintf(&b, "%s\n\n", pinned)
 	fmt.Fprintf(&b, "A 1 KiB file over plain HTTP/1.1 on %d keep-alive connections, one server process per configuration (the engine with `workers = 1`; nginx with one worker), all started at once and measured in turns: in each of the %d rounds every configuration runs once with each client, and the order rotates so each takes every place. The logs go to files in `os.MkdirTemp`'s directory; the scraper (a goroutine of the harness, on the client's CPU) reads the whole `/metrics` body every 100 ms. Server CPU is utime+stime of the server's processes over the measured time, per response.\n\n", *conns, *repeats)
 	if wrkBin != "" {

@@ -142,7 +142,7 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# WebTransport diagnostics: streams and datagrams beside an HTTP/3 download\n\n")
 	fmt.Fprintf(&b, "`go run ./bench/wtcap --repeats %d --duration %v`, %s, commit %s, %d CPUs, kernel %s, Go %s.\n\n",
-		*repeats, *duration, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision, runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
+		*repeats, *duration, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Build.Tree.String(), runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
 	fmt.Fprintf(&b, "%s\n\n", pinned)
 	fmt.Fprintf(&b, "One engine (`[webtransport] enabled = true`, `max_datagram_bytes = 1200`, a self-signed certificate, loopback) serves every configuration; the client is `engine bench` in the harness's process, one QUIC connection, one session or request at a time, %v measured after a 1 s warm-up, in 5 samples. The configurations take turns, %d rounds, the order rotating so each takes every place. Figures are medians over the rounds of each run's median sample, with the range.\n\n", *duration, *repeats)
 	fmt.Fprintf(&b, "Integrity: every byte counted was checked. The HTTP/3 download and `file=` sessions against the file's BLAKE3 (the session's `Repr-Digest`), generated streams against the pattern byte by byte, datagrams by sequence number and every byte; a sample with one wrong byte, a duplicate or a corrupt datagram would have stopped the harness. Lost datagrams do not reject a sample: they are counted below.\n\n")
