@@ -226,14 +226,18 @@ func TestKeyExchangesReported(t *testing.T) {
 	for _, tc := range []struct {
 		url, proto string
 		newConns   bool
+		offer      []tls.CurveID // Config.KeyExchanges
 		want       string
 	}{
-		{pq.URL, "h1", true, "X25519MLKEM768"},
-		{classic.URL, "h1", true, "X25519"},
-		{classic.URL, "h2", false, "X25519"},
-		{"https://" + udp.LocalAddr().String(), "h3", false, "X25519MLKEM768"},
+		{pq.URL, "h1", true, nil, "X25519MLKEM768"},
+		{pq.URL, "h1", true, []tls.CurveID{tls.X25519}, "X25519"},
+		{classic.URL, "h1", true, nil, "X25519"},
+		{classic.URL, "h2", false, nil, "X25519"},
+		{"https://" + udp.LocalAddr().String(), "h3", false, nil, "X25519MLKEM768"},
+		{"https://" + udp.LocalAddr().String(), "h3", false, []tls.CurveID{tls.CurveP256}, "P-256"},
 	} {
-		r := run(t, Config{URLs: []string{tc.url + "/f.bin"}, Protocol: tc.proto, Samples: 1, Insecure: true, Duration: 300 * time.Millisecond, NewConnectionPerRequest: tc.newConns})
+		r := run(t, Config{URLs: []string{tc.url + "/f.bin"}, Protocol: tc.proto, Samples: 1, Insecure: true, Duration: 300 * time.Millisecond,
+			NewConnectionPerRequest: tc.newConns, KeyExchanges: tc.offer})
 		var responses int64
 		for _, n := range r.KeyExchanges {
 			responses += n
@@ -250,6 +254,28 @@ func TestKeyExchangesReported(t *testing.T) {
 	r := run(t, Config{URLs: []string{misbehave(t, "", 0)}, Samples: 1, Duration: 300 * time.Millisecond})
 	if r.KeyExchanges != nil {
 		t.Errorf("plain HTTP: key exchanges %v, want none", r.KeyExchanges)
+	}
+}
+
+func TestLookupKeyExchange(t *testing.T) {
+	for _, tc := range []struct {
+		in, name string
+		id       tls.CurveID
+	}{
+		{"x25519", "X25519", tls.X25519},
+		{"prime256v1", "P-256", tls.CurveP256},
+		{"secp384r1", "P-384", tls.CurveP384},
+		{"X25519MLKEM768", "X25519MLKEM768", tls.X25519MLKEM768},
+		{"p-521", "P-521", tls.CurveP521},
+		{"X448", "", 0},
+	} {
+		name, id, ok := LookupKeyExchange(tc.in)
+		if name != tc.name || id != tc.id || ok != (tc.name != "") {
+			t.Errorf("LookupKeyExchange(%q) = %q, %v, %v; want %q, %v", tc.in, name, id, ok, tc.name, tc.id)
+		}
+		if ok && keyExchangeName(id) != name {
+			t.Errorf("keyExchangeName(%v) = %q, want %q", id, keyExchangeName(id), name)
+		}
 	}
 }
 
