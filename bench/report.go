@@ -54,8 +54,8 @@ type Report struct {
 	Tail Tail `json:"in_flight_at_end"`
 	// CutOff is the responses an interruption cancelled unjudged; their
 	// bytes are in no figure.
-	CutOff      CutOff       `json:"cut_off"`
-	Server      *ServerStats `json:"server,omitempty"`
+	CutOff CutOff       `json:"cut_off"`
+	Server *ServerStats `json:"server,omitempty"`
 	// Client is what this process used over the same time as Server:
 	// the client's own cost, and how busy it was.
 	Client *ClientStats `json:"client,omitempty"`
@@ -63,7 +63,7 @@ type Report struct {
 	// exchange their connection negotiated ("X25519MLKEM768", "X25519",
 	// "P-256"), over the whole run, warmup included.
 	KeyExchanges map[string]int64 `json:"tls_key_exchanges,omitempty"`
-	Interrupted bool         `json:"interrupted,omitempty"`
+	Interrupted  bool             `json:"interrupted,omitempty"`
 	// TCP is what the client's sockets said (TCP_INFO, h1 and h2 on
 	// Linux) over the accepted samples; TCPNotMeasured says why it is
 	// absent when it could not be read at all (h3: QUIC has no TCP_INFO;
