@@ -44,6 +44,34 @@ func NewHarness(prefix string) (*Harness, error) {
 // Close removes the work directory.
 func (h *Harness) Close() { os.RemoveAll(h.Work) }
 
+// Preamble is what a page of a tool built on a Harness says first: the
+// engine measured (the commit and working tree it was built from, at the
+// build, and what its `engine version` says) and the machine.
+func (h *Harness) Preamble() string {
+	return fmt.Sprintf("Engine: built by this run at %s from commit %s (untracked files count as changes, files git ignores are not looked at); `engine version`: `%s`.\n\nMachine: %s.",
+		h.Build.At.UTC().Format("15:04 MST"), h.Build.Tree, h.Build.Version, Machine())
+}
+
+// TreeNote is what a page says when the tree the engine was built from
+// changed before the run ended, "" when it did not; read it before
+// writing a page into that tree.
+func (h *Harness) TreeNote() string {
+	d := h.Build.Changed()
+	if d == "" {
+		return ""
+	}
+	return "**The working tree changed during the run** (" + d + "): the figures are those of the binary built at the start, from the tree named above, not of the tree as it is now."
+}
+
+// FirstLine is the first line of a program's output for its version
+// ("nginx -v", "wrk -v"), whether it exits 0 or not; "" when it prints
+// nothing.
+func FirstLine(name string, args ...string) string {
+	out, _ := exec.Command(name, args...).CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(line)
+}
+
 // Tree is a git working tree at one moment: its HEAD and its uncommitted
 // changes. Untracked files count as changes (go build compiles an
 // untracked file of a package); files git ignores do not.
