@@ -86,3 +86,6 @@ func KeyExchangeCounts(m map[string]int64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// KeyExchangeOf names the key exchange a TLS connection negotiated.
+func KeyExchangeOf(cs tls.ConnectionState) string { return keyExchangeName(cs.CurveID) }
