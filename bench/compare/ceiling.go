@@ -206,7 +206,7 @@ func (p page) keyExchangeSection(b *strings.Builder) {
 		b.WriteString("\nOn each of these rows every server negotiated the same key exchange.\n")
 		return
 	}
-	fmt.Fprintf(b, "\nNot like with like: on %s the servers negotiated different key exchanges, so their handshakes did different work (X25519MLKEM768 adds an ML-KEM-768 key generation and encapsulation to X25519's, and more than a kilobyte to each hello): %s. `--key-exchange X25519` makes `engine bench` offer, and the engine accept, only X25519.\n",
+	fmt.Fprintf(b, "\nNot like with like: on %s the servers negotiated different key exchanges, so their handshakes did different work (X25519MLKEM768 adds an ML-KEM-768 key generation and encapsulation to X25519's, and more than a kilobyte to each hello): %s. `--key-exchange X25519` makes `engine bench` offer only X25519, and the engine accept only it, so that every server negotiates X25519 with `engine bench`.\n",
 		plural(len(differ), "row"), strings.Join(differ, ". "))
 }
 
