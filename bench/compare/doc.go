@@ -73,6 +73,10 @@
 // binary (engine version prints them); the page names them, says when the
 // tree changed before the run ended, and for an --engine or --baseline
 // binary names the commit its stamp gives, or says it is unknown.
+// --build PATH only builds such a stamped binary, for --engine and
+// --baseline:
+//
+//	go run ./bench/compare --build /tmp/engine-new
 //
 // Rows of new TLS connections name the key exchange each server
 // negotiated: engine bench counts its responses by

@@ -91,6 +91,7 @@ func main() {
 	sample := flag.Duration("sample", 0, "length of one sample; sets --duration to --samples times this")
 	maxOthers := flag.Float64("max-others", 0, "on a shared machine: the largest share of the CPU (0.05 = 5%) other processes may use during a run; before each run wait (up to --quiet-wait) until they use less, and measure a run they disturbed again, up to 3 times in all (0: off)")
 	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "with --max-others: the longest wait for other processes to quieten before a run")
+	buildOnly := flag.String("build", "", "only build the engine from this working tree into this file, stamped with its commit and uncommitted changes as the runs' engine is (engine version prints them), and exit: for --engine and --baseline binaries whose pages name what they were built from")
 	keyExchange := flag.String("key-exchange", "", "compare TLS handshakes like with like: engine bench offers only this key exchange ("+strings.Join(bench.KeyExchangeNames(), ", ")+"), and the engine (and baseline) accept only it (key_exchanges); default: each side's own defaults, which the page names per server")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench/compare [flags]\n\nflags:\n")
@@ -183,6 +184,19 @@ func main() {
 	repo, err := repoRoot()
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *buildOnly != "" {
+		path, err := filepath.Abs(*buildOnly)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, err := bench.BuildEngine(repo, path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("built %s from %s", path, b.Tree)
+		fmt.Println(b.Version)
+		return
 	}
 	// The checkout this harness runs from, as it was at the start; the
 	// page says whether it changed by the end.
