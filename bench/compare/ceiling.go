@@ -17,26 +17,33 @@ const ceilingMark = "‡"
 // clientBoundShare is how near its ceiling a figure must be to be marked.
 const clientBoundShare = 0.9
 
-// clientFrom reads engine bench's own cost from a report: per GiB on
-// "mibps" rows, per request on "rps" rows (and how busy it was on the
-// others, which have no ceiling: their rate is fixed).
-func (o *outcome) clientFrom(c *bench.ClientStats, metric string) {
-	if c == nil || c.CPUSeconds <= 0 || c.Parallelism <= 0 {
+// clientFrom reads engine bench's own cost from a report, for a repeat
+// whose figure is value: how busy the client was over the samples (its
+// CPU over what the CPUs its work could use had to give), its CPU per
+// GiB ("mibps" rows) or per request ("rps" rows) at the figure's rate,
+// and its ceiling, the figure those CPUs fully busy would have verified at
+// that cost: value over how busy it was, so that a figure is above its
+// ceiling only when the client was more than fully busy. Fixed-rate rows
+// get how busy only.
+func (o *outcome) clientFrom(c *bench.ClientStats, metric string, value float64) {
+	busy := c.Busy()
+	if busy <= 0 {
 		return
 	}
-	o.clientCPUs, o.clientBusy, o.hasClient = c.Parallelism, c.Busy(), true
+	o.clientCPUs, o.clientBusy, o.hasClient = c.Parallelism, busy, true
+	if value <= 0 {
+		return
+	}
+	perSecond := c.CPUSeconds / c.Seconds
 	switch metric {
 	case "mibps":
-		if c.Bytes > 0 {
-			o.clientCost = c.CPUSeconds / (float64(c.Bytes) / (1 << 30))
-			o.clientCeiling = float64(c.Parallelism) / c.CPUSeconds * float64(c.Bytes) / (1 << 20)
-		}
+		o.clientCost = perSecond / (value / 1024)
 	case "rps":
-		if c.Responses > 0 {
-			o.clientCost = 1e6 * c.CPUSeconds / float64(c.Responses)
-			o.clientCeiling = float64(c.Parallelism) / c.CPUSeconds * float64(c.Responses)
-		}
+		o.clientCost = 1e6 * perSecond / value
+	default:
+		return
 	}
+	o.clientCeiling = value / busy
 }
 
 // clientCeiling is the median, over the repeats with accepted samples, of
@@ -95,7 +102,7 @@ func (p page) ceilingSection(b *strings.Builder) {
 		return
 	}
 	b.WriteString("\n## The client's ceiling\n\n")
-	fmt.Fprintf(b, "`engine bench` runs in this harness's process, so that process's CPU time (getrusage, over the samples: the time the server's CPU is read over) is the client's own, and with what the client verified meanwhile it gives the client's cost: CPU seconds per GiB on the large-file rows, µs per request on the 1 KiB rows. The client's ceiling for a cell is what it would have verified with every CPU its work can use fully busy: that many CPUs divided by its cost. Its work can use one CPU per request in flight, a second hashing beside it on bodies longer than 256 KiB, and for h2 and h3 one per connection decrypting frames or packets, at most the machine's %d. A figure cannot pass its ceiling unless the Go runtime's own threads (its garbage collector) ran on CPUs the client's goroutines could not use; one at 90%% of it or more is marked %s in the table: the client was at least 90%% busy, so the figure may be the client's rather than the server's. Below the mark the client had CPU to spare, though it may still have waited on itself (a connection's reading and hashing are a chain of two) and it shares the CPUs with the server. Cells: ceiling in the row's unit (client cost, how busy it was); on a fixed-rate row, how busy only.\n\n", p.cpus, ceilingMark)
+	fmt.Fprintf(b, "`engine bench` runs in this harness's process, so that process's CPU time over the samples (getrusage; the time the server's CPU is read over) is the client's own. How busy it was is that CPU time over what the CPUs its work can use could have given meanwhile: one CPU per request in flight, a second hashing beside it on bodies longer than 256 KiB, and for h2 and h3 one per connection decrypting frames or packets, at most the machine's %d. Its cost is the CPU it used per GiB (per request on the 1 KiB rows) at the figure's rate, and its ceiling what those CPUs fully busy would have verified at that cost: the figure divided by how busy the client was. So no figure is above its ceiling unless the Go runtime's own threads (its garbage collector) ran on CPUs the client's goroutines could not use, and a figure at 90%% of its ceiling or more, marked %s in the table, is one for which the client was at least 90%% busy: it may be the client's rather than the server's. Below the mark the client had CPU to spare, though it may still have waited on itself (a connection's reading and hashing are a chain of two) and it shares the CPUs with the server. Cells: ceiling in the row's unit (client cost, how busy it was, as medians over the repeats); on a fixed-rate row, how busy only.\n\n", p.cpus, ceilingMark)
 	b.WriteString("| workload | unit |")
 	for _, s := range p.servers {
 		fmt.Fprintf(b, " %s |", s.name)

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -474,16 +475,16 @@ func TestCeilingMark(t *testing.T) {
 	// verifying 2 s of the figure's traffic.
 	bulk := func(repeat int, v, cpu float64) outcome {
 		o := clean(repeat, v)
-		o.clientFrom(&bench.ClientStats{CPUSeconds: cpu, Seconds: 2, Parallelism: 2, Bytes: int64(2 * v * (1 << 20))}, "mibps")
+		o.clientFrom(&bench.ClientStats{CPUSeconds: cpu, Seconds: 2, Parallelism: 2, Bytes: int64(2 * v * (1 << 20))}, "mibps", v)
 		return o
 	}
 	small := func(repeat int, v, cpu float64) outcome {
 		o := clean(repeat, v)
-		o.clientFrom(&bench.ClientStats{CPUSeconds: cpu, Seconds: 2, Parallelism: 2, Responses: int64(2 * v)}, "rps")
+		o.clientFrom(&bench.ClientStats{CPUSeconds: cpu, Seconds: 2, Parallelism: 2, Responses: int64(2 * v)}, "rps", v)
 		return o
 	}
 	rate := clean(1, 4.2)
-	rate.clientFrom(&bench.ClientStats{CPUSeconds: 3.9, Seconds: 2, Parallelism: 2, Responses: 10000}, "p99")
+	rate.clientFrom(&bench.ClientStats{CPUSeconds: 3.9, Seconds: 2, Parallelism: 2, Responses: 10000}, "p99", 4.2)
 	servers := []*server{{name: "engine"}, {name: "nginx"}}
 	cells := []map[string]*cell{
 		// 3.7 of 4 CPU-seconds: 92.5% busy, marked; 3.5: 87.5%, not.
@@ -629,4 +630,29 @@ func FuzzClientOutput(f *testing.F) {
 			t.Errorf("parseSTime: %d resumed of %d marks", s.resumed, s.marks)
 		}
 	})
+}
+
+// TestNewOutcomeClient: a repeat's client ceiling is its figure over how
+// busy the client was, so a figure is never above it while the client
+// was at most fully busy, even when the samples were uneven (the median
+// sample above the run's mean); a repeat without accepted samples keeps
+// how busy the client was and has no ceiling.
+func TestNewOutcomeClient(t *testing.T) {
+	samples := []bench.Sample{{Accepted: true}, {Accepted: true}, {Accepted: true}}
+	// Samples of 1000, 1000 and 400 MiB/s: median 1000, mean 800.
+	rep := &bench.Report{Samples: samples, Accepted: 3, MiBps: bench.Summary{Median: 1000}, Bytes: 2 * 800 << 20,
+		Client: &bench.ClientStats{CPUSeconds: 1.9, Seconds: 2, Parallelism: 1, Bytes: 2 * 800 << 20}}
+	o := newOutcome(1, rep, nil, "mibps")
+	if !o.hasClient || o.clientBusy != 0.95 || o.clientCeiling < o.value || math.Abs(o.clientCeiling-1000/0.95) > 1e-9 {
+		t.Errorf("outcome: busy %v, ceiling %v, figure %v; want busy 0.95, ceiling 1052.6", o.clientBusy, o.clientCeiling, o.value)
+	}
+	c := cell{repeats: []outcome{o}}
+	if !c.clientBound(row{metric: "mibps"}) {
+		t.Error("a figure for which the client was 95% busy is not marked")
+	}
+	rep.Accepted, rep.MiBps = 0, bench.Summary{}
+	o = newOutcome(1, rep, nil, "mibps")
+	if !o.hasClient || o.clientCeiling != 0 {
+		t.Errorf("no accepted sample: hasClient %v, ceiling %v", o.hasClient, o.clientCeiling)
+	}
 }

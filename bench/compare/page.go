@@ -65,18 +65,20 @@ type outcome struct {
 	kxProbe string
 }
 
-func newOutcome(repeat int, rep *bench.Report, err error, metric string) outcome {
-	o := outcome{repeat: repeat}
+func newOutcome(repeat int, rep *bench.Report, err error, metric string) (o outcome) {
+	o = outcome{repeat: repeat}
 	if err != nil {
 		o.err = err.Error()
 		return o
 	}
 	o.samples, o.accepted, o.rejected = len(rep.Samples), rep.Accepted, rejections(rep)
 	o.kx = rep.KeyExchanges
-	o.clientFrom(rep.Client, metric)
 	if rep.Accepted == 0 {
+		o.clientFrom(rep.Client, metric, 0)
 		return o
 	}
+	// The client's ceiling is read against the figure, set below.
+	defer func() { o.clientFrom(rep.Client, metric, o.value) }()
 	switch metric {
 	case "rps":
 		o.value = rep.RPS.Median
