@@ -205,6 +205,124 @@ func TestOtherProtocols(t *testing.T) {
 	}
 }
 
+// TestKeyExchangesReported: every TLS response is counted by the key
+// exchange its connection negotiated: Go's default with a Go server
+// (X25519MLKEM768, over TCP and QUIC), X25519 with a server that allows
+// only it; a plain run has none.
+func TestKeyExchangesReported(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	pq := httptest.NewTLSServer(h)
+	t.Cleanup(pq.Close)
+	classic := httptest.NewUnstartedServer(h)
+	classic.TLS = &tls.Config{CurvePreferences: []tls.CurveID{tls.X25519}}
+	classic.StartTLS()
+	t.Cleanup(classic.Close)
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h3 := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: pq.TLS.Certificates})}
+	go h3.Serve(udp)
+	t.Cleanup(func() { h3.Close() })
+	for _, tc := range []struct {
+		url, proto string
+		newConns   bool
+		offer      []tls.CurveID // Config.KeyExchanges
+		want       string
+	}{
+		{pq.URL, "h1", true, nil, "X25519MLKEM768"},
+		{pq.URL, "h1", true, []tls.CurveID{tls.X25519}, "X25519"},
+		{classic.URL, "h1", true, nil, "X25519"},
+		{classic.URL, "h2", false, nil, "X25519"},
+		{"https://" + udp.LocalAddr().String(), "h3", false, nil, "X25519MLKEM768"},
+		{"https://" + udp.LocalAddr().String(), "h3", false, []tls.CurveID{tls.CurveP256}, "P-256"},
+	} {
+		r := run(t, Config{URLs: []string{tc.url + "/f.bin"}, Protocol: tc.proto, Samples: 1, Insecure: true, Duration: 300 * time.Millisecond,
+			NewConnectionPerRequest: tc.newConns, KeyExchanges: tc.offer})
+		var responses int64
+		for _, n := range r.KeyExchanges {
+			responses += n
+		}
+		if len(r.KeyExchanges) != 1 || r.KeyExchanges[tc.want] == 0 {
+			t.Errorf("%s %s: key exchanges %v, want %s only", tc.proto, tc.url, r.KeyExchanges, tc.want)
+		}
+		var text strings.Builder
+		r.WriteText(&text)
+		if want := "TLS key exchange: " + tc.want + " ×"; !strings.Contains(text.String(), want) {
+			t.Errorf("%s %s: text report lacks %q:\n%s", tc.proto, tc.url, want, text.String())
+		}
+	}
+	r := run(t, Config{URLs: []string{misbehave(t, "", 0)}, Samples: 1, Duration: 300 * time.Millisecond})
+	if r.KeyExchanges != nil {
+		t.Errorf("plain HTTP: key exchanges %v, want none", r.KeyExchanges)
+	}
+}
+
+func TestLookupKeyExchange(t *testing.T) {
+	for _, tc := range []struct {
+		in, name string
+		id       tls.CurveID
+	}{
+		{"x25519", "X25519", tls.X25519},
+		{"prime256v1", "P-256", tls.CurveP256},
+		{"secp384r1", "P-384", tls.CurveP384},
+		{"X25519MLKEM768", "X25519MLKEM768", tls.X25519MLKEM768},
+		{"p-521", "P-521", tls.CurveP521},
+		{"X448", "", 0},
+	} {
+		name, id, ok := LookupKeyExchange(tc.in)
+		if name != tc.name || id != tc.id || ok != (tc.name != "") {
+			t.Errorf("LookupKeyExchange(%q) = %q, %v, %v; want %q, %v", tc.in, name, id, ok, tc.name, tc.id)
+		}
+		if ok && keyExchangeName(id) != name {
+			t.Errorf("keyExchangeName(%v) = %q, want %q", id, keyExchangeName(id), name)
+		}
+	}
+}
+
+// TestClientStats: the report carries this process's CPU over the
+// samples, what it verified meanwhile, and how many CPUs its work could
+// use.
+func TestClientStats(t *testing.T) {
+	r := run(t, Config{URLs: []string{misbehave(t, "", 0)}, Connections: 1, Samples: 2, Duration: time.Second})
+	c := r.Client
+	if runtime.GOOS == "windows" {
+		if c != nil {
+			t.Errorf("client stats on Windows: %+v", c)
+		}
+		return
+	}
+	if c == nil || c.CPUSeconds <= 0 || c.Seconds < 0.9 || c.Responses == 0 || c.Bytes != r.Bytes || c.Busy() <= 0 {
+		t.Fatalf("client stats %+v (busy %.2f), report bytes %d", c, c.Busy(), r.Bytes)
+	}
+	// body is longer than a read buffer: a hasher beside the reader.
+	if want := min(2, runtime.NumCPU()); c.Parallelism != want {
+		t.Errorf("parallelism %d, want %d", c.Parallelism, want)
+	}
+	var text strings.Builder
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "client (this process): ") {
+		t.Errorf("text report lacks the client's CPU:\n%s", text.String())
+	}
+	for _, tc := range []struct {
+		proto          string
+		conns, streams int
+		pipelined      bool
+		cpus, want     int
+	}{
+		{"h1", 1, 1, false, 8, 1},
+		{"h1", 1, 1, true, 8, 2},
+		{"h1", 64, 1, false, 2, 2},
+		{"h2", 1, 16, true, 64, 33},
+		{"h3", 1, 1, true, 8, 3},
+		{"h2", 4, 32, false, 2, 2},
+	} {
+		if got := clientParallelism(tc.proto, tc.conns, tc.streams, tc.pipelined, tc.cpus); got != tc.want {
+			t.Errorf("clientParallelism(%s, %d, %d, %v, %d) = %d, want %d", tc.proto, tc.conns, tc.streams, tc.pipelined, tc.cpus, got, tc.want)
+		}
+	}
+}
+
 // TestMisbehavingServers: each fault is caught, named, and its sample
 // rejected; the figures come only from clean samples.
 func TestMisbehavingServers(t *testing.T) {

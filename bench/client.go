@@ -33,7 +33,7 @@ const readBuffer = 16 << 10
 // dial) and counts every connection it opens; tcp, when set, is handed
 // each TCP connection to read.
 func newConn(c *Config, dials *atomic.Int64, tcp *tcpWatch) *conn {
-	tlsConf := &tls.Config{InsecureSkipVerify: c.Insecure, ClientSessionCache: nil}
+	tlsConf := &tls.Config{InsecureSkipVerify: c.Insecure, ClientSessionCache: nil, CurvePreferences: c.KeyExchanges}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	countingDial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -52,6 +53,10 @@ type Config struct {
 	// (a full TLS handshake each time).
 	NewConnectionPerRequest bool
 	Insecure                bool // accept any TLS certificate
+	// KeyExchanges are the TLS key exchanges the client offers (crypto/tls
+	// CurvePreferences). Zero means crypto/tls's default, X25519MLKEM768
+	// first.
+	KeyExchanges []tls.CurveID
 	// ServerPID, when set, is measured: CPU seconds and peak RSS (with
 	// its child processes).
 	ServerPID int

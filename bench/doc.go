@@ -14,7 +14,12 @@
 // bodies into 256 KiB buffers and hands those of a long body to a hasher
 // goroutine of its own, so that reading (and TLS decryption) and BLAKE3
 // run on different cores and the server, not the client, is what is
-// measured; SelfCheck measures the client's own ceiling.
+// measured. The report says how busy the client was (ClientStats: this
+// process's CPU over the samples, against the CPUs its goroutines could
+// use): a figure the client was fully busy for is the client's, not the
+// server's. SelfCheck runs the client against an in-process source, a
+// reference rather than a ceiling: the source shares the process and,
+// over TLS, its encryption competes with the client for the CPUs.
 //
 // For h1 and h2 on Linux it also reads TCP_INFO on its own sockets once
 // per sample (tcpinfo.go): RTT, retransmits and out-of-order packets

@@ -54,9 +54,16 @@ type Report struct {
 	Tail Tail `json:"in_flight_at_end"`
 	// CutOff is the responses an interruption cancelled unjudged; their
 	// bytes are in no figure.
-	CutOff      CutOff       `json:"cut_off"`
-	Server      *ServerStats `json:"server,omitempty"`
-	Interrupted bool         `json:"interrupted,omitempty"`
+	CutOff CutOff       `json:"cut_off"`
+	Server *ServerStats `json:"server,omitempty"`
+	// Client is what this process used over the same time as Server:
+	// the client's own cost, and how busy it was.
+	Client *ClientStats `json:"client,omitempty"`
+	// KeyExchanges counts the responses that came over TLS by the key
+	// exchange their connection negotiated ("X25519MLKEM768", "X25519",
+	// "P-256"), over the whole run, warmup included.
+	KeyExchanges map[string]int64 `json:"tls_key_exchanges,omitempty"`
+	Interrupted  bool             `json:"interrupted,omitempty"`
 	// TCP is what the client's sockets said (TCP_INFO, h1 and h2 on
 	// Linux) over the accepted samples; TCPNotMeasured says why it is
 	// absent when it could not be read at all (h3: QUIC has no TCP_INFO;
@@ -118,6 +125,58 @@ type Latency struct {
 	P999  time.Duration `json:"p999_ns"`
 }
 
+// ClientStats is the CPU time of the process running the client, over the
+// samples and the wait for the responses in flight at the end (the time
+// ServerStats covers), and how many CPUs its work could use at most.
+// It is the whole process: in a self-check, the in-process source too.
+type ClientStats struct {
+	CPUSeconds float64 `json:"cpu_seconds"`
+	Seconds    float64 `json:"seconds"` // the wall time it covers
+	// Parallelism is how many CPUs the client's work could keep busy:
+	// the goroutines that read and hash (one per request in flight, a
+	// second hashing beside it on bodies longer than one read buffer,
+	// and for h2 and h3 one per connection that reads and decrypts its
+	// frames or packets), at most the CPUs of the machine.
+	Parallelism int `json:"parallelism"`
+	// Responses and Bytes are what arrived and was verified over that
+	// time: the client's cost is CPUSeconds per response or per byte.
+	Responses int64 `json:"responses"`
+	Bytes     int64 `json:"bytes_verified"`
+}
+
+// Busy is the share of Parallelism CPUs the client used: at 1 it had no
+// CPU left for more. Zero when unknown.
+func (c *ClientStats) Busy() float64 {
+	if c == nil || c.Seconds <= 0 || c.Parallelism <= 0 {
+		return 0
+	}
+	return c.CPUSeconds / c.Seconds / float64(c.Parallelism)
+}
+
+// clientParallelism is ClientStats.Parallelism for a run's shape.
+func clientParallelism(protocol string, conns, streams int, pipelined bool, cpus int) int {
+	n := conns * streams
+	if pipelined {
+		n *= 2
+	}
+	if protocol != "h1" {
+		n += conns
+	}
+	return max(1, min(n, cpus))
+}
+
+// clientWatch is this process's CPU time where the samples start.
+type clientWatch struct {
+	cpu time.Duration
+	at  time.Time
+	ok  bool
+}
+
+func startClientWatch() clientWatch {
+	cpu, ok := selfCPU()
+	return clientWatch{cpu: cpu, at: time.Now(), ok: ok}
+}
+
 // ServerStats is what the server process used during the run.
 type ServerStats struct {
 	PID        int     `json:"pid,omitempty"`
@@ -127,7 +186,7 @@ type ServerStats struct {
 	Metrics *ServerMetrics `json:"metrics,omitempty"`
 }
 
-func (s *runState) report(checked string, elapsed time.Duration, interrupted bool, srv *ServerStats) *Report {
+func (s *runState) report(checked string, elapsed time.Duration, interrupted bool, srv *ServerStats, cw clientWatch) *Report {
 	c := s.c
 	r := &Report{Command: strings.Join(os.Args, " "), Machine: machine(), Kernel: kernel(), GoVersion: runtime.Version(),
 		URLs: c.URLs, Protocol: c.Protocol, Connections: c.Connections, Streams: c.Streams, Rate: c.Rate, Checked: checked,
@@ -213,6 +272,21 @@ func (s *runState) report(checked string, elapsed time.Duration, interrupted boo
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	r.Latency = Latency{Count: len(lat), P50: pct(lat, 0.50), P90: pct(lat, 0.90), P99: pct(lat, 0.99), P999: pct(lat, 0.999)}
+	if cpu, ok := selfCPU(); ok && cw.ok {
+		cs := &ClientStats{CPUSeconds: (cpu - cw.cpu).Seconds(), Seconds: time.Since(cw.at).Seconds(), Bytes: r.Bytes,
+			Parallelism: clientParallelism(c.Protocol, c.Connections, c.Streams, s.pipelined.Load(), runtime.NumCPU())}
+		for _, smp := range r.Samples {
+			cs.Responses += smp.Responses
+		}
+		cs.Responses += s.tail.responses
+		r.Client = cs
+	}
+	if len(s.kx) > 0 {
+		r.KeyExchanges = map[string]int64{}
+		for id, n := range s.kx {
+			r.KeyExchanges[keyExchangeName(id)] += n
+		}
+	}
 	return r
 }
 
@@ -297,6 +371,12 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	if r.Server != nil && r.Server.Metrics != nil {
 		r.Server.Metrics.write(w)
+	}
+	if c := r.Client; c != nil {
+		fmt.Fprintf(w, "client (this process): %.2f CPU s over %.1f s, %.0f%% of the %d CPU(s) its work could use\n", c.CPUSeconds, c.Seconds, 100*c.Busy(), c.Parallelism)
+	}
+	if len(r.KeyExchanges) > 0 {
+		fmt.Fprintf(w, "TLS key exchange: %s (responses, warmup included)\n", KeyExchangeCounts(r.KeyExchanges))
 	}
 	if r.Interrupted {
 		fmt.Fprintln(w, "interrupted: figures cover what was measured before")

@@ -149,6 +149,11 @@ type runState struct {
 
 	tcp *tcpWatch // nil for QUIC; immutable after construction, safe for concurrent use
 
+	pipelined atomic.Bool // a body longer than one read buffer was read: hashed beside its reader
+
+	kxMu sync.Mutex            // guards kx
+	kx   map[tls.CurveID]int64 // responses over TLS by the key exchange of their connection
+
 	mu      sync.Mutex     // guards samples, failed, tail and cut: a response is booked into all of them at once
 	samples []acc          // guarded by mu
 	failed  map[string]int // guarded by mu; failed responses by kind, each counted once
@@ -200,9 +205,16 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The server is measured over the samples, not the warmup.
-	srvCh := make(chan *serverWatch, 1)
-	srvTimer := time.AfterFunc(c.Warmup, func() { srvCh <- startServerStats(c.ServerPID, c.AdminURL) })
+	// The server, and this process, are measured over the samples, not
+	// the warmup.
+	type watches struct {
+		server *serverWatch
+		client clientWatch
+	}
+	srvCh := make(chan watches, 1)
+	srvTimer := time.AfterFunc(c.Warmup, func() {
+		srvCh <- watches{startServerStats(c.ServerPID, c.AdminURL), startClientWatch()}
+	})
 
 	// Open loop: a dispatcher hands out scheduled start times.
 	var tickets chan time.Time
@@ -284,13 +296,13 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	interrupted := ctx.Err() != nil
 	elapsed := time.Since(s.t0)
-	var srv *serverWatch
+	var w watches
 	if !srvTimer.Stop() {
 		// Started: its first reading may still be under way (an admin
 		// listener answering slowly, bounded by its client's timeout).
-		srv = <-srvCh
+		w = <-srvCh
 	} // else stopped during the warmup: nothing measured
-	return s.report(checked, elapsed, interrupted, srv.finish()), nil
+	return s.report(checked, elapsed, interrupted, w.server.finish(), w.client), nil
 }
 
 // worker issues requests until the run stops.
@@ -360,6 +372,9 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 		return classify(err), 0
 	}
 	defer resp.Body.Close()
+	if resp.TLS != nil {
+		s.keyExchange(resp.TLS.CurveID)
+	}
 	if resp.StatusCode != e.status {
 		s.drain(resp.Body, br.scratch(), arrived) // counted as received, never verified
 		return "status", 0
@@ -382,6 +397,9 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 	if resp.ContentLength >= 0 && resp.ContentLength != size {
 		return "length", 0
 	}
+	if size > bodyBuffer {
+		s.pipelined.Store(true)
+	}
 	verr, readErr := br.read(resp.Body, size, e.digest, func(n int) { s.arrive(arrived, n) })
 	lat := time.Since(begin)
 	switch {
@@ -399,6 +417,17 @@ func (s *runState) one(ctx context.Context, cn *conn, u string, e expect, begin 
 		return "transport", lat
 	}
 	return "", lat
+}
+
+// keyExchange counts a response that came over a TLS connection that
+// negotiated id.
+func (s *runState) keyExchange(id tls.CurveID) {
+	s.kxMu.Lock()
+	if s.kx == nil {
+		s.kx = map[tls.CurveID]int64{}
+	}
+	s.kx[id]++
+	s.kxMu.Unlock()
 }
 
 // arrive books n body bytes of the current response at this moment.

@@ -15,10 +15,13 @@ import (
 	"github.com/mediaship/engine/internal/selfsigned"
 )
 
-// SelfCheck measures the client alone: the same run against an in-process
-// source on loopback that answers every request from memory, as fast as a
-// server could. Its throughput is the ceiling a report should be read
-// against: a server measured near it was limited by the client.
+// SelfCheck measures the client against an in-process source on loopback
+// that answers every request from memory, as fast as a server could. It
+// is a reference, not a ceiling: the source runs in the same process, on
+// the same CPUs, and over TLS its encryption competes with the client's
+// decryption, so a real server can be measured above it. Whether a
+// figure was limited by the client is told by Report.Client: how busy
+// the client was over that very run.
 func SelfCheck(ctx context.Context, c Config, size int64, useTLS bool) (*Report, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -104,7 +104,7 @@ func newWTConn(c *Config, dials *atomic.Int64) *wtConn {
 		addr = net.JoinHostPort(u.Hostname(), "443")
 	}
 	return &wtConn{addr: addr, dials: dials, fresh: c.NewConnectionPerRequest,
-		tls: &tls.Config{InsecureSkipVerify: c.Insecure},
+		tls: &tls.Config{InsecureSkipVerify: c.Insecure, CurvePreferences: c.KeyExchanges},
 		quic: &quic.Config{KeepAlivePeriod: 10 * time.Second, MaxIncomingUniStreams: 1000,
 			InitialStreamReceiveWindow: 8 << 20, MaxStreamReceiveWindow: 32 << 20,
 			InitialConnectionReceiveWindow: 16 << 20, MaxConnectionReceiveWindow: 64 << 20}}

@@ -32,6 +32,10 @@ type certTable struct {
 	// accepts it (min_version = "1.2"), and whether the default does.
 	v12   map[string]bool
 	def12 bool
+	// Key exchanges (key_exchanges resolved), keyed as v12 is, and the
+	// default's; nil means crypto/tls's default.
+	groups    map[string][]tls.CurveID
+	defGroups []tls.CurveID
 	// acme maps the placeholder certificate of each ACME name to the
 	// name: the handshake asks the ACME manager for the real one.
 	acme map[*tls.Certificate]string
@@ -73,10 +77,29 @@ type certStore struct {
 	cfg      *config.Config // guarded by reloadMu: the configuration cur was made from; nil: the server's
 }
 
+// keyExchanges is the key exchanges of the site a client names in SNI,
+// chosen as its certificate is (exact, wildcard, default); nil means
+// crypto/tls's default order.
+func (t *certTable) keyExchanges(sni string) []tls.CurveID {
+	name := serverName(sni)
+	if g, ok := t.groups[name]; ok {
+		return g
+	}
+	if _, ok := t.exact[name]; ok {
+		return nil
+	}
+	for _, w := range t.wildcards {
+		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
+			return t.groups[w.suffix]
+		}
+	}
+	return t.defGroups
+}
+
 // loadCertTable reads every site's PEM files. Errors name the file and
 // the config key.
 func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable, error) {
-	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, acme: map[*tls.Certificate]string{}}
+	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, groups: map[string][]tls.CurveID{}, acme: map[*tls.Certificate]string{}}
 	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so tables sharing files share it
 	load := func(key string, c *config.TLS) (*tls.Certificate, error) {
 		if cert := loaded[c.Cert+"\x00"+c.Key]; cert != nil {
@@ -95,18 +118,21 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 		t.acme[c] = serverName(domain)
 		return c
 	}
-	// add gives the name d (normalized; "*.suffix" for a wildcard) cert
-	// and its minimum version, unless a table before it took the name.
-	add := func(d string, cert *tls.Certificate, v12 bool) {
+	// add gives the name d (normalized; "*.suffix" for a wildcard) cert,
+	// its minimum version and its key exchanges, unless a table before
+	// it took the name.
+	add := func(d string, cert *tls.Certificate, v12 bool, groups []tls.CurveID) {
 		switch {
 		case strings.HasPrefix(d, "*."):
 			if _, ok := t.v12[d[1:]]; !ok {
 				t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
 				t.v12[d[1:]] = v12
+				t.groups[d[1:]] = groups
 			}
 		case t.exact[d] == nil:
 			t.exact[d] = cert
 			t.v12[d] = v12
+			t.groups[d] = groups
 		}
 	}
 
@@ -114,6 +140,7 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 	certs := make([]*tls.Certificate, len(cfg.Sites))
 	var first *tls.Certificate // the first site's with one
 	var first12 bool
+	var firstGroups []tls.CurveID
 	for i := range cfg.Sites {
 		sc := &cfg.Sites[i]
 		switch {
@@ -129,7 +156,7 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			certs[i] = selfSigned
 		}
 		if first == nil && certs[i] != nil {
-			first, first12 = certs[i], sc.TLS.MinVersion == "1.2"
+			first, first12, firstGroups = certs[i], sc.TLS.MinVersion == "1.2", sc.TLS.Groups
 		}
 	}
 	// The proxy's certificate answers for the route domains that no
@@ -147,18 +174,20 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 		}
 	}
 	// Sites without a certificate of their own, and the top-level root,
-	// which has no TLS settings, borrow one with its minimum version: the
-	// first site's, else the proxy's, else the self-signed one.
-	fallback, fallback12 := first, first12
+	// which has no TLS settings, borrow one with its minimum version and
+	// key exchanges: the first site's, else the proxy's, else the
+	// self-signed one.
+	fallback, fallback12, fallbackGroups := first, first12, firstGroups
 	if fallback == nil {
-		fallback, fallback12 = proxyCert, rp.TLS.MinVersion == "1.2"
+		fallback, fallback12, fallbackGroups = proxyCert, rp.TLS.MinVersion == "1.2", rp.TLS.Groups
 	}
 	if fallback == nil {
-		fallback, fallback12 = selfSigned, false
+		fallback, fallback12, fallbackGroups = selfSigned, false, nil
 	}
 
 	var star, dflt *tls.Certificate // the "*" site's, the default site's
 	var star12, dflt12 bool
+	var starGroups, dfltGroups []tls.CurveID
 	for i := range cfg.Sites {
 		sc := &cfg.Sites[i]
 		cert := certs[i]
@@ -169,19 +198,19 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			continue // nothing to serve it with: its handshakes fail
 		}
 		d := serverName(sc.Domain)
-		v12 := sc.TLS.MinVersion == "1.2"
+		v12, groups := sc.TLS.MinVersion == "1.2", sc.TLS.Groups
 		if d == "*" {
-			star, star12 = cert, v12
+			star, star12, starGroups = cert, v12, groups
 		} else {
-			add(d, cert, v12)
+			add(d, cert, v12, groups)
 		}
 		if sc.Default {
-			dflt, dflt12 = cert, v12
+			dflt, dflt12, dfltGroups = cert, v12, groups
 		}
 	}
 	var anyRoute bool // a terminating "*" route
 	if rp.Enabled {
-		v12 := rp.TLS.MinVersion == "1.2"
+		v12, groups := rp.TLS.MinVersion == "1.2", rp.TLS.Groups
 		for i := range rp.Routes {
 			r := &rp.Routes[i]
 			if r.Passthrough {
@@ -193,10 +222,10 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 				anyRoute = true
 			case rp.TLS.ACME && !strings.HasPrefix(d, "*."):
 				if t.exact[d] == nil {
-					add(d, placeholder(d), v12)
+					add(d, placeholder(d), v12, groups)
 				}
 			case proxyCert != nil:
-				add(d, proxyCert, v12)
+				add(d, proxyCert, v12, groups)
 			}
 		}
 	}
@@ -206,13 +235,13 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 	// route; none otherwise.
 	switch {
 	case star != nil:
-		t.def, t.def12 = star, star12
+		t.def, t.def12, t.defGroups = star, star12, starGroups
 	case dflt != nil:
-		t.def, t.def12 = dflt, dflt12
+		t.def, t.def12, t.defGroups = dflt, dflt12, dfltGroups
 	case cfg.Root != "":
-		t.def, t.def12 = fallback, fallback12
+		t.def, t.def12, t.defGroups = fallback, fallback12, fallbackGroups
 	case anyRoute:
-		t.def, t.def12 = proxyCert, rp.TLS.MinVersion == "1.2"
+		t.def, t.def12, t.defGroups = proxyCert, rp.TLS.MinVersion == "1.2", rp.TLS.Groups
 		if t.def == nil {
 			t.def = fallback
 		}

@@ -92,6 +92,7 @@ func (s *Server) listenH3() error {
 		Addr:                net.JoinHostPort(host, port),
 		TLS:                 &tls.Config{GetCertificate: s.certs.getCertificate},
 		Tickets:             s.tickets,
+		KeyExchanges:        s.keyExchanges,
 		Handler:             hh,
 		Logger:              s.log,
 		MaxHeaderBytes:      int(s.cfg.Limits.MaxHeaderBytes),

@@ -403,7 +403,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // setupTLS loads the certificates and builds the TLS configuration: TLS
 // 1.3 (1.2 where a site allows it), ALPN h2 and http/1.1 as the named
-// site allows, session tickets on.
+// site allows, session tickets on, the key exchanges of the named site.
 func (s *Server) setupTLS() error {
 	s.certs = &certStore{}
 	if s.cfg.ACMEOn() {
@@ -472,6 +472,12 @@ func (s *Server) setupTLS() error {
 			clone()
 			c.SessionTicketsDisabled = true
 		}
+		// Key exchanges are the site's the client names, as its
+		// certificate is chosen.
+		if g := s.certs.cur.Load().keyExchanges(hello.ServerName); g != nil {
+			clone()
+			c.CurvePreferences = g
+		}
 		// ALPN offers what the site the client names allows.
 		if p := s.alpn(hello.ServerName); !slices.Equal(p, base.NextProtos) {
 			clone()
@@ -499,6 +505,12 @@ func (s *Server) logTotals() {
 		"socket_full", st.SocketFull, "socket_full_wait", st.FullWait.Round(time.Millisecond).String(),
 		"tls_handshakes", st.TLSHandshakes, "tls_user_bytes", st.TLSUserBytes, "tls_batches", st.TLSUserBatches,
 		"tls_bytes_per_batch", per(st.TLSUserBytes, st.TLSUserBatches), "tls_kernel_bytes", st.TLSKernelBytes)
+}
+
+// keyExchanges is the key exchanges of the site a client names in SNI
+// (key_exchanges), nil for crypto/tls's default order.
+func (s *Server) keyExchanges(serverName string) []tls.CurveID {
+	return s.certs.cur.Load().keyExchanges(serverName)
 }
 
 // tickets reports whether the site a client names allows session

@@ -30,6 +30,10 @@ type Config struct {
 	// session tickets; false makes its handshakes full ones. Nil allows
 	// them everywhere.
 	Tickets func(serverName string) bool
+	// KeyExchanges is the TLS key exchanges (crypto/tls CurvePreferences)
+	// of the site a client names (SNI), nil for crypto/tls's default
+	// order. Nil offers the default everywhere.
+	KeyExchanges func(serverName string) []tls.CurveID
 	// Handler answers requests.
 	Handler http.Handler
 	Logger  *slog.Logger
@@ -166,15 +170,23 @@ func Listen(cfg Config) (*Server, error) {
 	tlsConf.MinVersion = tls.VersionTLS13
 	tlsConf.NextProtos = []string{http3.NextProtoH3}
 	tlsConf.GetConfigForClient = nil
-	if cfg.Tickets != nil {
+	if cfg.Tickets != nil || cfg.KeyExchanges != nil {
 		base := tlsConf
 		tlsConf = base.Clone()
 		tlsConf.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if cfg.Tickets(hello.ServerName) {
+			tickets := cfg.Tickets == nil || cfg.Tickets(hello.ServerName)
+			var groups []tls.CurveID
+			if cfg.KeyExchanges != nil {
+				groups = cfg.KeyExchanges(hello.ServerName)
+			}
+			if tickets && groups == nil {
 				return nil, nil
 			}
 			c := base.Clone()
-			c.SessionTicketsDisabled = true
+			c.SessionTicketsDisabled = !tickets
+			if groups != nil {
+				c.CurvePreferences = groups
+			}
 			return c, nil
 		}
 	}

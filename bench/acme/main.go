@@ -122,38 +122,31 @@ func main() {
 	names := []string{"ACME certificate (certmagic cache)", "the same certificate and key from files"}
 	rates := make([][]float64, 2)
 	cpus := make([][]float64, 2)
+	kx := []map[string]int64{{}, {}}
 	for r := 0; r < *repeats; r++ {
 		for k := range servers {
 			i := (k + r) % 2 // alternate which goes first
-			n, cpu := handshakes(servers[i], *conns, *duration, ca.roots)
+			n, cpu, groups := handshakes(servers[i], *conns, *duration, ca.roots)
 			rate := float64(n) / duration.Seconds()
 			rates[i] = append(rates[i], rate)
 			cpus[i] = append(cpus[i], cpu.Seconds()*1e6/float64(n))
-			log.Printf("%s: %.0f handshakes/s, %.0f µs server CPU each", names[i], rate, cpu.Seconds()*1e6/float64(n))
+			for g, c := range groups {
+				kx[i][g] += c
+			}
+			log.Printf("%s: %.0f handshakes/s, %.0f µs server CPU each, %s", names[i], rate, cpu.Seconds()*1e6/float64(n), bench.KeyExchangeCounts(groups))
 		}
 	}
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Automatic HTTPS: measured against Pebble\n\n")
-	fmt.Fprintf(&b, "`go run ./bench/acme --repeats %d --duration %v --conns %d`, %s, commit %s, %d CPUs, kernel %s; Pebble %s (Let's Encrypt's test CA) and its challenge test server as DNS, all on loopback.\n\n",
-		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision,
-		runtime.NumCPU(), bench.KernelRelease(), pebbleVersion)
-	fmt.Fprintf(&b, "## Start to the first verified HTTPS response\n\n")
-	fmt.Fprintf(&b, "From starting `engine serve` with an empty `storage` (so: a new account, an order, a TLS-ALPN-01 validation by Pebble against the engine's own listener, issuance) to the first response over HTTPS whose certificate chains to Pebble's root (the client trusts nothing else) and whose 1 MiB body has the file's BLAKE3. The client retries every 5 ms; until the certificate is there the engine answers its handshakes with `unrecognized_name`.\n\n")
-	fmt.Fprintf(&b, "| median | min | max | repeats |\n|---:|---:|---:|---:|\n| %v | %v | %v | %d |\n\n", time.Duration(stats.Median(durs(startTimes))).Round(time.Millisecond), minD(startTimes), maxD(startTimes), len(startTimes))
-	fmt.Fprintf(&b, "Pebble validates at once here (`PEBBLE_VA_NOSLEEP=1`, no network) but is configured to answer `Retry-After: 1` while an authorization or order is pending, which certmagic honours when it polls: most runs are one such second plus the rest (account, order, validation, issuance, the first handshake); a run whose first poll found the validation done took 0.5 s. A public CA takes seconds more, which the engine spends serving its other names.\n\n")
-	fmt.Fprintf(&b, "## Full TLS handshakes per second\n\n")
-	fmt.Fprintf(&b, "Two engine processes, each 1 site, TLS 1.3, the same certificate chain (ECDSA P-256 leaf from Pebble and its intermediate) and key: one gets it from ACME (certmagic's cache, looked up at every handshake), the other from the files copied out of that storage. %d client goroutines in this process make full handshakes (no session resumption, X25519MLKEM768 or X25519 as Go's client offers, the chain verified against Pebble's root) for %v per run; the two servers take turns, %d runs each. Server CPU is utime+stime of its process over the run, per handshake.\n\n", *conns, *duration, *repeats)
-	fmt.Fprintf(&b, "| certificate | handshakes/s (median) | range | server CPU µs/handshake (median) |\n|---|---:|---:|---:|\n")
-	for i := range names {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.0f |\n", names[i], stats.Median(rates[i]), stats.Min(rates[i]), stats.Max(rates[i]), stats.Median(cpus[i]))
-	}
-	fmt.Fprintf(&b, "\nRatio ACME/files: %.3f handshakes/s, %.3f CPU per handshake.\n\n", stats.Median(rates[0])/stats.Median(rates[1]), stats.Median(cpus[0])/stats.Median(cpus[1]))
-	fmt.Fprintf(&b, "Not measured here: kernel TLS (this page's machine may lack it; the handshake is the same either way, promotion comes after it), a CA across a network, renewal under load (renewal swaps the certificate in the cache; `TestACMEHTTP01Renewal` checks that a connection made before it goes on), and HTTP/3 handshakes.\n")
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+	page := render(results{
+		command: strings.Join(append([]string{"go run ./bench/acme"}, os.Args[1:]...), " "), when: time.Now().UTC(),
+		preamble: h.Preamble(), treeNote: h.TreeNote(), pebble: pebbleAbout(ca), workers: runtime.NumCPU(),
+		repeats: *repeats, duration: *duration, conns: *conns,
+		startTimes: startTimes, names: names, rates: rates, cpus: cpus, kx: kx,
+	})
+	if err := os.WriteFile(*out, []byte(page), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Print(b.String())
+	fmt.Print(page)
 }
 
 // ca is Pebble and its DNS.
@@ -348,9 +341,12 @@ func get(addr, name, path string, roots *x509.CertPool) ([]byte, error) {
 }
 
 // handshakes runs conns loops of full handshakes against e for d and
-// returns how many completed and the server CPU they cost.
-func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool) (int64, time.Duration) {
+// returns how many completed, the server CPU they cost and the key
+// exchanges they negotiated.
+func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool) (int64, time.Duration, map[string]int64) {
 	var n, fails atomic.Int64
+	var mu sync.Mutex
+	groups := map[string]int64{}
 	stop := time.Now().Add(d)
 	cpu0 := bench.ProcessCPU(e.cmd.Process.Pid)
 	var wg sync.WaitGroup
@@ -365,8 +361,12 @@ func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool)
 					fails.Add(1)
 					continue
 				}
+				g := bench.KeyExchangeOf(c.ConnectionState())
 				c.Close()
 				n.Add(1)
+				mu.Lock()
+				groups[g]++
+				mu.Unlock()
 			}
 		}()
 	}
@@ -375,7 +375,7 @@ func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool)
 	if fails.Load() > 0 {
 		log.Printf("%d handshakes failed", fails.Load())
 	}
-	return n.Load(), cpu
+	return n.Load(), cpu, groups
 }
 
 // storedCert returns the certificate and key certmagic saved for name.

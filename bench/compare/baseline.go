@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/internal/stats"
 )
 
@@ -23,7 +24,9 @@ type engineSpec struct {
 	id     string // "engine" or "baseline": the --servers name
 	name   string // the column header: "engine" or "engine (baseline)"
 	bin    string
-	origin string // where the binary came from, for the page
+	origin string       // where the binary came from, for the page
+	build  *bench.Build // the binary was built by this run: from what; nil for one given
+	kx     string       // --key-exchange: the one key exchange its TLS accepts; "" for its default
 }
 
 // baselineName is the baseline's column header and key in the cells.

@@ -16,6 +16,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -39,7 +40,8 @@ func TestQuick(t *testing.T) {
 	}
 	for _, want := range []string{"| large file, 1 connection, h1 plain | MiB/s |", "| 1 KiB, 64 keep-alive connections, h1 plain | req/s |",
 		"| large file, 1 connection, h2 TLS | MiB/s |",
-		"## The client's ceiling", "Quick mode", "at commit ", "Kernel TLS: ", "## What this page does not measure"} {
+		"## The client's ceiling", "Quick mode", "- **engine**: built by this run at ", "`engine version`: `engine dev", "(commit ", "The harness ran from that same tree",
+		"Kernel TLS: ", "Key exchanges: every side at its default", "## What this page does not measure"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("report lacks %q:\n%s", want, doc)
 		}
@@ -136,7 +138,8 @@ func testPage(ktls kernelTLS) page {
 		},
 	}
 	return page{command: "go run ./bench/compare", when: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), host: "vm", cpus: 2,
-		kernel: "Linux 6.1.0-test", goVer: "go1.26", ktls: ktls, commit: "0123abcd (with uncommitted changes)",
+		kernel: "Linux 6.1.0-test", goVer: "go1.26", ktls: ktls, cpuModel: "Test CPU @ 1GHz",
+		harness: bench.Tree{Head: "0123abcd", Changed: []string{"M bench/harness.go"}, Fingerprint: "4f1c2a9b0d3e"},
 		repeats: 3, samples: 3, sample: 2 * time.Second, servers: servers, rows: rows, cells: cells}
 }
 
@@ -145,7 +148,8 @@ func TestRender(t *testing.T) {
 		Reason: "this kernel has no tls module"}
 	doc := render(testPage(kernelTLS{probe: noULP}))
 	for _, want := range []string{
-		"at commit 0123abcd (with uncommitted changes).",
+		"The harness ran from commit 0123abcd with uncommitted changes (1 path: M bench/harness.go; fingerprint 4f1c2a9b0d3e), read at its start",
+		"Machine: vm, Test CPU @ 1GHz, 2 CPUs, go1.26.",
 		"Kernel: Linux 6.1.0-test.",
 		"Kernel TLS: not available on this kernel (no `tls` ULP): every TLS figure below is the userspace TLS path; the kernel TLS + sendfile path is not in these figures.",
 		"this kernel has no tls module (setsockopt(TCP_ULP, \"tls\")",
@@ -164,6 +168,11 @@ func TestRender(t *testing.T) {
 	}
 	if strings.Contains(doc, "large file, 1 connection, h1 plain, nginx:") {
 		t.Errorf("render notes a clean cell:\n%s", doc)
+	}
+	for _, bad := range []string{"Measured:", "changed during the run", "Key exchanges:"} {
+		if strings.Contains(doc, bad) {
+			t.Errorf("a page with no engine binary, an unchanged tree and no TLS row says %q:\n%s", bad, doc)
+		}
 	}
 
 	doc = render(testPage(kernelTLS{}))
@@ -421,5 +430,41 @@ func TestPeerTemplates(t *testing.T) {
 				t.Errorf("%s:%d: placeholder the harness does not fill: %s", tc.file, i+1, line)
 			}
 		}
+	}
+}
+
+// TestRenderMeasured: the page names each engine binary by what it was
+// built from at build time (a binary given, by what its stamp says, or
+// "unknown"), and says when the tree changed during the run.
+func TestRenderMeasured(t *testing.T) {
+	p := testPage(kernelTLS{})
+	built := &bench.Build{Tree: bench.Tree{Head: "89abcdef", Fingerprint: "aa"}, At: time.Date(2026, 1, 2, 2, 50, 0, 0, time.UTC),
+		Version: "engine dev go1.26 linux/amd64 (commit 89abcdef, working tree clean)"}
+	p.servers = []*server{
+		{id: "engine", name: "engine", about: "two processes", binary: &engineBinary{build: built, version: built.Version, sha: "0123456789abcdef0123"}},
+		{id: "baseline", name: baselineName, about: "two processes", binary: &engineBinary{origin: "--baseline /tmp/old", sha: "fedcba9876543210ff",
+			version: "engine dev go1.26 linux/amd64 (commit 76543210, working tree modified, fingerprint 4f1c2a9b0d3e)"}},
+		{name: "nginx", about: "nginx/1.22.1"},
+	}
+	p.cells = nil
+	for range p.rows {
+		p.cells = append(p.cells, map[string]*cell{"engine": {}, baselineName: {}, "nginx": {}})
+	}
+	p.treeChanged = "changed: engine/server.go"
+	doc := render(p)
+	for _, want := range []string{
+		"Measured:\n\n- **engine**: built by this run at 02:50 UTC from commit 89abcdef, clean; SHA-256 0123456789abcdef; `engine version`: `engine dev go1.26 linux/amd64 (commit 89abcdef, working tree clean)`.\n",
+		"- **engine (baseline)**: --baseline /tmp/old, commit 76543210, working tree modified, fingerprint 4f1c2a9b0d3e (as its version says); SHA-256 fedcba9876543210;",
+		"**The working tree changed during the run** (changed: engine/server.go)",
+		"- **engine**: the binary described above; two processes\n",
+		"- **nginx**: nginx/1.22.1\n",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("page lacks %q:\n%s", want, doc)
+		}
+	}
+	unstamped := &engineBinary{origin: "--engine /tmp/e", version: "engine dev go1.26 linux/amd64", sha: "00"}
+	if got := unstamped.describe(); !strings.Contains(got, "--engine /tmp/e, commit unknown (its version names no commit") {
+		t.Errorf("an unstamped binary: %q", got)
 	}
 }

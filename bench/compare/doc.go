@@ -3,12 +3,15 @@
 // lighttpd) on loopback, interleaved and repeated, and writes
 // docs/BENCHMARKS.md with the table and the ratios.
 //
-//	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--rows REGEXP] [--workloads IDS] [--caddy PATH] [--out FILE]
+//	go run ./bench/compare [--quick] [--repeats 3] [--servers engine,nginx,caddy] [--rows REGEXP] [--workloads IDS] [--caddy PATH] [--key-exchange X25519] [--out FILE]
 //
 // Two clients can measure. --client bench (the default) is engine bench,
-// in this process, over the full matrix; a figure within 10% of what it
-// reaches against its own in-process source (its self-check, on the
-// page) is marked as possibly client-bound. --client external runs issue
+// in this process, over the full matrix. Its own CPU time over each cell's
+// samples (getrusage of this process) gives the client's cost per GiB or
+// per request, and its ceiling for that cell: the CPUs its goroutines
+// could use over that cost; a figure within 10% of its ceiling (the client
+// at least 90% busy) is marked as possibly client-bound, and the page has
+// the client's table beside the servers'. --client external runs issue
 // 15's eight rows with programs from Debian instead, and puts the
 // server's CPU in every cell ("726.1 [0.821]": seconds per GiB on the
 // large-file rows, microseconds per request on the 1 KiB rows); it
@@ -64,6 +67,26 @@
 // from being measured while other processes use the CPU. -h lists the
 // workloads' ids.
 //
+// The engine is built from the working tree by bench.BuildEngine, which
+// reads HEAD and the uncommitted changes (tracked and untracked files,
+// not ignored ones) at the moment of the build and stamps them into the
+// binary (engine version prints them); the page names them, says when the
+// tree changed before the run ended, and for an --engine or --baseline
+// binary names the commit its stamp gives, or says it is unknown.
+// --build PATH only builds such a stamped binary, for --engine and
+// --baseline:
+//
+//	go run ./bench/compare --build /tmp/engine-new
+//
+// Rows of new TLS connections name the key exchange each server
+// negotiated: engine bench counts its responses by
+// tls.ConnectionState.CurveID, and beside openssl s_time one openssl
+// s_client with s_time's settings is read. Go servers choose
+// X25519MLKEM768 with Go's client, OpenSSL 3.0 servers X25519:
+// --key-exchange X25519 makes engine bench offer, and the engine accept
+// (key_exchanges), only that one, so the handshakes compare like with
+// like.
+//
 // It needs nothing outside the checkout but nginx: it generates the
 // fixtures (a 99,943,778-byte file by default, --large-size; 1 MiB, 1 KiB
 // and their B3SUMS), one
@@ -75,8 +98,9 @@
 // left out of the table, and a cell a server cannot do (a protocol it
 // does not speak) says so; one that exits during the run is reported with
 // the end of its log. The page records, for every cell, how many
-// repeats had accepted samples and why the others had none; the kernel,
-// whether kernel TLS was active, and the commit measured.
+// repeats had accepted samples and why the others had none; the CPU model
+// and count, the kernel, the Go version, whether kernel TLS was active,
+// each peer's version and configuration, and the commit measured.
 //
 // Invariant: on each row every server is measured by the same client,
 // with the same fixtures, in the same run, servers taking turns within

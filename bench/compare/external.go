@@ -74,6 +74,9 @@ type extRun struct {
 	// h2load, the requests per run.
 	respLen  int64
 	requests int
+	// kx is the key exchange an s_client probe negotiated beside an
+	// s_time row, or why it is not known.
+	kx string
 }
 
 // extSample is one sample: a curl transfer, a wrk or h2load run, or a
@@ -110,6 +113,7 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 		o.err = err.Error()
 		return o
 	}
+	o.kxProbe = x.kx
 	pid := s.pidFor(r)
 	var sum struct {
 		cpu             float64
@@ -178,6 +182,14 @@ func (x *extRun) prepare(ctx context.Context) error {
 		x.respLen, err = probeResponse(ctx, x.url, false, x.size, x.digest)
 	case clientSTime:
 		x.respLen, err = probeResponse(ctx, x.url, true, x.size, x.digest)
+		if err == nil {
+			kx, kerr := probeKeyExchange(ctx, x.url.Host)
+			if kerr != nil {
+				log.Printf("  key exchange probe: %v", kerr)
+				kx = "unknown (probe failed)"
+			}
+			x.kx = kx
+		}
 	case clientH2load:
 		x.requests = x.row.connections
 	}

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +25,8 @@ import (
 // The testdata files are what the clients printed here (wrk 4.1.0,
 // h2load 1.52.0, OpenSSL 3.0 s_time, curl 7.88.1 on Debian 12) against
 // bench/compare/gohttp serving a 1,024-byte and a 99,943,778-byte file,
-// run with the arguments the harness uses.
+// run with the arguments the harness uses; s_client-*.txt, OpenSSL 3.0
+// s_client probing a Go server offering its defaults and P-256 only.
 func readTestdata(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -456,33 +459,151 @@ func TestRenderExternal(t *testing.T) {
 	}
 }
 
-// TestCeilingMark: a bench figure within 10% of its row's self-check is
-// marked as possibly client-bound; one further below is not, nor is a
-// row without a self-check.
+// TestCeilingMark: a figure within 10% of its cell's client ceiling
+// (engine bench's CPUs over its cost) is marked as client-bound; one
+// further below is not, nor is a cell without client figures, a
+// fixed-rate row or an external client's.
 func TestCeilingMark(t *testing.T) {
 	rows := []row{
-		{name: "large file, 1 connection, h1 plain", unit: "MiB/s", metric: "mibps", ceiling: "h1-1c"},
-		{name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", metric: "rps", ceiling: "h1-1k-64c"},
+		{name: "large file, 1 connection, h1 plain", unit: "MiB/s", metric: "mibps"},
+		{name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", metric: "rps"},
 		{name: "large file, 1 connection, h2 TLS", unit: "MiB/s", metric: "mibps"},
+		{name: "1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency", unit: "ms p99", metric: "p99"},
+		{name: "large file, 16 connections, h1 TLS", unit: "MiB/s", metric: "mibps", client: clientWrk},
 	}
+	// A repeat whose client used cpu seconds over 2 s on 2 CPUs while
+	// verifying 2 s of the figure's traffic.
+	bulk := func(repeat int, v, cpu float64) outcome {
+		o := clean(repeat, v)
+		o.clientFrom(&bench.ClientStats{CPUSeconds: cpu, Seconds: 2, Parallelism: 2, Bytes: int64(2 * v * (1 << 20))}, "mibps", v)
+		return o
+	}
+	small := func(repeat int, v, cpu float64) outcome {
+		o := clean(repeat, v)
+		o.clientFrom(&bench.ClientStats{CPUSeconds: cpu, Seconds: 2, Parallelism: 2, Responses: int64(2 * v)}, "rps", v)
+		return o
+	}
+	rate := clean(1, 4.2)
+	rate.clientFrom(&bench.ClientStats{CPUSeconds: 3.9, Seconds: 2, Parallelism: 2, Responses: 10000}, "p99", 4.2)
 	servers := []*server{{name: "engine"}, {name: "nginx"}}
 	cells := []map[string]*cell{
-		{"engine": {repeats: []outcome{clean(1, 950)}}, "nginx": {repeats: []outcome{clean(1, 899)}}},
-		{"engine": {repeats: []outcome{clean(1, 50000)}}, "nginx": {repeats: []outcome{clean(1, 91000)}}},
+		// 3.7 of 4 CPU-seconds: 92.5% busy, marked; 3.5: 87.5%, not.
+		{"engine": {repeats: []outcome{bulk(1, 950, 3.7)}}, "nginx": {repeats: []outcome{bulk(1, 899, 3.5)}}},
+		{"engine": {repeats: []outcome{small(1, 50000, 1.0)}}, "nginx": {repeats: []outcome{small(1, 91000, 3.64), small(2, 93000, 3.8), small(3, 90000, 3.0)}}},
 		{"engine": {repeats: []outcome{clean(1, 5000)}}, "nginx": {repeats: []outcome{clean(1, 5000)}}},
-	}
-	ceil := []ceiling{
-		{id: "h1-1c", name: "h1 plain, 1 connection", rep: &bench.Report{MiBps: bench.Summary{Median: 1000}}},
-		{id: "h1-1k-64c", name: "h1 plain, 64 connections, 1 KiB", rep: &bench.Report{RPS: bench.Summary{Median: 100000}}},
+		{"engine": {repeats: []outcome{rate}}, "nginx": {repeats: []outcome{rate}}},
+		{"engine": {repeats: []outcome{bulk(1, 950, 3.9)}}, "nginx": {cannot: "no HTTP/2"}},
 	}
 	doc := render(page{when: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), cpus: 2, repeats: 1, samples: 3, sample: time.Second,
-		servers: servers, rows: rows, cells: cells, ceil: ceil})
+		servers: servers, rows: rows, cells: cells})
 	for _, want := range []string{
 		"| large file, 1 connection, h1 plain | MiB/s | 950.0 ‡ | 899.0 |",
 		"| 1 KiB, 64 keep-alive connections, h1 plain | req/s | 50000.0 | 91000.0 ‡ |",
 		"| large file, 1 connection, h2 TLS | MiB/s | 5000.0 | 5000.0 |",
-		"‡: within 10% of the client's ceiling for that row",
-		"No ceiling for: large file, 1 connection, h2 TLS",
+		"| 1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency | ms p99 | 4.2 | 4.2 |",
+		"‡: within 10% of the client's ceiling for that cell",
+		"## The client's ceiling",
+		"| large file, 1 connection, h1 plain | MiB/s | 1027.0 (1.994 s/GiB, 92% busy) | 1027.4 (1.993 s/GiB, 88% busy) |",
+		"| 1 KiB, 64 keep-alive connections, h1 plain | req/s | 200000 (10.0 µs/req, 25% busy) | 100000 (20.0 µs/req, 91% busy) |",
+		"| large file, 1 connection, h2 TLS | MiB/s | - | - |",
+		"| 1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency | ms p99 | 98% busy | 98% busy |",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("page lacks %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "| large file, 16 connections, h1 TLS | MiB/s | 950.0 ‡") || strings.Contains(doc, "| large file, 16 connections, h1 TLS | MiB/s | 1") {
+		t.Errorf("an external client's row is marked or has a client ceiling:\n%s", doc)
+	}
+}
+
+func TestParseSClientGroup(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{readTestdata(t, "s_client-x25519.txt"), "X25519"},
+		{readTestdata(t, "s_client-p256.txt"), "P-256"},
+		{"Peer Temp Key: X25519, 253 bits\nNegotiated TLS1.3 group: X25519MLKEM768\n", "X25519MLKEM768"},
+		{"Server Temp Key: ECDH, secp384r1, 384 bits\n", "P-384"},
+		{"Peer Temp Key: X448, 448 bits\n", "X448"},
+		{readTestdata(t, "s_time-refused.txt"), ""},
+	} {
+		if got := parseSClientGroup(tc.in); got != tc.want {
+			t.Errorf("parseSClientGroup(%.60q...) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestProbeKeyExchange: the probe beside an s_time row names what a
+// server negotiated with s_time's OpenSSL: X25519 from a Go server at its
+// defaults (OpenSSL 3.0 has no X25519MLKEM768), P-256 from one that
+// allows only P-256.
+func TestProbeKeyExchange(t *testing.T) {
+	if _, err := exec.LookPath("openssl"); err != nil {
+		t.Skip("openssl not installed (apt-get install openssl)")
+	}
+	for _, tc := range []struct {
+		groups []tls.CurveID
+		want   string
+	}{{nil, "X25519"}, {[]tls.CurveID{tls.CurveP256}, "P-256"}} {
+		s := httptest.NewUnstartedServer(http.NotFoundHandler())
+		s.TLS = &tls.Config{CurvePreferences: tc.groups}
+		s.StartTLS()
+		got, err := probeKeyExchange(context.Background(), s.Listener.Addr().String())
+		s.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("server offering %v: probe = %q, %v; want %q", tc.groups, got, err, tc.want)
+		}
+	}
+}
+
+// TestKeyExchangeSection: on the rows of new connections the page names
+// what each server negotiated, from engine bench's counts or the s_client
+// probe, and says where servers differ.
+func TestKeyExchangeSection(t *testing.T) {
+	rows := []row{
+		{name: "1 KiB, new TLS connection per request (16 at once)", unit: "req/s", metric: "rps", tls: true, newConns: true},
+		{name: "1 KiB, new TLS connection per request, full handshake (16 at once)", unit: "req/s", metric: "rps", tls: true, newConns: true, client: clientSTime},
+		{name: "large file, 1 connection, h1 TLS", unit: "MiB/s", metric: "mibps", tls: true},
+	}
+	withKX := func(kx map[string]int64, probe string) outcome {
+		o := clean(1, 1000)
+		o.kx, o.kxProbe = kx, probe
+		return o
+	}
+	servers := []*server{{name: "engine"}, {name: "nginx"}, {name: "caddy"}}
+	cells := []map[string]*cell{
+		{"engine": {repeats: []outcome{withKX(map[string]int64{"X25519MLKEM768": 12345}, "")}},
+			"nginx": {repeats: []outcome{withKX(map[string]int64{"X25519": 9000}, "")}},
+			"caddy": {repeats: []outcome{withKX(map[string]int64{"X25519MLKEM768": 10, "X25519": 2}, "")}}},
+		{"engine": {repeats: []outcome{withKX(nil, "X25519"), withKX(nil, "X25519")}},
+			"nginx": {repeats: []outcome{withKX(nil, "X25519")}},
+			"caddy": {cannot: "not installed"}},
+		{"engine": {repeats: []outcome{clean(1, 1)}}, "nginx": {repeats: []outcome{clean(1, 1)}}, "caddy": {repeats: []outcome{clean(1, 1)}}},
+	}
+	p := page{when: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), cpus: 2, repeats: 1, samples: 3, sample: time.Second,
+		servers: servers, rows: rows, cells: cells}
+	doc := render(p)
+	for _, want := range []string{
+		"Key exchanges: every side at its default (no `--key-exchange`)",
+		"## Key exchange on the rows of new connections",
+		"| 1 KiB, new TLS connection per request (16 at once) | X25519MLKEM768 (all 12,345 responses) | X25519 (all 9,000 responses) | X25519MLKEM768 ×10, X25519 ×2 |",
+		"| 1 KiB, new TLS connection per request, full handshake (16 at once) | X25519 (s_client probe) | X25519 (s_client probe) | not installed |",
+		"Not like with like: on 1 row the servers negotiated different key exchanges",
+		"1 KiB, new TLS connection per request (16 at once): X25519 (nginx); X25519MLKEM768 (engine)",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("page lacks %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "| large file, 1 connection, h1 TLS | X25519") {
+		t.Errorf("a row of kept connections is in the key exchange table:\n%s", doc)
+	}
+	cells[0]["nginx"].repeats[0].kx = map[string]int64{"X25519MLKEM768": 9000}
+	cells[0]["caddy"].repeats[0].kx = map[string]int64{"X25519MLKEM768": 9}
+	p.keyExchange = keyExchangeChoice{name: "X25519", id: tls.X25519}
+	doc = render(p)
+	for _, want := range []string{
+		"Key exchanges: `--key-exchange X25519`: `engine bench` offered only X25519, and the engine's configuration accepted only it (`key_exchanges = [\"X25519\"]`)",
+		"On each of these rows every server negotiated the same key exchange.",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("page lacks %q:\n%s", want, doc)
@@ -493,7 +614,7 @@ func TestCeilingMark(t *testing.T) {
 // FuzzClientOutput: the parsers of client output never panic, and what
 // they accept is self-consistent.
 func FuzzClientOutput(f *testing.F) {
-	for _, name := range []string{"wrk-1k-64c.txt", "wrk-404.txt", "h2load-large-16c.txt", "h2load-404.txt", "s_time-reuse.txt", "s_time-new.txt", "curl-h2.txt"} {
+	for _, name := range []string{"wrk-1k-64c.txt", "wrk-404.txt", "h2load-large-16c.txt", "h2load-404.txt", "s_time-reuse.txt", "s_time-new.txt", "curl-h2.txt", "s_client-x25519.txt"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)
@@ -504,8 +625,34 @@ func FuzzClientOutput(f *testing.F) {
 		parseWrk(out)
 		parseH2load(out)
 		parseCurlReport(out)
+		parseSClientGroup(out)
 		if s, err := parseSTime(out); err == nil && s.resumed > s.marks {
 			t.Errorf("parseSTime: %d resumed of %d marks", s.resumed, s.marks)
 		}
 	})
+}
+
+// TestNewOutcomeClient: a repeat's client ceiling is its figure over how
+// busy the client was, so a figure is never above it while the client
+// was at most fully busy, even when the samples were uneven (the median
+// sample above the run's mean); a repeat without accepted samples keeps
+// how busy the client was and has no ceiling.
+func TestNewOutcomeClient(t *testing.T) {
+	samples := []bench.Sample{{Accepted: true}, {Accepted: true}, {Accepted: true}}
+	// Samples of 1000, 1000 and 400 MiB/s: median 1000, mean 800.
+	rep := &bench.Report{Samples: samples, Accepted: 3, MiBps: bench.Summary{Median: 1000}, Bytes: 2 * 800 << 20,
+		Client: &bench.ClientStats{CPUSeconds: 1.9, Seconds: 2, Parallelism: 1, Bytes: 2 * 800 << 20}}
+	o := newOutcome(1, rep, nil, "mibps")
+	if !o.hasClient || o.clientBusy != 0.95 || o.clientCeiling < o.value || math.Abs(o.clientCeiling-1000/0.95) > 1e-9 {
+		t.Errorf("outcome: busy %v, ceiling %v, figure %v; want busy 0.95, ceiling 1052.6", o.clientBusy, o.clientCeiling, o.value)
+	}
+	c := cell{repeats: []outcome{o}}
+	if !c.clientBound(row{metric: "mibps"}) {
+		t.Error("a figure for which the client was 95% busy is not marked")
+	}
+	rep.Accepted, rep.MiBps = 0, bench.Summary{}
+	o = newOutcome(1, rep, nil, "mibps")
+	if !o.hasClient || o.clientCeiling != 0 {
+		t.Errorf("no accepted sample: hasClient %v, ceiling %v", o.hasClient, o.clientCeiling)
+	}
 }

@@ -46,24 +46,21 @@ type row struct {
 	// in this process, or one of the external clients (clientCurl...).
 	client string
 	resume bool // new-connection rows of an external client: resume TLS sessions
-	// ceiling is the engine bench self-check this row is read against
-	// (a selfCheck id), "" where none applies.
-	ceiling string
 }
 
 func matrix(quick bool) []row {
 	rows := []row{
-		{id: "large-h1", name: "large file, 1 connection, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 1, metric: "mibps", ceiling: "h1-1c"},
-		{id: "large-h1-tls", name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps", ceiling: "h1-tls-1c"},
+		{id: "large-h1", name: "large file, 1 connection, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 1, metric: "mibps"},
+		{id: "large-h1-tls", name: "large file, 1 connection, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{id: "large-h2-tls", name: "large file, 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{id: "large-h3", name: "large file, 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 		{id: "large-h2-tls-16s", name: "large file, 16 streams on 1 connection, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
 		{id: "large-h3-16s", name: "large file, 16 streams on 1 connection, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 1, streams: 16, metric: "mibps"},
-		{id: "large-h1-16c", name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps", ceiling: "h1-16c"},
-		{id: "large-h1-tls-16c", name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps", ceiling: "h1-tls-16c"},
+		{id: "large-h1-16c", name: "large file, 16 connections, h1 plain", unit: "MiB/s", proto: "h1", file: "large.bin", connections: 16, metric: "mibps"},
+		{id: "large-h1-tls-16c", name: "large file, 16 connections, h1 TLS", unit: "MiB/s", proto: "h1", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
 		{id: "large-h2-tls-16c", name: "large file, 16 connections, h2 TLS", unit: "MiB/s", proto: "h2", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
 		{id: "large-h3-16c", name: "large file, 16 connections, h3", unit: "MiB/s", proto: "h3", tls: true, file: "large.bin", connections: 16, metric: "mibps"},
-		{id: "1k-h1-64c", name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps", ceiling: "h1-1k-64c"},
+		{id: "1k-h1-64c", name: "1 KiB, 64 keep-alive connections, h1 plain", unit: "req/s", proto: "h1", file: "1k.bin", connections: 64, metric: "rps"},
 		{id: "1k-h1-tls-new", name: "1 KiB, new TLS connection per request (16 at once)", unit: "req/s", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, metric: "rps"},
 		{id: "1k-h1-p99", name: "1 KiB at a fixed 5,000 req/s, h1 plain: p99 latency", unit: "ms p99", proto: "h1", file: "1k.bin", connections: 64, rate: 5000, metric: "p99"},
 		{id: "1k-h2-tls-4x32s", name: "1 KiB, 32 streams on each of 4 connections, h2 TLS", unit: "req/s", proto: "h2", tls: true, file: "1k.bin", connections: 4, streams: 32, metric: "rps"},
@@ -94,6 +91,8 @@ func main() {
 	sample := flag.Duration("sample", 0, "length of one sample; sets --duration to --samples times this")
 	maxOthers := flag.Float64("max-others", 0, "on a shared machine: the largest share of the CPU (0.05 = 5%) other processes may use during a run; before each run wait (up to --quiet-wait) until they use less, and measure a run they disturbed again, up to 3 times in all (0: off)")
 	quietWait := flag.Duration("quiet-wait", 2*time.Minute, "with --max-others: the longest wait for other processes to quieten before a run")
+	buildOnly := flag.String("build", "", "only build the engine from this working tree into this file, stamped with its commit and uncommitted changes as the runs' engine is (engine version prints them), and exit: for --engine and --baseline binaries whose pages name what they were built from")
+	keyExchange := flag.String("key-exchange", "", "compare TLS handshakes like with like: engine bench offers only this key exchange ("+strings.Join(bench.KeyExchangeNames(), ", ")+"), and the engine (and baseline) accept only it (key_exchanges); default: each side's own defaults, which the page names per server")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench/compare [flags]\n\nflags:\n")
 		flag.PrintDefaults()
@@ -120,6 +119,14 @@ func main() {
 	largeSize, err := parseSize(*largeSpec)
 	if err != nil {
 		log.Fatalf("--large-size: %v", err)
+	}
+	var kx keyExchangeChoice
+	if *keyExchange != "" {
+		name, id, ok := bench.LookupKeyExchange(*keyExchange)
+		if !ok {
+			log.Fatalf("--key-exchange %q: want one of %s", *keyExchange, strings.Join(bench.KeyExchangeNames(), ", "))
+		}
+		kx = keyExchangeChoice{name: name, id: id}
 	}
 	if external {
 		if !set["servers"] {
@@ -178,6 +185,22 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if *buildOnly != "" {
+		path, err := filepath.Abs(*buildOnly)
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, err := bench.BuildEngine(repo, path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("built %s from %s", path, b.Tree)
+		fmt.Println(b.Version)
+		return
+	}
+	// The checkout this harness runs from, as it was at the start; the
+	// page says whether it changed by the end.
+	harnessTree := bench.ReadTree(repo)
 	var peers peerTemplates
 	if *peersDir != "" {
 		peers = peerTemplates{fs: os.DirFS(*peersDir), name: *peersDir}
@@ -324,9 +347,9 @@ func main() {
 		var start func() (*server, error)
 		switch name {
 		case "engine":
-			spec := engineSpec{id: "engine", name: "engine", bin: *engineBin}
+			spec := engineSpec{id: "engine", name: "engine", bin: *engineBin, kx: kx.name}
 			if spec.bin == "" {
-				bin, err := goBuild(repo, work, "engine", "./cmd/engine")
+				b, err := bench.BuildEngine(repo, filepath.Join(work, "engine"))
 				if err != nil {
 					if mustStart(name) {
 						fatal("engine: %v", err)
@@ -334,7 +357,8 @@ func main() {
 					log.Printf("engine left out: %v", err)
 					continue
 				}
-				spec.bin = bin
+				log.Printf("engine built from %s", b.Tree)
+				spec.bin, spec.build = b.Path, b
 				if *baselineBin != "" {
 					spec.origin = "built from the working tree"
 				}
@@ -352,7 +376,7 @@ func main() {
 			if *baselineBin == "" {
 				fatal("--servers names baseline: name its binary with --baseline PATH")
 			}
-			spec := engineSpec{id: "baseline", name: baselineName, bin: *baselineBin, origin: "--baseline " + *baselineBin}
+			spec := engineSpec{id: "baseline", name: baselineName, bin: *baselineBin, origin: "--baseline " + *baselineBin, kx: kx.name}
 			start = func() (*server, error) { return startEngine(spec, work) }
 			if proxyMode {
 				start = func() (*server, error) { return startEngineProxy(spec, work, upstream) }
@@ -481,7 +505,7 @@ func main() {
 					cfg := bench.Config{URLs: []string{base + "/" + rw.file}, Protocol: rw.proto, Connections: rw.connections, Streams: rw.streams,
 						Duration: *duration, Samples: *samples, Warmup: *warmup, Rate: rw.rate, Manifest: manifest,
 						LocalRoot: filepath.Join(work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
-						NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second}
+						NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second, KeyExchanges: kx.ids()}
 					measure = func() outcome {
 						rep, err := bench.Run(ctx, cfg)
 						return newOutcome(r+1, rep, err, rw.metric)
@@ -525,16 +549,20 @@ func main() {
 			}
 		}
 	}
-	// The engine bench self-checks a bench row is read against; the
-	// external clients have none.
-	var ceil []ceiling
-	if !proxyMode && !passMode {
-		// A proxy row is read against the other proxies, not against
-		// the client alone.
-		ceil = selfChecks(ctx, rows, *duration, *samples, *warmup, largeSize)
-	}
 	if interrupted() {
 		os.Exit(130)
+	}
+	// Whether the tree the engine was built from (or, for a binary
+	// given, the harness's checkout) moved during the run: read before
+	// the page is written, which may be in that tree.
+	var treeChanged string
+	for _, s := range list {
+		if s.binary != nil && s.binary.build != nil {
+			treeChanged = s.binary.build.Changed()
+		}
+	}
+	if !slices.ContainsFunc(list, func(s *server) bool { return s.binary != nil && s.binary.build != nil }) {
+		treeChanged = bench.ReadTree(repo).Since(harnessTree)
 	}
 	for _, s := range list {
 		if isEngine(s.id) {
@@ -554,10 +582,14 @@ func main() {
 		when:           time.Now().UTC(),
 		host:           host,
 		cpus:           runtime.NumCPU(),
+		cpuModel:       bench.CPUModel(),
 		kernel:         strings.TrimSpace(string(kernel)),
 		goVer:          runtime.Version(),
 		ktls:           ktls,
-		commit:         commit(repo),
+		harness:        harnessTree,
+		treeChanged:    treeChanged,
+		keyExchange:    kx,
+		upstream:       upstreamAbout(upstream, orig),
 		quick:          *quick,
 		repeats:        *repeats,
 		samples:        *samples,
@@ -565,7 +597,6 @@ func main() {
 		servers:        list,
 		rows:           rows,
 		cells:          cells,
-		ceil:           ceil,
 		large:          largeSize,
 		footing:        same,
 		minRatio:       *minRatio,
@@ -635,54 +666,6 @@ func rotate(l []*server, k int) []*server {
 	return out
 }
 
-// ceiling is what engine bench reached against its in-process source
-// (bench.SelfCheck) in one configuration.
-type ceiling struct {
-	id   string // as row.ceiling names it
-	name string
-	rep  *bench.Report
-}
-
-// selfChecks measures engine bench alone: in four configurations on
-// every run with a bench row, and in the one more the rows may be read
-// against (row.ceiling) when such a row is measured; none for a run of
-// external rows only.
-func selfChecks(ctx context.Context, rows []row, d time.Duration, samples int, warmup time.Duration, large int64) []ceiling {
-	needed := map[string]bool{}
-	anyBench := false
-	for _, r := range rows {
-		if r.client == "" {
-			anyBench = true
-			needed[r.ceiling] = true
-		}
-	}
-	var out []ceiling
-	for _, sc := range []struct {
-		id, name string
-		conns    int
-		size     int64
-		tls      bool
-		always   bool
-	}{
-		{"h1-1c", "h1 plain, 1 connection, " + thousands(large) + " bytes", 1, large, false, true},
-		{"h1-16c", "h1 plain, 16 connections, " + thousands(large) + " bytes", 16, large, false, true},
-		{"h1-tls-1c", "h1 TLS, 1 connection, " + thousands(large) + " bytes", 1, large, true, true},
-		{"h1-tls-16c", "h1 TLS, 16 connections, " + thousands(large) + " bytes", 16, large, true, false},
-		{"h1-1k-64c", "h1 plain, 64 connections, 1 KiB", 64, 1024, false, true},
-	} {
-		if !anyBench || !sc.always && !needed[sc.id] {
-			continue
-		}
-		r, err := bench.SelfCheck(ctx, bench.Config{Connections: sc.conns, Duration: d, Samples: samples, Warmup: warmup}, sc.size, sc.tls)
-		if err != nil {
-			log.Printf("self-check %s: %v", sc.name, err)
-			continue
-		}
-		out = append(out, ceiling{sc.id, sc.name, r})
-	}
-	return out
-}
-
 // newExtEnv gathers what the external clients need: the fixtures'
 // digests and sizes, and wrk's script, written into work.
 func newExtEnv(work string, manifest []integrity.Entry, large int64, samples int, sample, warmup time.Duration) (*extEnv, error) {
@@ -710,30 +693,6 @@ func repoRoot() (string, error) {
 		return "", fmt.Errorf("run from inside the repository")
 	}
 	return filepath.Dir(mod), nil
-}
-
-// commit names what was measured: HEAD, and whether the working tree
-// differed from it. Read-only: --no-optional-locks keeps git status from
-// refreshing the index.
-func commit(repo string) string {
-	git := func(args ...string) (string, error) {
-		cmd := exec.Command("git", append([]string{"--no-optional-locks"}, args...)...)
-		cmd.Dir = repo
-		out, err := cmd.Output()
-		return strings.TrimSpace(string(out)), err
-	}
-	head, err := git("rev-parse", "HEAD")
-	if err != nil {
-		return "unknown (git rev-parse HEAD: " + err.Error() + ")"
-	}
-	status, err := git("status", "--porcelain")
-	switch {
-	case err != nil:
-		return head + " (git status failed: whether it had uncommitted changes is unknown)"
-	case status != "":
-		return head + " (with uncommitted changes)"
-	}
-	return head
 }
 
 // fixtures writes the files and their manifest.

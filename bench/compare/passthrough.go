@@ -70,9 +70,12 @@ func startEnginePass(spec engineSpec, work string, o *origin) (*server, error) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	version, _ := exec.Command(spec.bin, "version").Output()
-	s := &server{id: spec.id, name: spec.name, tls: "https://" + addr, h3: "https://" + addr, h2: true,
-		about: strings.TrimSpace(string(version)) + " (`[reverse_proxy]` with `tls_termination = false` and one route, `domain = \"*\"`, to the origin; every other setting at its default; TCP relayed with splice(2), QUIC by the router on the same port)"}
+	binary, err := newEngineBinary(spec)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{id: spec.id, name: spec.name, sha: binary.sha, tls: "https://" + addr, h3: "https://" + addr, h2: true, binary: binary,
+		about: "`[reverse_proxy]` with `tls_termination = false` and one route, `domain = \"*\"`, to the origin; every other setting at its default; TCP relayed with splice(2), QUIC by the router on the same port; no TLS of its own (the origin's handshake passes through)"}
 	return s.runTLS(filepath.Join(work, spec.id+"-pass.log"), spec.bin, []string{"serve", "-c", cfgPath})
 }
 

@@ -125,15 +125,18 @@ func startEngineProxy(spec engineSpec, work string, b *backend) (*server, error)
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	cfg := fmt.Sprintf("listen = %q\n[kernel]\nktls = \"auto\"\n[reverse_proxy]\nenabled = true\n[reverse_proxy.tls]\ncert = %q\nkey = %q\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\n",
-		addr, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"), b.addr)
+	cfg := fmt.Sprintf("listen = %q\n[kernel]\nktls = \"auto\"\n[reverse_proxy]\nenabled = true\n[reverse_proxy.tls]\ncert = %q\nkey = %q\n%s[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\n",
+		addr, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"), spec.keyExchangesLine(), b.addr)
 	cfgPath := filepath.Join(work, spec.id+"-proxy.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	version, _ := exec.Command(spec.bin, "version").Output()
-	s := &server{id: spec.id, name: spec.name, tls: "https://" + addr, h3: "https://" + addr, h2: true,
-		about: strings.TrimSpace(string(version)) + " (`[reverse_proxy]` with one route, `domain = \"*\"`, to the backend, every pool and timeout setting at its default; `ktls = \"auto\"`; h1, h2 and h3)"}
+	binary, err := newEngineBinary(spec)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{id: spec.id, name: spec.name, sha: binary.sha, tls: "https://" + addr, h3: "https://" + addr, h2: true, binary: binary,
+		about: "`[reverse_proxy]` with one route, `domain = \"*\"`, to the backend, every pool and timeout setting at its default; `ktls = \"auto\"`; h1, h2 and h3" + spec.keyExchangesNote()}
 	// The TLS log name is the one the kernel TLS statement reads.
 	return s.runTLS(filepath.Join(work, spec.id+"-tls.log"), spec.bin, []string{"serve", "-c", cfgPath})
 }

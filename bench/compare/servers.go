@@ -27,13 +27,16 @@ type server struct {
 	id    string // as --servers names it: engine, baseline, nginx, caddy
 	name  string // the column header
 	sha   string // an engine binary's SHA-256, when the page names it
-	about string // what the page says it is: version and configuration
-	plain string // base URL, http://
-	tls   string // base URL, https:// (h1, h2)
-	tlsNR string // https without session resumption (new connection rows); "" = tls
-	h3    string // base URL for HTTP/3, "" if not spoken
-	h2    bool
-	proc  *proc
+	about string // what the page says it is: version and configuration (an engine's configuration only)
+	// binary is what an engine binary was built from, or says it was;
+	// nil for the peers.
+	binary *engineBinary
+	plain  string // base URL, http://
+	tls    string // base URL, https:// (h1, h2)
+	tlsNR  string // https without session resumption (new connection rows); "" = tls
+	h3     string // base URL for HTTP/3, "" if not spoken
+	h2     bool
+	proc   *proc
 	// The engine serves plain and TLS from two processes; the TLS one is
 	// measured on TLS rows.
 	tlsProc *proc
@@ -267,9 +270,10 @@ func (s *server) stop() {
 	s.proc.stop()
 }
 
-// goBuild builds the Go command in pkg (./cmd/engine, or the Go net/http
-// peer in ./bench/compare/gohttp) of the repository into work/name, with
-// the Go toolchain running this harness.
+// goBuild builds the Go command in pkg (the Go net/http peer in
+// ./bench/compare/gohttp) of the repository into work/name, with the Go
+// toolchain running this harness. The engine is built by
+// bench.BuildEngine, which stamps it with the commit it was built from.
 func goBuild(repo, work, name, pkg string) (string, error) {
 	bin := filepath.Join(work, name)
 	build := exec.Command("go", "build", "-o", bin, pkg)
@@ -293,24 +297,19 @@ func startEngine(spec engineSpec, work string) (*server, error) {
 	}
 	plainAddr, tlsAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	www := filepath.Join(work, "www")
-	cfg := fmt.Sprintf("listen = %q\n[[sites]]\ndomain = \"*\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n[kernel]\nktls = \"auto\"\n",
-		tlsAddr, www, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"))
+	cfg := fmt.Sprintf("listen = %q\n[[sites]]\ndomain = \"*\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s[kernel]\nktls = \"auto\"\n",
+		tlsAddr, www, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"), spec.keyExchangesLine())
 	cfgPath := filepath.Join(work, spec.id+"-tls.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	version, _ := exec.Command(spec.bin, "version").Output()
-	about := strings.TrimSpace(string(version)) + " (two processes: plain, and TLS with HTTP/1.1, HTTP/2 and HTTP/3; `ktls = \"auto\"`)"
-	var sha string
-	if spec.origin != "" {
-		sum, err := fileSHA256(spec.bin)
-		if err != nil {
-			return nil, err
-		}
-		about += fmt.Sprintf("; %s, SHA-256 %s", spec.origin, sum[:16])
-		sha = sum
+	binary, err := newEngineBinary(spec)
+	if err != nil {
+		return nil, err
 	}
-	s := &server{id: spec.id, sha: sha, name: spec.name, plain: "http://" + plainAddr, tls: "https://" + tlsAddr, h2: true, h3: "https://" + tlsAddr, about: about}
+	about := "two processes: plain, and TLS with HTTP/1.1, HTTP/2 and HTTP/3; `ktls = \"auto\"`" + spec.keyExchangesNote()
+	s := &server{id: spec.id, sha: binary.sha, name: spec.name, plain: "http://" + plainAddr, tls: "https://" + tlsAddr, h2: true, h3: "https://" + tlsAddr,
+		about: about, binary: binary}
 	if s.proc, err = startProc(filepath.Join(work, spec.id+"-plain.log"), spec.bin, []string{"serve", "--root", www, "--listen", plainAddr}); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mediaship/engine/bench"
 )
 
 // sTimeArgs is openssl s_time's command line: one connection at a time
@@ -143,6 +145,68 @@ func (x *extRun) sTime(ctx context.Context, procs int, d time.Duration) extSampl
 		served += int64(procs)
 	}
 	return extSample{value: float64(conns) / wall, requests: served, conns: conns, resumed: resumed}
+}
+
+// sClientArgs is the openssl s_client probe beside an s_time row: its
+// OpenSSL, its TLS settings and, like s_time, no server name.
+func sClientArgs(host string) []string {
+	return []string{"s_client", "-connect", host, "-noservername", "-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"}
+}
+
+// probeKeyExchange makes one handshake as s_time does and returns the key
+// exchange it negotiated, named as bench names them ("X25519", "P-256";
+// OpenSSL's own name for one bench does not know).
+func probeKeyExchange(ctx context.Context, host string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "openssl", sClientArgs(host)...)
+	cmd.Stdin = strings.NewReader("") // s_client ends at end of input
+	out, err := cmd.CombinedOutput()
+	if g := parseSClientGroup(string(out)); g != "" {
+		return g, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("openssl s_client: %v: %s", err, oneLine(lastBytes(string(out), 300)))
+	}
+	return "", fmt.Errorf("openssl s_client named no key exchange: %s", oneLine(lastBytes(string(out), 300)))
+}
+
+// parseSClientGroup reads the key exchange from s_client's output:
+// "Negotiated TLS1.3 group: X25519MLKEM768" (later OpenSSL releases) or
+// "Server Temp Key: X25519, 253 bits" / "Server Temp Key: ECDH,
+// prime256v1, 256 bits" (3.0; "Peer Temp Key" later); "" when it says
+// none of them.
+func parseSClientGroup(out string) string {
+	var temp string
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if g, ok := strings.CutPrefix(line, "Negotiated TLS1.3 group:"); ok {
+			return keyExchangeNamed(g)
+		}
+		k, ok := strings.CutPrefix(line, "Server Temp Key:")
+		if !ok {
+			k, ok = strings.CutPrefix(line, "Peer Temp Key:")
+		}
+		if ok && temp == "" {
+			f := strings.Split(k, ",")
+			g := strings.TrimSpace(f[0])
+			if (g == "ECDH" || g == "DH") && len(f) > 1 {
+				g = strings.TrimSpace(f[1])
+			}
+			temp = keyExchangeNamed(g)
+		}
+	}
+	return temp
+}
+
+// keyExchangeNamed is bench's name for what OpenSSL calls a group, or
+// OpenSSL's name where bench has none.
+func keyExchangeNamed(g string) string {
+	g = strings.TrimSpace(g)
+	if name, _, ok := bench.LookupKeyExchange(g); ok {
+		return name
+	}
+	return g
 }
 
 func lastBytes(s string, n int) string {

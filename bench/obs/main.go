@@ -37,7 +37,6 @@ import (
 
 	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/integrity"
-	"github.com/mediaship/engine/internal/stats"
 )
 
 // variant is one configuration measured.
@@ -178,45 +177,18 @@ func main() {
 		dropped[i] = procs[i].dropped
 	}
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "# What observability costs: access logs and /metrics\n\n")
-	fmt.Fprintf(&b, "`go run ./bench/obs --repeats %d --duration %v --connections %d`, %s, commit %s, %d CPUs, kernel %s, Go %s.\n\n",
-		*repeats, *duration, *conns, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision, runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
-	fmt.Fprintf(&b, "%s\n\n", pinned)
-	fmt.Fprintf(&b, "A 1 KiB file over plain HTTP/1.1 on %d keep-alive connections, one server process per configuration (the engine with `workers = 1`; nginx with one worker), all started at once and measured in turns: in each of the %d rounds every configuration runs once with each client, and the order rotates so each takes every place. The logs go to files in `os.MkdirTemp`'s directory; the scraper (a goroutine of the harness, on the client's CPU) reads the whole `/metrics` body every 100 ms. Server CPU is utime+stime of the server's processes over the measured time, per response.\n\n", *conns, *repeats)
-	if wrkBin != "" {
-		fmt.Fprintf(&b, "## Requests per second, closed loop (wrk)\n\n")
-		fmt.Fprintf(&b, "`wrk -t1 -c%d -d%v`: wrk, written in C, keeps %d requests in flight and drives the server to what it can do on its CPU; it checks statuses and byte counts only (every run had no error, no status of 400 or above, and between 1,024 and 1,024+head bytes per response), not the bytes themselves: the verified figures are in the next table.\n\n", *conns, *duration, *conns)
-		fmt.Fprintf(&b, "| configuration | req/s (median) | range | vs off | server CPU µs/request (median) | vs off |\n|---|---:|---:|---:|---:|---:|\n")
-		for i, v := range variants {
-			o := base(i)
-			fmt.Fprintf(&b, "| %s | %.0f | %.0f–%.0f | %.3f | %.2f | %.3f |\n", v.name, stats.Median(wrps[i]), stats.Min(wrps[i]), stats.Max(wrps[i]),
-				stats.Median(wrps[i])/stats.Median(wrps[o]), stats.Median(wcpu[i]), stats.Median(wcpu[i])/stats.Median(wcpu[o]))
-		}
-	} else {
-		fmt.Fprintf(&b, "wrk is not installed (`apt-get install wrk`): no closed-loop figures.\n")
-	}
-	fmt.Fprintf(&b, "\n## CPU per request at a fixed rate, every response verified (engine bench)\n\n")
-	fmt.Fprintf(&b, "`engine bench --rate %.0f --connections %d --duration %v` (open loop: the same %.0f requests per second offered to every configuration, %v after a 1 s warm-up), in the harness's process: every response's length and BLAKE3 are checked, and a run with one wrong or failed response, or below 97%% of the offered rate, stops the harness. With the load fixed, the difference in server CPU per request is what the log line or the scrapes cost; at this rate a scrape every 100 ms is spread over %.0f requests.\n\n", *rate, *conns, *duration, *rate, *duration, *rate/10)
-	fmt.Fprintf(&b, "| configuration | server CPU µs/request (median) | range | vs off | p99 latency ms (median) | lines logged | lines dropped |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	for i, v := range variants {
-		lines, drops := "–", "–"
-		if v.log != "" {
-			lines = strconv.FormatInt(logged[i], 10)
-		}
-		if !v.nginx {
-			drops = strconv.FormatFloat(dropped[i], 'f', 0, 64)
-		}
-		o := base(i)
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f–%.2f | %.3f | %.2f | %s | %s |\n", v.name, stats.Median(cpu[i]), stats.Min(cpu[i]), stats.Max(cpu[i]),
-			stats.Median(cpu[i])/stats.Median(cpu[o]), stats.Median(p99[i]), lines, drops)
-	}
-	fmt.Fprintf(&b, "\n\"vs off\" is the ratio of medians to the same server's row without log or scraper (the engine's first row; nginx's for nginx, measured in the same turns as a reference for what an access log costs a server that writes each line with its own write(2)). Lines logged count every response of all runs and warm-ups (and the harness's start-up probe); lines dropped are `engine_access_log_dropped_lines_total` at the end. The machine is shared and noisy: read ratios within the min–max ranges as no difference.\n\n")
-	fmt.Fprintf(&b, "Not measured here: HTTP/2 and HTTP/3 (their log lines are built the same way), TLS, a slow or full disk (`TestAccessLogSlowDisk` checks that lines are dropped and counted instead of stalling the reactor), log lines to stdout under a service manager, and more than one reactor (scrapes and the log writer are goroutines that take turns with the reactors on the same CPUs).\n")
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+	page := render(results{
+		command:  strings.Join(append([]string{"go run ./bench/obs"}, os.Args[1:]...), " "),
+		when:     time.Now().UTC(),
+		preamble: h.Preamble(), treeNote: h.TreeNote(), pinned: pinned,
+		repeats: *repeats, duration: *duration, conns: *conns, rate: *rate,
+		nginx: nginxAbout(nginxBin), wrk: wrkAbout(wrkBin), variants: variants,
+		wrps: wrps, wcpu: wcpu, cpu: cpu, p99: p99, logged: logged, dropped: dropped,
+	})
+	if err := os.WriteFile(*out, []byte(page), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Print(b.String())
+	fmt.Print(page)
 }
 
 // scraper reads /metrics every 100 ms until stop, and returns how many
@@ -401,7 +373,7 @@ func countLines(path string) int64 {
 
 // base is the index of the row variant i is compared with: the same
 // server with no log and no scraper.
-func base(i int) int {
+func base(variants []variant, i int) int {
 	for j := i; j >= 0; j-- {
 		if variants[j].nginx == variants[i].nginx && variants[j].log == "" && !variants[j].scrape {
 			return j

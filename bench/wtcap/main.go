@@ -32,7 +32,6 @@ import (
 	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/internal/selfsigned"
-	"github.com/mediaship/engine/internal/stats"
 )
 
 // variant is one configuration measured.
@@ -139,28 +138,16 @@ func main() {
 		}
 	}
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "# WebTransport diagnostics: streams and datagrams beside an HTTP/3 download\n\n")
-	fmt.Fprintf(&b, "`go run ./bench/wtcap --repeats %d --duration %v`, %s, commit %s, %d CPUs, kernel %s, Go %s.\n\n",
-		*repeats, *duration, time.Now().UTC().Format("2006-01-02 15:04 UTC"), h.Revision, runtime.NumCPU(), bench.KernelRelease(), runtime.Version())
-	fmt.Fprintf(&b, "%s\n\n", pinned)
-	fmt.Fprintf(&b, "One engine (`[webtransport] enabled = true`, `max_datagram_bytes = 1200`, a self-signed certificate, loopback) serves every configuration; the client is `engine bench` in the harness's process, one QUIC connection, one session or request at a time, %v measured after a 1 s warm-up, in 5 samples. The configurations take turns, %d rounds, the order rotating so each takes every place. Figures are medians over the rounds of each run's median sample, with the range.\n\n", *duration, *repeats)
-	fmt.Fprintf(&b, "Integrity: every byte counted was checked. The HTTP/3 download and `file=` sessions against the file's BLAKE3 (the session's `Repr-Digest`), generated streams against the pattern byte by byte, datagrams by sequence number and every byte; a sample with one wrong byte, a duplicate or a corrupt datagram would have stopped the harness. Lost datagrams do not reject a sample: they are counted below.\n\n")
-	fmt.Fprintf(&b, "| configuration | MiB/s (median) | range | vs HTTP/3 download | server CPU s/GiB (median) | range | datagram loss |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	for i, v := range variants {
-		l := "–"
-		if v.rate > 0 {
-			l = fmt.Sprintf("%.2f%% median (%d of %d; server sent %d; kernel UDP receive-buffer drops %d)", stats.Median(loss[i]), lost[i], expected[i], sent[i], rcvbuf[i])
-		}
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f–%.1f | %.2f | %.3f | %.3f–%.3f | %s |\n", v.name, stats.Median(mibs[i]), stats.Min(mibs[i]), stats.Max(mibs[i]),
-			stats.Median(mibs[i])/stats.Median(mibs[0]), stats.Median(cpu[i]), stats.Min(cpu[i]), stats.Max(cpu[i]), l)
-	}
-	fmt.Fprintf(&b, "\nServer CPU is utime+stime of the engine process over the samples, per GiB verified. The datagram rows are offered loads: a session asks for one second's worth (`count` = `rate`) of 1200-byte datagrams; the server sends them on that schedule, or as fast as quic-go's send queue takes them when it cannot keep up (then the session lasts longer than a second), then its count line, and the next session starts. Their MiB/s is what arrived intact, at most the offered rate (1200 × rate / 2^20: 22.9, 114.4, 343.3 MiB/s). Loss is datagrams asked for and not received. The server's line says how many it handed to quic-go (whose send queue blocks when full rather than drop); the kernel's UDP `RcvbufErrors` (/proc/net/snmp, the whole machine, over the runs) says how many the receiving socket's buffer dropped. Datagrams lost with neither were dropped in the receiving process: quic-go keeps 128 received datagrams per connection and HTTP/3 32 per session, and drops what arrives while they are full, so a client that falls behind the offered rate on its one CPU loses the rest, as a UDP application would.\n\n")
-	fmt.Fprintf(&b, "Not measured: more than one connection or session at once, a real network (loss, delay, MTU below loopback's), browsers' WebTransport clients, the echo and sink modes (the first sends back what it gets, the second hashes it: their figures would be the client's), and datagrams larger than 1200 bytes (the endpoint's ceiling).\n")
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+	page := render(results{
+		command: strings.Join(append([]string{"go run ./bench/wtcap"}, os.Args[1:]...), " "), when: time.Now().UTC(),
+		preamble: h.Preamble(), treeNote: h.TreeNote(), pinned: pinned, quicGo: quicGoVersion(),
+		repeats: *repeats, duration: *duration, variants: variants,
+		mibs: mibs, cpu: cpu, loss: loss, lost: lost, expected: expected, sent: sent, rcvbuf: rcvbuf,
+	})
+	if err := os.WriteFile(*out, []byte(page), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Print(b.String())
+	fmt.Print(page)
 }
 
 type proc struct {

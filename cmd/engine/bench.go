@@ -31,9 +31,14 @@ their reasons. Responses in flight at the end are waited for (each up to
 --timeout) and judged; the report shows bytes verified against bytes
 received. For h1 and h2 on Linux each sample also shows the client
 sockets' TCP_INFO: RTT, retransmits, out-of-order packets.
+The report gives this client's own CPU over the samples, against the
+CPUs its work could use (a figure it was fully busy for is the client's),
+and the TLS key exchange each response's connection negotiated.
 Exit 0 only with --min-accepted accepted samples (default: all).
 Ctrl-C reports what was measured; responses it cuts off count nowhere.
---self-check measures this client against an in-process source instead.
+--self-check measures this client against an in-process source instead
+(a reference, not a ceiling: over TLS the source's encryption competes
+with the client).
 
 --protocol webtransport loads an engine's WebTransport diagnostics
 endpoint ([webtransport], docs/WEBTRANSPORT.md): each request is a

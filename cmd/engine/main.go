@@ -22,8 +22,19 @@ import (
 	"github.com/mediaship/engine/preflight"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version, commit and tree are set at build time with -ldflags "-X
+// main.version=... -X main.commit=... -X main.tree=...". The benchmark
+// harnesses (bench.BuildEngine) stamp commit, the HEAD the binary was
+// built from, and tree, the working tree then: "clean", or "modified-"
+// and a fingerprint of the uncommitted changes (tracked and untracked
+// files). Without a stamp, version falls back on the module version and
+// commit on the VCS information go build records (none under
+// -buildvcs=false).
+var (
+	version = "dev"
+	commit  = ""
+	tree    = ""
+)
 
 const usage = `engine serves very large files over HTTP, fast, and proves every byte.
 
@@ -87,12 +98,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// versionString is what engine version prints: "engine dev go1.26.8
+// linux/amd64 (commit 0123...cdef, working tree clean)", the part in
+// parentheses only when the build named its commit.
 func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
+	v, c, t := version, commit, tree
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		if c == "" {
+			for _, s := range bi.Settings {
+				switch s.Key {
+				case "vcs.revision":
+					c = s.Value
+				case "vcs.modified":
+					t = map[string]string{"true": "modified", "false": "clean"}[s.Value]
+				}
+			}
+		}
 	}
-	return fmt.Sprintf("engine %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	s := fmt.Sprintf("engine %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if c == "" {
+		return s
+	}
+	s += " (commit " + c
+	switch fp, modified := strings.CutPrefix(t, "modified"); {
+	case t == "clean":
+		s += ", working tree clean"
+	case modified && fp != "":
+		s += ", working tree modified, fingerprint " + strings.TrimPrefix(fp, "-")
+	case modified:
+		s += ", working tree modified"
+	}
+	return s + ")"
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {

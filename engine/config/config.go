@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"strconv"
 	"strings"
 )
@@ -148,6 +149,20 @@ type TLS struct {
 	// reconnects). Nil means on; false makes every handshake a full one,
 	// for a policy of forward secrecy per connection.
 	SessionTickets *bool `toml:"session_tickets"`
+	// KeyExchanges are the TLS key exchanges (groups) this site accepts,
+	// as operators write them: "X25519MLKEM768", "SecP256r1MLKEM768",
+	// "SecP384r1MLKEM1024" (post-quantum hybrids, TLS 1.3 only),
+	// "X25519", "P-256" ("secp256r1", "prime256v1"), "P-384"
+	// ("secp384r1"), "P-521" ("secp521r1"); case is ignored. The list
+	// is a set, not an order: of those the client offers, crypto/tls
+	// picks a post-quantum hybrid first, then one the client sent a key
+	// share for (no extra round trip), then by its own order, the one
+	// above. Zero means all of them, so X25519MLKEM768 for clients that
+	// offer it.
+	KeyExchanges []string `toml:"key_exchanges"`
+	// Groups is KeyExchanges resolved by Validate, in the order written;
+	// nil means crypto/tls's default. Not from TOML.
+	Groups []tls.CurveID `toml:"-"`
 }
 
 // Kernel chooses the kernel fast paths.

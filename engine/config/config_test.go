@@ -1,10 +1,12 @@
 package config_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -144,6 +146,18 @@ func TestConfigErrors(t *testing.T) {
 			[]string{"engine.toml:5: sites[0].tls.cert: cannot read", "engine.toml:6: sites[0].tls.key: cannot read"}},
 		{"bad min_version", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nmin_version = \"1.0\"\n",
 			[]string{"engine.toml:5: sites[0].tls.min_version:", "expected \"1.3\""}},
+		{"unknown key exchange", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nkey_exchanges = [\"X25519\", \"Kyber512\"]\n",
+			[]string{"engine.toml:5: sites[0].tls.key_exchanges: \"Kyber512\" is not a key exchange; expected some of \"X25519MLKEM768\", \"SecP256r1MLKEM768\", \"SecP384r1MLKEM1024\", \"X25519\", \"P-256\", \"P-384\", \"P-521\""}},
+		{"key exchange twice", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nkey_exchanges = [\"P-256\", \"secp256r1\"]\n",
+			[]string{"engine.toml:5: sites[0].tls.key_exchanges: \"secp256r1\" is listed twice (as \"P-256\")"}},
+		{"no key exchange", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nkey_exchanges = []\n",
+			[]string{"engine.toml:5: sites[0].tls.key_exchanges: empty"}},
+		{"hybrids only with TLS 1.2", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nmin_version = \"1.2\"\nkey_exchanges = [\"X25519MLKEM768\"]\n",
+			[]string{"engine.toml:6: sites[0].tls.key_exchanges: lists only post-quantum hybrids"}},
+		{"proxy key exchange", "[reverse_proxy]\nenabled = true\n[reverse_proxy.tls]\nkey_exchanges = [\"X448\"]\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [\"127.0.0.1:1\"]\n",
+			[]string{"engine.toml:4: reverse_proxy.tls.key_exchanges: \"X448\" is not a key exchange"}},
+		{"key exchanges not a list", "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\nkey_exchanges = \"X25519\"\n",
+			[]string{"engine.toml:5: sites[0].tls.key_exchanges: wrong type: expected a list of strings"}},
 		{"bad mode", "root = \".\"\n[kernel]\nktls = \"yes\"\n", []string{"engine.toml:3: kernel.ktls: \"yes\" is not a mode; expected \"require\", \"auto\" or \"off\""}},
 		{"bad listen", "root = \".\"\nlisten = \"8080\"\n", []string{"engine.toml:2: listen:", "host:port"}},
 		{"bad port", "root = \".\"\nlisten = \":99999\"\n", []string{"engine.toml:2: listen: port"}},
@@ -192,6 +206,50 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("error looks like a crash: %s", msg)
 			}
 		})
+	}
+}
+
+// TestKeyExchanges: key_exchanges is resolved in the order written,
+// names as operators write them and in any case; without it a site gets
+// Go's default (nil).
+func TestKeyExchanges(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		list string // "" leaves the key out
+		want []tls.CurveID
+	}{
+		{"", nil},
+		{`["X25519"]`, []tls.CurveID{tls.X25519}},
+		{`["x25519mlkem768", "X25519", "secp256r1", "P-384", "prime256v1"]`, nil}, // P-256 twice: an error
+		{`["X25519MLKEM768", "x25519", "SECP256R1", "p-384", "secp521r1"]`, []tls.CurveID{tls.X25519MLKEM768, tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521}},
+		{`["P-256", "X25519"]`, []tls.CurveID{tls.CurveP256, tls.X25519}},
+	} {
+		text := "root = \".\"\n[[sites]]\ndomain = \"a\"\n[sites.tls]\n"
+		if tc.list != "" {
+			text += "key_exchanges = " + tc.list + "\n"
+		}
+		text += "[reverse_proxy]\nenabled = true\n[reverse_proxy.tls]\nkey_exchanges = [\"P-521\"]\n[[reverse_proxy.routes]]\ndomain = \"p.example\"\nupstreams = [\"127.0.0.1:1\"]\n"
+		cfg, err := loadText(t, dir, text)
+		if strings.Contains(tc.list, "prime256v1") {
+			if err == nil {
+				t.Errorf("%s: accepted P-256 twice", tc.list)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.list, err)
+		}
+		if got := cfg.Sites[0].TLS.Groups; !slices.Equal(got, tc.want) {
+			t.Errorf("key_exchanges = %s: Groups %v, want %v", tc.list, got, tc.want)
+		}
+		if got := cfg.ReverseProxy.TLS.Groups; !slices.Equal(got, []tls.CurveID{tls.CurveP521}) {
+			t.Errorf("[reverse_proxy.tls] key_exchanges = [\"P-521\"]: Groups %v", got)
+		}
+	}
+	for id, want := range map[tls.CurveID]string{tls.X25519MLKEM768: "X25519MLKEM768", tls.X25519: "X25519", tls.CurveP256: "P-256", tls.CurveP521: "P-521", tls.CurveID(0x6399): "CurveID(25497)"} {
+		if got := config.KeyExchangeName(id); got != want {
+			t.Errorf("KeyExchangeName(%d) = %q, want %q", id, got, want)
+		}
 	}
 }
 
@@ -255,6 +313,7 @@ func FuzzConfig(f *testing.F) {
 		"[[sites]]\ndomain = \"a\"\nroot = \".\"\n[sites.tls]\ncert = \"c\"\nkey = \"k\"\n[[sites]]\ndomain = \"*.b\"\n",
 		"root = \".\"\n[kernel]\nktls = \"auto\"\npromote_after = \"1MiB\"\n[runtime.settings]\nh2_tls_write_buffer_bytes = \"131072\"\n",
 		"root = \".\"\n[[sites]]\ndomain = \"x\"\nprotocols = { h1 = true, h2 = false }\n",
+		"root = \".\"\n[[sites]]\ndomain = \"x\"\n[sites.tls]\nmin_version = \"1.2\"\nkey_exchanges = [\"X25519\", \"p-256\"]\n",
 	} {
 		f.Add(s)
 	}

@@ -174,6 +174,7 @@ func (c *Config) validateSiteTLS(key string, t *TLS, errs *Errors) {
 	default:
 		errs.add(c.errAt(key+".tls.min_version", "%q is not supported; expected \"1.3\" (the default) or \"1.2\"", t.MinVersion))
 	}
+	c.validateKeyExchanges(key+".tls", t, errs)
 }
 
 // validateIntegrity checks [integrity], and each site's integrity mode,
