@@ -63,6 +63,16 @@ func (h *Harness) TreeNote() string {
 	return "**The working tree changed during the run** (" + d + "): the figures are those of the binary built at the start, from the tree named above, not of the tree as it is now."
 }
 
+// WriteHead writes what a page of a tool built on a Harness opens with:
+// its title, the command and when it ran, the Preamble, and the TreeNote
+// when there is one.
+func WriteHead(b *strings.Builder, title, command string, when time.Time, preamble, treeNote string) {
+	fmt.Fprintf(b, "# %s\n\n`%s`, %s.\n\n%s\n\n", title, command, when.Format("2006-01-02 15:04 UTC"), preamble)
+	if treeNote != "" {
+		fmt.Fprintf(b, "%s\n\n", treeNote)
+	}
+}
+
 // FirstLine is the first line of a program's output for its version
 // ("nginx -v", "wrk -v"), whether it exits 0 or not; "" when it prints
 // nothing.

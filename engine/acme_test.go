@@ -330,7 +330,6 @@ func (p *pebbleCA) acmeTOML(storage string, challenges ...string) string {
 // tlsGet fetches path from addr over TLS with SNI name, trusting only
 // roots; it returns the body and the leaf certificate served.
 func tlsGet(addr, name, path string, roots *x509.CertPool) ([]byte, *x509.Certificate, error) {
-	var leaf *x509.Certificate
 	tr := &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: name},
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -340,11 +339,17 @@ func tlsGet(addr, name, path string, roots *x509.CertPool) ([]byte, *x509.Certif
 	}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	resp, err := c.Get("https://" + name + path)
+	return leafAndBody(c.Get("https://" + name + path))
+}
+
+// leafAndBody reads a response: its body, the server's leaf certificate,
+// and an error unless it was a 200.
+func leafAndBody(resp *http.Response, err error) ([]byte, *x509.Certificate, error) {
 	if err != nil {
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
+	var leaf *x509.Certificate
 	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
 		leaf = resp.TLS.PeerCertificates[0]
 	}
@@ -835,20 +840,7 @@ func h3Get(addr, name, path string, roots *x509.CertPool) ([]byte, *x509.Certifi
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+addr+path, nil)
 	req.Host = name
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	var leaf *x509.Certificate
-	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
-		leaf = resp.TLS.PeerCertificates[0]
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != 200 {
-		err = fmt.Errorf("status %s", resp.Status)
-	}
-	return body, leaf, err
+	return leafAndBody(tr.RoundTrip(req))
 }
 
 // parseConfig parses and validates a config text as engine serve does.

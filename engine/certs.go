@@ -50,20 +50,37 @@ type wildcardCert struct {
 func (t *certTable) allow12() bool { return t.def12 || len(t.v12) > 0 }
 
 // allows12 reports whether the site a client names in SNI accepts TLS 1.2.
-func (t *certTable) allows12(serverName string) bool {
-	name := strings.ToLower(strings.TrimSuffix(serverName, "."))
-	if v, ok := t.v12[name]; ok {
-		return v
+func (t *certTable) allows12(sni string) bool {
+	if k, ok := t.entry(serverName(sni)); ok {
+		return t.v12[k]
 	}
+	return t.def12
+}
+
+// keyExchanges is the key exchanges of the site a client names in SNI,
+// chosen as its certificate is (exact, wildcard, default); nil means
+// crypto/tls's default.
+func (t *certTable) keyExchanges(sni string) []tls.CurveID {
+	if k, ok := t.entry(serverName(sni)); ok {
+		return t.groups[k]
+	}
+	return t.defGroups
+}
+
+// entry is the key a normalized name's facts are kept under in v12 and
+// groups: the name, when a table names it exactly, else the suffix of
+// the first wildcard that matches it (as pick chooses); ok is false when
+// only the default serves it.
+func (t *certTable) entry(name string) (key string, ok bool) {
 	if _, ok := t.exact[name]; ok {
-		return false
+		return name, true
 	}
 	for _, w := range t.wildcards {
 		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return t.v12[w.suffix]
+			return w.suffix, true
 		}
 	}
-	return t.def12
+	return "", false
 }
 
 // certStore holds the current table; SIGHUP swaps in a reloaded one, and
@@ -75,25 +92,6 @@ type certStore struct {
 
 	reloadMu sync.Mutex     // serializes reloads
 	cfg      *config.Config // guarded by reloadMu: the configuration cur was made from; nil: the server's
-}
-
-// keyExchanges is the key exchanges of the site a client names in SNI,
-// chosen as its certificate is (exact, wildcard, default); nil means
-// crypto/tls's default order.
-func (t *certTable) keyExchanges(sni string) []tls.CurveID {
-	name := serverName(sni)
-	if g, ok := t.groups[name]; ok {
-		return g
-	}
-	if _, ok := t.exact[name]; ok {
-		return nil
-	}
-	for _, w := range t.wildcards {
-		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return t.groups[w.suffix]
-		}
-	}
-	return t.defGroups
 }
 
 // loadCertTable reads every site's PEM files. Errors name the file and

@@ -53,11 +53,7 @@ const (
 // render writes the page.
 func render(r results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Automatic HTTPS: measured against Pebble\n\n")
-	fmt.Fprintf(&b, "`%s`, %s.\n\n%s\n\n", r.command, r.when.Format("2006-01-02 15:04 UTC"), r.preamble)
-	if r.treeNote != "" {
-		fmt.Fprintf(&b, "%s\n\n", r.treeNote)
-	}
+	bench.WriteHead(&b, "Automatic HTTPS: measured against Pebble", r.command, r.when, r.preamble, r.treeNote)
 	fmt.Fprintf(&b, "Let's Encrypt's test CA and its DNS, all on loopback: %s. Configurations (every setting bench/acme writes; the rest at each program's default):\n\n", r.pebble)
 	fmt.Fprintf(&b, "- **Pebble**: %s.\n", pebbleConfig)
 	fmt.Fprintf(&b, "- **engine**: "+engineConfig+".\n", r.workers)

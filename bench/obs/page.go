@@ -57,11 +57,7 @@ const (
 // render writes the page.
 func render(r results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# What observability costs: access logs and /metrics\n\n")
-	fmt.Fprintf(&b, "`%s`, %s.\n\n%s\n\n", r.command, r.when.Format("2006-01-02 15:04 UTC"), r.preamble)
-	if r.treeNote != "" {
-		fmt.Fprintf(&b, "%s\n\n", r.treeNote)
-	}
+	bench.WriteHead(&b, "What observability costs: access logs and /metrics", r.command, r.when, r.preamble, r.treeNote)
 	fmt.Fprintf(&b, "%s\n\n", r.pinned)
 	b.WriteString("Configurations (every setting bench/obs writes; the rest at each server's default):\n\n")
 	fmt.Fprintf(&b, "- **engine**: %s.\n", engineConfig)

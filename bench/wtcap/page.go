@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/internal/stats"
+
+	"github.com/mediaship/engine/bench"
 )
 
 // results is what a run measured, per configuration (in the order of
@@ -48,11 +50,7 @@ func quicGoVersion() string {
 // render writes the page.
 func render(r results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# WebTransport diagnostics: streams and datagrams beside an HTTP/3 download\n\n")
-	fmt.Fprintf(&b, "`%s`, %s.\n\n%s\n\n", r.command, r.when.Format("2006-01-02 15:04 UTC"), r.preamble)
-	if r.treeNote != "" {
-		fmt.Fprintf(&b, "%s\n\n", r.treeNote)
-	}
+	bench.WriteHead(&b, "WebTransport diagnostics: streams and datagrams beside an HTTP/3 download", r.command, r.when, r.preamble, r.treeNote)
 	fmt.Fprintf(&b, "%s\n\n", r.pinned)
 	fmt.Fprintf(&b, "The engine's configuration (every setting bench/wtcap writes; the rest at their defaults, `max_datagram_bytes` = 1200 among them): %s. The client: `engine bench`, from the same tree, in the harness's process, with quic-go %s.\n\n", engineConfig, r.quicGo)
 	fmt.Fprintf(&b, "One engine serves every configuration, on loopback; the client makes one QUIC connection, one session or request at a time, %v measured after a 1 s warm-up, in 5 samples. The configurations take turns, %d rounds, the order rotating so each takes every place. Figures are medians over the rounds of each run's median sample, with the range.\n\n", r.duration, r.repeats)
