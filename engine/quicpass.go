@@ -38,12 +38,19 @@ import (
 // IDs: the client's first Destination Connection ID, the Source
 // Connection IDs the upstream used in its long-header packets, and IDs
 // learned from the client's own packets when they were routed by a
-// guess (see quicClient.guess: IDs issued by NEW_CONNECTION_ID are
-// encrypted). A datagram carrying part of a ClientHello is always held
-// with its hello, never guessed into a flow. A flow whose client never
-// answers the upstream is dropped after helloWait (see
-// quicFlow.confirmed). A client that changes address (migration, NAT
-// rebinding) is not followed.
+// guess. The guess is needed because the IDs an upstream issues in
+// NEW_CONNECTION_ID are encrypted, and a client moves to one of them
+// right after its handshake (quic-go does at its first packet after
+// the handshake completes): a short-header packet of unknown ID from an
+// address goes to the address's flow whose client is making that first
+// switch (the newest, when several are), else to its only flow, else to
+// its only confirmed one, else nowhere; so a flow opened by a first
+// flight forged from the client's address never takes the client's
+// switch (see quicClient.guess). A datagram carrying part of a
+// ClientHello is always held with its hello, never guessed into a flow.
+// A flow whose client never answers the upstream is dropped after
+// helloWait (see quicFlow.confirmed). A client that changes address
+// (migration, NAT rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
 // maxHeldBytes, maxFlows flows and their addresses, maxOwnHellos IDs of
@@ -110,10 +117,11 @@ type quicFlow struct {
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
 
-	cids   [][]byte     // guarded by r.mu: connection IDs that name this flow
-	cidLen int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
-	last   atomic.Int64 // unix ns of the last datagram either way
-	gone   atomic.Bool
+	cids     [][]byte     // guarded by r.mu: connection IDs that name this flow
+	cidLen   int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
+	switched bool         // guarded by r.mu: the client has made its first switch of ID (see guess)
+	last     atomic.Int64 // unix ns of the last datagram either way
+	gone     atomic.Bool
 	// answered: the upstream has sent the client something. confirmed:
 	// the client has since sent something other than its first flight
 	// again (a packet for another connection ID than its first), as a
@@ -137,6 +145,12 @@ const (
 	// is done (seconds), and a new one replaces the oldest.
 	maxOwnHellos    = 4096
 	quicDatagramMax = 1 << 16 // a UDP datagram's most
+	// quicSwitchWindow is how long after a flow opens its client is
+	// taken to be still making its first switch of connection ID, which
+	// follows the end of its handshake; a client gives up a handshake
+	// after 10 s by default (quic-go: twice HandshakeIdleTimeout, 5 s).
+	// Past it, a client that never switched is settled like one that did.
+	quicSwitchWindow = 10 * time.Second
 	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
 	// close silently after their own idle timeout (seconds to minutes),
 	// so a flow quiet this long is dead.
@@ -225,7 +239,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		// of one is held with it, even when it comes before its
 		// beginning, and never guessed into a flow.)
 		if cl != nil {
-			if f := cl.guess(d, long, isLong); f != nil {
+			if f := cl.guess(d, long, isLong, time.Now()); f != nil {
 				return relay(f)
 			}
 		}
@@ -402,52 +416,76 @@ func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) *qui
 }
 
 // guess finds the flow of a packet whose connection ID the router has
-// not seen in the clear: one the client took from NEW_CONNECTION_ID
-// (encrypted), or (seen with quic-go v0.65 on both ends, in packet
-// captures) the one it moves to after the server's first flight. It then
-// learns the ID, so that the next packets match by it. A long-header
-// packet (a handshake under way) goes to the newest flow not yet
-// confirmed, else to the address's one flow; a short-header one to the
-// address's one flow, else to its only confirmed flow: so a forged
-// Initial from a client's address opens a flow beside the client's,
-// never in its place. (The engine's own HTTP/3's packets never get
-// here: route knows them by their IDs.) Otherwise nil. Called with the
-// router's mu held.
-func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
-	if len(cl.flows) == 0 {
-		return nil
-	}
-	var f *quicFlow
-	switch {
-	case isLong:
+// not seen in the clear, and learns the ID into it, so that the next
+// packets match by it. Such an ID is one the client took from
+// NEW_CONNECTION_ID (encrypted), or (seen with quic-go v0.65 on both
+// ends, in packet captures) the one it moves to after the server's
+// first flight. The rule, for a packet from an address with flows:
+//
+//   - A short-header packet (the connection is established) goes to the
+//     newest flow whose client is switching: it answered its upstream
+//     (confirmed), has not switched yet, and the flow opened less than
+//     quicSwitchWindow ago, as a client does at its first packet after
+//     the handshake. Else to the address's only flow; else to its only
+//     confirmed flow; else nowhere.
+//   - A long-header packet (a handshake under way) goes to the newest
+//     flow not yet confirmed, else to the address's only flow.
+//
+// A flow whose client never answered its upstream, as one opened by a
+// first flight forged from a client's address, so never takes a switch
+// from a flow beside it that did: it opens beside the client's, never
+// in its place. What stays ambiguous: two connections from one address
+// in their handshakes at once (the older one's switch goes to the
+// newest), and two established ones that both switched or stayed past
+// the window when one moves to a new ID later (nowhere). The engine's
+// own HTTP/3's packets never get here: route knows them by their IDs.
+// Called with the router's mu held.
+func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool, now time.Time) *quicFlow {
+	newest := func(take func(*quicFlow) bool) *quicFlow {
+		var f *quicFlow
 		for _, g := range cl.flows {
-			if !g.confirmed.Load() && (f == nil || g.opened.After(f.opened)) {
+			if take(g) && (f == nil || g.opened.After(f.opened)) {
 				f = g
 			}
 		}
-		if f == nil && len(cl.flows) == 1 {
-			f = cl.flows[0]
-		}
-	case len(cl.flows) == 1:
-		f = cl.flows[0]
-	default:
+		return f
+	}
+	only := func(take func(*quicFlow) bool) *quicFlow {
+		var f *quicFlow
 		for _, g := range cl.flows {
-			if g.confirmed.Load() {
+			if take(g) {
 				if f != nil {
-					return nil // two confirmed connections: no telling which
+					return nil
 				}
 				f = g
 			}
 		}
+		return f
+	}
+	every := func(*quicFlow) bool { return true }
+	var f *quicFlow
+	if isLong {
+		f = newest(func(g *quicFlow) bool { return !g.confirmed.Load() })
+		if f == nil {
+			f = only(every)
+		}
+		if f != nil && len(long.DCID) > 0 {
+			f.addCID(long.DCID)
+		}
+		return f
+	}
+	f = newest(func(g *quicFlow) bool {
+		return g.confirmed.Load() && !g.switched && now.Sub(g.opened) < quicSwitchWindow
+	})
+	if f == nil {
+		f = only(every)
 	}
 	if f == nil {
-		return nil
+		f = only(func(g *quicFlow) bool { return g.confirmed.Load() })
 	}
-	switch {
-	case isLong && len(long.DCID) > 0:
-		f.addCID(long.DCID)
-	case !isLong && f.cidLen > 0 && len(d) > f.cidLen:
+	if f != nil && f.cidLen > 0 && len(d) > f.cidLen {
 		f.addCID(d[1 : 1+f.cidLen])
+		f.switched = true
 	}
 	return f
 }

@@ -49,6 +49,45 @@ func TestQUICRouterGuess(t *testing.T) {
 		{"the only flow takes a new ID", false, []step{
 			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x"), to: []string{"A"}},
 		}},
+		{"first switch of the newest flow beside a settled one", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: id("x2"), to: []string{"B"}},
+			{send: id("x2"), to: []string{"B"}}, // learned
+			{send: id("x1"), to: []string{"A"}},
+		}},
+		{"several flows before their switch: the most recent", false, []step{
+			{do: func(h *routerHarness) {
+				h.open("A", "a.test")
+				h.handshake("A")
+				h.open("B", "b.test")
+				h.handshake("B")
+			}, send: id("x"), to: []string{"B"}},
+		}},
+		{"a forged first flight beside a client before its switch", false, []step{
+			{do: func(h *routerHarness) {
+				h.open("A", "b.test")
+				h.handshake("A")
+				h.open("forged", "b.test")
+				h.answer("forged") // its upstream answers; the real client never does
+			}, send: id("x"), to: []string{"A"}},
+		}},
+		{"a settled client's later switch beside a forged flow", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "b.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) { h.open("forged", "b.test"); h.answer("forged") }, send: id("x2"), to: []string{"A"}},
+		}},
+		{"two settled flows: no telling", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: id("x2"), to: []string{"B"}},
+			{send: id("x3"), to: nil}, // dropped
+		}},
+		{"a flow that never switched is settled after the window", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) {
+				h.open("B", "b.test")
+				h.handshake("B")
+				h.age("B", quicSwitchWindow+time.Second)
+			}, send: id("x2"), to: nil},
+		}},
 		{"the engine's own IDs are its own", true, []step{
 			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: func(h *routerHarness) []byte {
 				return h.short(h.ownID())
