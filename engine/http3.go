@@ -16,6 +16,7 @@ import (
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/internal/httpsyntax"
 	"github.com/mediaship/engine/wt"
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -65,9 +66,12 @@ func (s *Server) listenH3() error {
 		return err
 	}
 	var wrap func(*net.UDPConn) net.PacketConn
+	var connIDs quic.ConnectionIDGenerator // quic-go's own unless the router must know them
 	if quicPass {
+		ids := newOwnCIDs()
+		connIDs = ids
 		wrap = func(udp *net.UDPConn) net.PacketConn {
-			s.quic = newQUICRouter(s.pass, udp, true, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+			s.quic = newQUICRouter(s.pass, udp, ids, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 			return routedConn{udp: udp, r: s.quic}
 		}
 	}
@@ -107,6 +111,7 @@ func (s *Server) listenH3() error {
 		Allow0RTT:        c.Allow0RTT,
 		UDPBuffer:        int(c.UDPBuffer),
 		Wrap:             wrap,
+		ConnectionIDs:    connIDs,
 		HeaderTimeout:    s.cfg.Limits.HeaderTimeout.D(),
 		WebTransport:     wtHook,
 	})
@@ -141,7 +146,7 @@ func (s *Server) listenQUICPass() error {
 	}
 	h3.SetBuffers(udp, int(s.cfg.H3.UDPBuffer))
 	s.quicUDP = udp
-	s.quic = newQUICRouter(s.pass, udp, false, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+	s.quic = newQUICRouter(s.pass, udp, nil, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 	return nil
 }
 

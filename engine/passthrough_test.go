@@ -20,7 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mediaship/engine/clienthello"
 	"github.com/mediaship/engine/internal/nginxtest"
+	"github.com/mediaship/engine/quicinitial"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
@@ -501,7 +503,7 @@ const h3OriginBytes = 24 << 20
 func quicPassClient(t *testing.T, engineAddr string, pool *x509.CertPool) *http.Client {
 	tr := &http3.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool},
-		QUICConfig:      &quic.Config{HandshakeIdleTimeout: 2 * time.Second},
+		QUICConfig:      &quic.Config{HandshakeIdleTimeout: scale(2 * time.Second)},
 		Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
 			return quic.DialAddr(ctx, engineAddr, tc, qc)
 		},
@@ -600,7 +602,9 @@ func TestPassthroughQUIC(t *testing.T) {
 }
 
 // firstFlight is a quic-go client's first flight for sni, sent nowhere
-// it could be answered: what a spoofer replays.
+// it could be answered: what a spoofer replays. It is read until the
+// ClientHello in it is whole (quic-go's takes two Initial packets, in
+// one or two datagrams).
 func firstFlight(t *testing.T, sni string) [][]byte {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -608,23 +612,26 @@ func firstFlight(t *testing.T, sni string) [][]byte {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}, nil)
+	var hello quicinitial.Hello
 	var flight [][]byte
 	buf := make([]byte, 2048)
-	pc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	pc.SetReadDeadline(time.Now().Add(scale(30 * time.Second)))
 	for {
 		n, _, err := pc.ReadFrom(buf)
 		if err != nil {
-			break
+			t.Fatalf("the client's first flight for %s: %d datagrams, then %v", sni, len(flight), err)
 		}
 		flight = append(flight, bytes.Clone(buf[:n]))
+		if _, err := hello.Add(buf[:n]); !errors.Is(err, clienthello.ErrIncomplete) {
+			if err != nil {
+				t.Fatalf("the client's first flight for %s: %v", sni, err)
+			}
+			return flight
+		}
 	}
-	if len(flight) == 0 {
-		t.Fatal("the client sent nothing")
-	}
-	return flight
 }
 
 // TestPassthroughQUICSharedSocket: connections that share one client
@@ -648,7 +655,7 @@ func TestPassthroughQUICSharedSocket(t *testing.T) {
 	client := func() *http.Client {
 		tr := &http3.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: pool},
-			QUICConfig:      &quic.Config{HandshakeIdleTimeout: 2 * time.Second},
+			QUICConfig:      &quic.Config{HandshakeIdleTimeout: scale(2 * time.Second)},
 			Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
 				return qt.Dial(ctx, engine, tc, qc)
 			},
@@ -675,11 +682,15 @@ func TestPassthroughQUICSharedSocket(t *testing.T) {
 	if got, err := get(cc, "c.test"); err == nil {
 		t.Fatalf("c.test (no route) on the same socket answered %q", got)
 	}
-	// A forged first flight for b.test from the live connections' address.
+	// A forged first flight for b.test from the live connections' address:
+	// it opens a flow beside theirs.
+	relayed := ts.Stats().QUICPassRelayed
 	for _, d := range firstFlight(t, "b.test") {
 		qt.WriteTo(d, engine)
 	}
-	time.Sleep(100 * time.Millisecond)
+	if !waitFor(scale(10*time.Second), func() bool { return ts.Stats().QUICPassRelayed == relayed+1 }) {
+		t.Fatalf("a forged first flight for b.test: %d flows relayed; want %d", ts.Stats().QUICPassRelayed, relayed+1)
+	}
 	for _, name := range []string{"a.test", "b.test"} {
 		if got, err := get(map[string]*http.Client{"a.test": ca, "b.test": cb}[name], name); err != nil || got != "origin "+name {
 			t.Fatalf("%s after a forged Initial from its address: %q %v", name, got, err)
@@ -744,12 +755,12 @@ func TestPassthroughQUICSpoofed(t *testing.T) {
 		}
 	}
 	st := ts.Stats()
-	if !waitFor(5*time.Second, func() bool { st = ts.Stats(); return st.QUICPassRelayed == 7 }) || st.QUICPassUnconfirmed != 3 {
+	if !waitFor(scale(5*time.Second), func() bool { st = ts.Stats(); return st.QUICPassRelayed == 7 }) || st.QUICPassUnconfirmed != 3 {
 		t.Fatalf("six replayed first flights beside one real client, room for four: relayed %d, dropped unconfirmed %d (want 7, 3), failures %v",
 			st.QUICPassRelayed, st.QUICPassUnconfirmed, st.QUICPassFailures)
 	}
 	get("during the flood")
-	if !waitFor(10*time.Second, func() bool { st = ts.Stats(); return st.QUICPassActive == 1 }) || st.QUICPassUnconfirmed != 6 {
+	if !waitFor(scale(10*time.Second), func() bool { st = ts.Stats(); return st.QUICPassActive == 1 }) || st.QUICPassUnconfirmed != 6 {
 		t.Fatalf("unanswered flows: %d flows still open, %d dropped unconfirmed; want 1 (the real one) and 6", st.QUICPassActive, st.QUICPassUnconfirmed)
 	}
 	get("after the flood")

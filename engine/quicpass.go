@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"crypto/aes"
 	"errors"
 	"log/slog"
 	"net"
@@ -23,7 +24,11 @@ import (
 // to the route's upstream from a UDP socket of the flow's own, and what
 // the upstream sends on that socket goes back to the client. Everything
 // else goes to the engine's own HTTP/3 (quic-go reads through the
-// router), or is dropped when the engine serves no HTTP/3.
+// router), or is dropped when the engine serves no HTTP/3. The engine's
+// own connections are known by their IDs: quic-go takes them from
+// ownCIDs, whose tag the router checks, and a hello released to quic-go
+// leaves its client-chosen ID behind (ownHellos) for the client's
+// Initial and 0-RTT packets that follow it.
 //
 // It never answers a client by itself (no Version Negotiation, no Retry,
 // no close): a client gets only what an upstream or quic-go sent it, so
@@ -33,48 +38,59 @@ import (
 // IDs: the client's first Destination Connection ID, the Source
 // Connection IDs the upstream used in its long-header packets, and IDs
 // learned from the client's own packets when they were routed by a
-// guess (see quicClient.guess: IDs issued by NEW_CONNECTION_ID are
-// encrypted). A datagram carrying part of a ClientHello is always held
-// with its hello, never guessed into a flow. A flow whose client never
-// answers the upstream is dropped after helloWait (see
-// quicFlow.confirmed). A client that changes address (migration, NAT
-// rebinding) is not followed.
+// guess. The guess is needed because the IDs an upstream issues in
+// NEW_CONNECTION_ID are encrypted, and a client moves to one of them
+// right after its handshake (quic-go does at its first packet after
+// the handshake completes): a short-header packet of unknown ID from an
+// address goes to the address's flow whose client is making that first
+// switch (the newest, when several are), else to its only flow, else to
+// its only confirmed one, else nowhere; so a flow opened by a first
+// flight forged from the client's address never takes the client's
+// switch (see quicClient.guess). A datagram carrying part of a
+// ClientHello is always held with its hello, never guessed into a flow.
+// A flow whose client never answers the upstream is dropped after
+// helloWait (see quicFlow.confirmed). A client that changes address
+// (migration, NAT rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
-// maxHeldBytes, maxFlows flows and their addresses, maxQUICClients
-// addresses more marked as the engine's own), and a full one
-// makes room from what is unconfirmed, never from a confirmed flow.
+// maxHeldBytes, maxFlows flows and their addresses, maxOwnHellos IDs of
+// hellos released to the engine's own HTTP/3), and a full one makes
+// room from what is unconfirmed, never from a confirmed flow (of the
+// remembered hello IDs, the oldest goes).
 type quicRouter struct {
 	// Immutable after construction.
 	px        *passthrough
 	udp       *net.UDPConn
 	log       *slog.Logger
 	own       bool          // quic-go reads what is not relayed
+	ids       *ownCIDs      // the IDs of the engine's own HTTP/3; nil unless own
 	maxFlows  int           // flows open at once
 	helloWait time.Duration // bounds the gathering of one ClientHello
 	stop      chan struct{}
 
 	mu      sync.Mutex
-	clients map[netip.AddrPort]*quicClient // guarded by mu
+	clients map[netip.AddrPort]*quicClient // guarded by mu; only addresses with flows
 	pending map[string]*quicPending        // guarded by mu; by client address and DCID
 	// pendingOrder is pending's keys, oldest first; some may be gone.
 	pendingOrder []string // guarded by mu
 	flows        int      // guarded by mu
 	closed       bool     // guarded by mu
+	// ownHellos holds, by client address and DCID, the hellos released to
+	// the engine's own HTTP/3; ownOrder is its keys in a ring, ownNext
+	// the oldest once it is full.
+	ownHellos map[string]struct{} // guarded by mu
+	ownOrder  []string            // guarded by mu
+	ownNext   int                 // guarded by mu
 
 	// Owned by the reading goroutine (quic-go's, or run's).
-	ready []quicDatagram // released to quic-go, oldest first
-	buf   []byte
+	ready   []quicDatagram // released to quic-go, oldest first
+	buf     []byte
+	scratch [aes.BlockSize]byte // for ids.mine
 }
 
 // quicClient is what the router knows of one client address.
 type quicClient struct {
 	flows []*quicFlow // guarded by the router's mu
-	own   bool        // an Initial from this address went to the engine's own HTTP/3
-	// ownAt is when a datagram of this address last went to the engine's
-	// own HTTP/3 (unix ns): the mark is kept while it is in use, so that
-	// a forged Initial cannot make the address's packets a relay's.
-	ownAt int64
 }
 
 // quicPending is a ClientHello being gathered: the datagrams so far, held
@@ -101,10 +117,11 @@ type quicFlow struct {
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
 
-	cids   [][]byte     // guarded by r.mu: connection IDs that name this flow
-	cidLen int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
-	last   atomic.Int64 // unix ns of the last datagram either way
-	gone   atomic.Bool
+	cids     [][]byte     // guarded by r.mu: connection IDs that name this flow
+	cidLen   int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
+	switched bool         // guarded by r.mu: the client has made its first switch of ID (see guess)
+	last     atomic.Int64 // unix ns of the last datagram either way
+	gone     atomic.Bool
 	// answered: the upstream has sent the client something. confirmed:
 	// the client has since sent something other than its first flight
 	// again (a packet for another connection ID than its first), as a
@@ -123,17 +140,29 @@ const (
 	maxHeldDatagrams = 8 // a ClientHello in QUIC takes 1-3 datagrams
 	maxHeldBytes     = 16 << 10
 	maxFlowCIDs      = 8
-	maxQUICClients   = 1 << 16 // addresses the router remembers (flows, or the mark of the engine's own HTTP/3)
-	quicDatagramMax  = 1 << 16 // a UDP datagram's most
+	// maxOwnHellos bounds the hellos released to the engine's own HTTP/3
+	// whose IDs are remembered: each is needed only until its handshake
+	// is done (seconds), and a new one replaces the oldest.
+	maxOwnHellos    = 4096
+	quicDatagramMax = 1 << 16 // a UDP datagram's most
+	// quicSwitchWindow is how long after a flow opens its client is
+	// taken to be still making its first switch of connection ID, which
+	// follows the end of its handshake; a client gives up a handshake
+	// after 10 s by default (quic-go: twice HandshakeIdleTimeout, 5 s).
+	// Past it, a client that never switched is settled like one that did.
+	quicSwitchWindow = 10 * time.Second
 	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
 	// close silently after their own idle timeout (seconds to minutes),
 	// so a flow quiet this long is dead.
 	quicIdleCap = 3 * time.Minute
 )
 
-func newQUICRouter(px *passthrough, udp *net.UDPConn, own bool, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
-	r := &quicRouter{px: px, udp: udp, own: own, maxFlows: maxFlows, helloWait: helloWait, log: log,
-		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{},
+// newQUICRouter routes the datagrams that arrive on udp. ids issues the
+// IDs of the engine's own HTTP/3, which then reads through the router
+// (routedConn); nil when the engine serves none (run reads).
+func newQUICRouter(px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
+	r := &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, log: log,
+		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
 		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
 	go r.sweep()
 	return r
@@ -173,9 +202,12 @@ func (r *quicRouter) next(p []byte) (int, netip.AddrPort, error) {
 
 // route takes one datagram from a client. It returns true when the
 // datagram is for the engine's own HTTP/3; otherwise it was relayed,
-// held, or dropped.
+// held, or dropped. Only the reading goroutine calls it.
 func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	long, isLong := quicinitial.Long(d)
+	if r.ids != nil && r.ids.mine(ownDCID(d, long, isLong), &r.scratch) {
+		return true // an ID the engine's own HTTP/3 issued
+	}
 	r.mu.Lock()
 	cl := r.clients[from]
 	relay := func(f *quicFlow) bool {
@@ -195,6 +227,10 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	var pd *quicPending
 	if isLong {
 		key = pendingKey(from, long.DCID)
+		if _, ok := r.ownHellos[key]; ok {
+			r.mu.Unlock()
+			return true // more of a handshake with the engine's own HTTP/3
+		}
 		pd = r.pending[key]
 	}
 	if pd == nil && (!isLong || !quicinitial.CarriesHello(d)) {
@@ -203,12 +239,9 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		// of one is held with it, even when it comes before its
 		// beginning, and never guessed into a flow.)
 		if cl != nil {
-			if f := cl.guess(d, long, isLong); f != nil {
+			if f := cl.guess(d, long, isLong, time.Now()); f != nil {
 				return relay(f)
 			}
-		}
-		if cl != nil && cl.own {
-			cl.ownAt = time.Now().UnixNano()
 		}
 		r.mu.Unlock()
 		if !r.own {
@@ -246,7 +279,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	}
 	if rt == nil {
 		r.mu.Unlock()
-		r.release(pd, from, info.ServerName, err)
+		r.release(pd, key, from, info.ServerName, err)
 		return false
 	}
 	if r.flows >= r.maxFlows && !r.evictUnconfirmed() {
@@ -307,7 +340,7 @@ func (r *quicRouter) evictUnconfirmed() bool {
 		return false
 	}
 	at.flows = slices.DeleteFunc(at.flows, func(f *quicFlow) bool { return f == victim })
-	if len(at.flows) == 0 && !at.own {
+	if len(at.flows) == 0 {
 		delete(r.clients, victim.client)
 	}
 	r.flows--
@@ -317,18 +350,12 @@ func (r *quicRouter) evictUnconfirmed() bool {
 }
 
 // release hands the datagrams of a hello no route takes to the engine's
-// own HTTP/3, in order, or drops them when there is none.
-func (r *quicRouter) release(pd *quicPending, from netip.AddrPort, sni string, err error) {
+// own HTTP/3, in order, and remembers its key (client address and DCID)
+// for the datagrams that follow; or drops them when there is none.
+func (r *quicRouter) release(pd *quicPending, key string, from netip.AddrPort, sni string, err error) {
 	if r.own {
 		r.mu.Lock()
-		cl := r.clients[from]
-		if cl == nil && len(r.clients) < maxQUICClients {
-			cl = &quicClient{}
-			r.clients[from] = cl
-		}
-		if cl != nil {
-			cl.own, cl.ownAt = true, time.Now().UnixNano()
-		}
+		r.rememberOwn(key)
 		r.mu.Unlock()
 		for _, h := range pd.held {
 			r.ready = append(r.ready, quicDatagram{h, from})
@@ -343,6 +370,22 @@ func (r *quicRouter) release(pd *quicPending, from netip.AddrPort, sni string, e
 	default:
 		r.fail(reasonNoRoute, from, sni, "QUIC ClientHello names a server no passthrough route has")
 	}
+}
+
+// rememberOwn notes the key of a hello released to the engine's own
+// HTTP/3; past maxOwnHellos the oldest goes. Called with mu held.
+func (r *quicRouter) rememberOwn(key string) {
+	if _, ok := r.ownHellos[key]; ok {
+		return
+	}
+	if len(r.ownOrder) < maxOwnHellos {
+		r.ownOrder = append(r.ownOrder, key)
+	} else {
+		delete(r.ownHellos, r.ownOrder[r.ownNext])
+		r.ownOrder[r.ownNext] = key
+		r.ownNext = (r.ownNext + 1) % maxOwnHellos
+	}
+	r.ownHellos[key] = struct{}{}
 }
 
 func (r *quicRouter) fail(why passReason, from netip.AddrPort, sni, msg string) {
@@ -373,54 +416,76 @@ func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) *qui
 }
 
 // guess finds the flow of a packet whose connection ID the router has
-// not seen in the clear: one the client took from NEW_CONNECTION_ID
-// (encrypted), or (seen with quic-go v0.65 on both ends, in packet
-// captures) the one it moves to after the server's first flight. It then
-// learns the ID, so that the next packets match by it. A long-header
-// packet (a handshake under way) goes to the newest flow not yet
-// confirmed, else to the address's one flow; a short-header one to the
-// address's one flow, else to its only confirmed flow: so a forged
-// Initial from a client's address opens a flow beside the client's,
-// never in its place. At an address the engine's own HTTP/3 uses too, a
-// short-header packet is the engine's. Otherwise nil. Called with the
-// router's mu held.
-func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
-	if len(cl.flows) == 0 {
-		return nil
-	}
-	var f *quicFlow
-	switch {
-	case isLong:
+// not seen in the clear, and learns the ID into it, so that the next
+// packets match by it. Such an ID is one the client took from
+// NEW_CONNECTION_ID (encrypted), or (seen with quic-go v0.65 on both
+// ends, in packet captures) the one it moves to after the server's
+// first flight. The rule, for a packet from an address with flows:
+//
+//   - A short-header packet (the connection is established) goes to the
+//     newest flow whose client is switching: it answered its upstream
+//     (confirmed), has not switched yet, and the flow opened less than
+//     quicSwitchWindow ago, as a client does at its first packet after
+//     the handshake. Else to the address's only flow; else to its only
+//     confirmed flow; else nowhere.
+//   - A long-header packet (a handshake under way) goes to the newest
+//     flow not yet confirmed, else to the address's only flow.
+//
+// A flow whose client never answered its upstream, as one opened by a
+// first flight forged from a client's address, so never takes a switch
+// from a flow beside it that did: it opens beside the client's, never
+// in its place. What stays ambiguous: two connections from one address
+// in their handshakes at once (the older one's switch goes to the
+// newest), and two established ones that both switched or stayed past
+// the window when one moves to a new ID later (nowhere). The engine's
+// own HTTP/3's packets never get here: route knows them by their IDs.
+// Called with the router's mu held.
+func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool, now time.Time) *quicFlow {
+	newest := func(take func(*quicFlow) bool) *quicFlow {
+		var f *quicFlow
 		for _, g := range cl.flows {
-			if !g.confirmed.Load() && (f == nil || g.opened.After(f.opened)) {
+			if take(g) && (f == nil || g.opened.After(f.opened)) {
 				f = g
 			}
 		}
-		if f == nil && len(cl.flows) == 1 && !cl.own {
-			f = cl.flows[0]
-		}
-	case cl.own:
-		return nil // the engine's own connection's, as likely
-	case len(cl.flows) == 1:
-		f = cl.flows[0]
-	default:
+		return f
+	}
+	only := func(take func(*quicFlow) bool) *quicFlow {
+		var f *quicFlow
 		for _, g := range cl.flows {
-			if g.confirmed.Load() {
+			if take(g) {
 				if f != nil {
-					return nil // two confirmed connections: no telling which
+					return nil
 				}
 				f = g
 			}
 		}
+		return f
+	}
+	every := func(*quicFlow) bool { return true }
+	var f *quicFlow
+	if isLong {
+		f = newest(func(g *quicFlow) bool { return !g.confirmed.Load() })
+		if f == nil {
+			f = only(every)
+		}
+		if f != nil && len(long.DCID) > 0 {
+			f.addCID(long.DCID)
+		}
+		return f
+	}
+	f = newest(func(g *quicFlow) bool {
+		return g.confirmed.Load() && !g.switched && now.Sub(g.opened) < quicSwitchWindow
+	})
+	if f == nil {
+		f = only(every)
 	}
 	if f == nil {
-		return nil
+		f = only(func(g *quicFlow) bool { return g.confirmed.Load() })
 	}
-	switch {
-	case isLong && len(long.DCID) > 0:
-		f.addCID(long.DCID)
-	case !isLong && f.cidLen > 0 && len(d) > f.cidLen:
+	if f != nil && f.cidLen > 0 && len(d) > f.cidLen {
 		f.addCID(d[1 : 1+f.cidLen])
+		f.switched = true
 	}
 	return f
 }
@@ -596,8 +661,8 @@ func (r *quicRouter) expire(now time.Time) {
 		}
 		clear(cl.flows[len(kept):])
 		cl.flows = kept
-		if len(kept) == 0 && (!cl.own || now.UnixNano()-cl.ownAt > int64(quicIdleCap)) {
-			delete(r.clients, addr) // an idle address is forgotten
+		if len(kept) == 0 {
+			delete(r.clients, addr)
 		}
 	}
 	r.flows -= len(dead)
@@ -623,7 +688,7 @@ func (r *quicRouter) drop(f *quicFlow) {
 		n := len(cl.flows)
 		cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
 		r.flows -= n - len(cl.flows)
-		if len(cl.flows) == 0 && !cl.own {
+		if len(cl.flows) == 0 {
 			delete(r.clients, f.client)
 		}
 	}

@@ -76,6 +76,11 @@ type Config struct {
 	// passthrough takes the datagrams of relayed connections there). A
 	// wrapped socket is read a datagram at a time, without GSO or ECN.
 	Wrap func(*net.UDPConn) net.PacketConn
+	// ConnectionIDs, when set, issues the IDs of the server's connections
+	// (quic.Transport.ConnectionIDGenerator), so that a router given by
+	// Wrap can tell their packets from others by ID. Nil means quic-go's
+	// own (4 random bytes).
+	ConnectionIDs quic.ConnectionIDGenerator
 	// WebTransport, when set, serves WebTransport sessions beside HTTP/3:
 	// SETTINGS offer them, QUIC datagrams and RESET_STREAM_AT are on, and
 	// every connection is served by the listener's own stream loops (see
@@ -196,7 +201,8 @@ func Listen(cfg Config) (*Server, error) {
 		pc = cfg.Wrap(s.udp)
 	}
 	s.tr = &quic.Transport{
-		Conn: pc,
+		Conn:                  pc,
+		ConnectionIDGenerator: cfg.ConnectionIDs,
 		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
 			if s.active.Load() >= s.cfg.MaxConnections {
 				s.stats.refused.Add(1)

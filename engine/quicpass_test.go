@@ -1,0 +1,413 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/clienthello"
+	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/quicinitial"
+	"github.com/quic-go/quic-go"
+)
+
+// TestQUICRouterGuess: packets whose connection ID the router never saw
+// (a client's switch to an ID from NEW_CONNECTION_ID, which is
+// encrypted), all from one client address that several connections
+// share, go to the flow whose client is making its first switch, and
+// the ID is learned; never to a flow whose client did not answer its
+// upstream (a forged first flight); nowhere when no flow can be told;
+// and the IDs of the engine's own HTTP/3 are never guessed into a relay.
+// The router is fed synthetic datagrams after real first flights, and
+// what each upstream receives is read from its socket.
+func TestQUICRouterGuess(t *testing.T) {
+	type step struct {
+		do   func(h *routerHarness) // sets the scene
+		send func(h *routerHarness) []byte
+		own  bool     // want: the engine's own HTTP/3 got it
+		to   []string // want: the flows whose upstream got it
+	}
+	id := func(name string) func(h *routerHarness) []byte {
+		return func(h *routerHarness) []byte { return h.short(h.id(name)) }
+	}
+	tests := []struct {
+		name  string
+		own   bool // the engine serves HTTP/3 itself
+		steps []step
+	}{
+		{"the only flow takes a new ID", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x"), to: []string{"A"}},
+		}},
+		{"first switch of the newest flow beside a settled one", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: id("x2"), to: []string{"B"}},
+			{send: id("x2"), to: []string{"B"}}, // learned
+			{send: id("x1"), to: []string{"A"}},
+		}},
+		{"several flows before their switch: the most recent", false, []step{
+			{do: func(h *routerHarness) {
+				h.open("A", "a.test")
+				h.handshake("A")
+				h.open("B", "b.test")
+				h.handshake("B")
+			}, send: id("x"), to: []string{"B"}},
+		}},
+		{"a forged first flight beside a client before its switch", false, []step{
+			{do: func(h *routerHarness) {
+				h.open("A", "b.test")
+				h.handshake("A")
+				h.open("forged", "b.test")
+				h.answer("forged") // its upstream answers; the real client never does
+			}, send: id("x"), to: []string{"A"}},
+		}},
+		{"a settled client's later switch beside a forged flow", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "b.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) { h.open("forged", "b.test"); h.answer("forged") }, send: id("x2"), to: []string{"A"}},
+		}},
+		{"two settled flows: no telling", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: id("x2"), to: []string{"B"}},
+			{send: id("x3"), to: nil}, // dropped
+		}},
+		{"a flow that never switched is settled after the window", false, []step{
+			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
+			{do: func(h *routerHarness) {
+				h.open("B", "b.test")
+				h.handshake("B")
+				h.age("B", quicSwitchWindow+time.Second)
+			}, send: id("x2"), to: nil},
+		}},
+		{"the engine's own IDs are its own", true, []step{
+			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: func(h *routerHarness) []byte {
+				return h.short(h.ownID())
+			}, own: true},
+			{send: func(h *routerHarness) []byte { return h.long(0x2, h.ownID(), h.id("s")) }, own: true},
+			{send: id("x"), to: []string{"B"}}, // an unknown ID is not the engine's
+		}},
+		{"a hello released to the engine's own HTTP/3 keeps its ID", true, []step{
+			{do: func(h *routerHarness) {
+				h.open("B", "b.test")
+				h.handshake("B")
+				h.release("own", "own.test")
+			}, send: func(h *routerHarness) []byte { return h.long(0x1, h.id("own"), h.id("c")) }, own: true}, // 0-RTT
+			{send: id("x"), to: []string{"B"}}, // at an address the engine serves too, an unknown ID is still not its own
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newRouterHarness(t, tt.own)
+			for i, s := range tt.steps {
+				if s.do != nil {
+					s.do(h)
+				}
+				d := s.send(h)
+				own, to := h.where(d)
+				if own != s.own || !slices.Equal(to, s.to) {
+					t.Fatalf("step %d: route(% x…) = own %v, relayed to %q; want own %v, relayed to %q", i, d[:min(len(d), 12)], own, to, s.own, s.to)
+				}
+			}
+		})
+	}
+}
+
+// routerHarness is a quicRouter fed by hand: one client address, fake
+// upstreams for "a.test" and "b.test" that record what they receive.
+type routerHarness struct {
+	t     *testing.T
+	r     *quicRouter
+	ids   *ownCIDs
+	cli   *net.UDPConn // the client's socket: from there, by route
+	from  netip.AddrPort
+	ups   map[string]*fakeUpstream // by server name
+	flows map[string]*quicFlow     // by label
+	named map[string][]byte        // connection IDs by name
+}
+
+type fakeUpstream struct {
+	c   *net.UDPConn
+	got chan upDatagram
+}
+
+type upDatagram struct {
+	from netip.AddrPort
+	b    []byte
+}
+
+func newRouterHarness(t *testing.T, own bool) *routerHarness {
+	h := &routerHarness{t: t, ups: map[string]*fakeUpstream{}, flows: map[string]*quicFlow{}, named: map[string][]byte{}}
+	toml := "[reverse_proxy]\nenabled = true\ntls_termination = false\n"
+	for _, name := range []string{"a.test", "b.test"} {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &fakeUpstream{c: c, got: make(chan upDatagram, 64)}
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := c.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
+				}
+				u.got <- upDatagram{from, bytes.Clone(buf[:n])}
+			}
+		}()
+		t.Cleanup(func() { c.Close() })
+		h.ups[name] = u
+		toml += fmt.Sprintf("[[reverse_proxy.routes]]\ndomain = %q\nupstreams = [%q]\n", name, c.LocalAddr())
+	}
+	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(toml))
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := newPassthrough(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own {
+		h.ids = newOwnCIDs()
+	}
+	h.r = newQUICRouter(px, udp, h.ids, 16, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.cli, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.from = h.cli.LocalAddr().(*net.UDPAddr).AddrPort()
+	t.Cleanup(func() { h.r.Close(); udp.Close(); h.cli.Close() })
+	return h
+}
+
+// open routes a quic-go client's first flight for sni from the client
+// address, and names the flow it opens.
+func (h *routerHarness) open(label, sni string) {
+	h.t.Helper()
+	flight := helloFlight(h.t, sni)
+	for _, d := range flight {
+		h.r.route(d, h.from)
+	}
+	h.r.mu.Lock()
+	var f *quicFlow
+	if cl := h.r.clients[h.from]; cl != nil {
+		for _, g := range cl.flows {
+			if !slices.Contains(slices.Collect(maps.Values(h.flows)), g) {
+				f = g
+			}
+		}
+	}
+	if f != nil {
+		h.flows[label] = f
+		h.named[label] = f.cids[0]
+	}
+	h.r.mu.Unlock()
+	if f == nil {
+		h.t.Fatalf("the first flight for %s opened no flow", sni)
+	}
+	for range flight {
+		h.recv(h.ups[sni]) // the held hello, replayed
+	}
+}
+
+// release routes a first flight for a name no route has: the engine's
+// own HTTP/3's. The flight's DCID is named label.
+func (h *routerHarness) release(label, sni string) {
+	h.t.Helper()
+	flight := helloFlight(h.t, sni)
+	for _, d := range flight {
+		h.r.route(d, h.from)
+	}
+	p, _ := quicinitial.Long(flight[0])
+	h.named[label] = bytes.Clone(p.DCID)
+	if len(h.r.ready) != len(flight) {
+		h.t.Fatalf("%d datagrams released to the engine's own HTTP/3; want the flight's %d", len(h.r.ready), len(flight))
+	}
+	h.r.ready = nil
+}
+
+// answer has the flow's upstream send the client a Handshake packet from
+// a connection ID of its own (named label+"/up"), and waits until it is
+// passed on.
+func (h *routerHarness) answer(label string) {
+	h.t.Helper()
+	f := h.flows[label]
+	up := h.ups[f.rt.cfg.Domain]
+	d := h.long(0x2, h.id("c/"+label), h.id(label+"/up"))
+	if _, err := up.c.WriteToUDPAddrPort(d, f.up.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
+		h.t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	h.cli.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, _, err := h.cli.ReadFromUDPAddrPort(buf); err != nil || !bytes.Equal(buf[:n], d) {
+		h.t.Fatalf("the upstream's answer to %s did not reach the client: % x %v", label, buf[:n], err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !f.answered.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the flow %s never saw its upstream answer", label)
+		}
+	}
+}
+
+// handshake answers the flow's client, and has the client answer back
+// (a Handshake packet to the upstream's ID), as a real one does.
+func (h *routerHarness) handshake(label string) {
+	h.t.Helper()
+	h.answer(label)
+	f := h.flows[label]
+	h.r.route(h.long(0x2, h.id(label+"/up"), h.id("c/"+label)), h.from)
+	h.recv(h.ups[f.rt.cfg.Domain])
+	if !f.confirmed.Load() {
+		h.t.Fatalf("the flow %s is not confirmed after its client answered", label)
+	}
+}
+
+// age moves the opening of a flow back by d.
+func (h *routerHarness) age(label string, d time.Duration) {
+	h.r.mu.Lock()
+	h.flows[label].opened = h.flows[label].opened.Add(-d)
+	h.r.mu.Unlock()
+}
+
+// where routes d from the client address, and tells whether it went to
+// the engine's own HTTP/3 and which flows' upstreams got it. Each flow is
+// then sent a marker by its first ID: what its upstream got before the
+// marker is what d did there.
+func (h *routerHarness) where(d []byte) (own bool, to []string) {
+	h.t.Helper()
+	own = h.r.route(d, h.from) && h.r.own
+	for _, l := range slices.Sorted(maps.Keys(h.flows)) {
+		f := h.flows[l]
+		marker := h.long(0x1, h.named[l], h.id("c/"+l))
+		h.r.route(marker, h.from)
+		src := f.up.LocalAddr().(*net.UDPAddr).AddrPort()
+		for {
+			g := h.recvFrom(h.ups[f.rt.cfg.Domain], src)
+			if bytes.Equal(g, marker) {
+				break
+			}
+			if bytes.Equal(g, d) {
+				to = append(to, l)
+			}
+		}
+	}
+	return own, to
+}
+
+// recv reads one datagram the upstream got.
+func (h *routerHarness) recv(u *fakeUpstream) upDatagram {
+	h.t.Helper()
+	select {
+	case g := <-u.got:
+		return g
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the upstream got nothing")
+		return upDatagram{}
+	}
+}
+
+// recvFrom reads the next datagram the upstream got from src; those from
+// other flows are put back after it.
+func (h *routerHarness) recvFrom(u *fakeUpstream, src netip.AddrPort) []byte {
+	h.t.Helper()
+	var others []upDatagram
+	defer func() {
+		for _, g := range others {
+			u.got <- g
+		}
+	}()
+	for {
+		g := h.recv(u)
+		if g.from == src {
+			return g.b
+		}
+		others = append(others, g)
+	}
+}
+
+// id is the connection ID called name: 8 random bytes, the same on each
+// call.
+func (h *routerHarness) id(name string) []byte {
+	if b, ok := h.named[name]; ok {
+		return b
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	h.named[name] = b
+	return b
+}
+
+// ownID is a new ID of the engine's own HTTP/3.
+func (h *routerHarness) ownID() []byte {
+	id, err := h.ids.GenerateConnectionID()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return id.Bytes()
+}
+
+// short is a 1-RTT packet (short header) to dcid, its payload random.
+func (h *routerHarness) short(dcid []byte) []byte {
+	d := append([]byte{0x40}, dcid...)
+	pad := make([]byte, 40)
+	rand.Read(pad)
+	return append(d, pad...)
+}
+
+// long is a QUIC v1 long-header packet of type typ (1: 0-RTT, 2:
+// Handshake) from scid to dcid, its payload random.
+func (h *routerHarness) long(typ byte, dcid, scid []byte) []byte {
+	d := []byte{0xc0 | typ<<4, 0, 0, 0, 1, byte(len(dcid))}
+	d = append(d, dcid...)
+	d = append(d, byte(len(scid)))
+	d = append(d, scid...)
+	pad := make([]byte, 40)
+	rand.Read(pad)
+	return append(d, pad...)
+}
+
+// helloFlight is a quic-go client's first flight for sni: its datagrams
+// until the ClientHello is whole, sent to a socket that never answers.
+func helloFlight(t *testing.T, sni string) [][]byte {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}, nil)
+	var hello quicinitial.Hello
+	var flight [][]byte
+	buf := make([]byte, 2048)
+	pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("the client's first flight for %s: %d datagrams, then %v", sni, len(flight), err)
+		}
+		flight = append(flight, bytes.Clone(buf[:n]))
+		if _, err := hello.Add(buf[:n]); !errors.Is(err, clienthello.ErrIncomplete) {
+			if err != nil {
+				t.Fatalf("the client's first flight for %s: %v", sni, err)
+			}
+			return flight
+		}
+	}
+}
