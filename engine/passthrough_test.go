@@ -754,9 +754,14 @@ func TestPassthroughQUICSpoofed(t *testing.T) {
 			c.Write(d)
 		}
 	}
+	// All six are relayed, each in the place of an unanswered one once
+	// four are open: at least three are gone by then (exactly three when
+	// the machine is quick; more when header_timeout passed for some
+	// meanwhile), and never the real client's (the next get).
 	st := ts.Stats()
-	if !waitFor(scale(5*time.Second), func() bool { st = ts.Stats(); return st.QUICPassRelayed == 7 }) || st.QUICPassUnconfirmed != 3 {
-		t.Fatalf("six replayed first flights beside one real client, room for four: relayed %d, dropped unconfirmed %d (want 7, 3), failures %v",
+	if !waitFor(scale(5*time.Second), func() bool { st = ts.Stats(); return st.QUICPassRelayed == 7 }) ||
+		st.QUICPassUnconfirmed < 3 {
+		t.Fatalf("six replayed first flights beside one real client, room for four: relayed %d, dropped unconfirmed %d (want 7, at least 3), failures %v",
 			st.QUICPassRelayed, st.QUICPassUnconfirmed, st.QUICPassFailures)
 	}
 	get("during the flood")
