@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // TestRenderPassthrough: the passthrough page says what relays to what,
@@ -51,13 +53,9 @@ func TestQuickPassthrough(t *testing.T) {
 		t.Skip("-short")
 	}
 	for _, tool := range []string{"nginx", "haproxy", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (.ci/run installs it)", tool)
-		}
+		testtool.Require(t, tool)
 	}
-	if _, err := os.Stat(toolNginxStream.files[0]); err != nil {
-		t.Skipf("nginx's stream module is not installed (apt-get install libnginx-mod-stream; .ci/run installs it)")
-	}
+	testtool.RequireFile(t, toolNginxStream.files[0], "nginx's stream module", "apt-get install libnginx-mod-stream")
 	out := filepath.Join(t.TempDir(), "BENCHMARKS-passthrough.md")
 	cmd := exec.Command("go", "run", ".", "--client", "passthrough", "--quick", "--workloads", "pass-large-h1-tls,pass-large-h3", "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 func TestParseStubAccepts(t *testing.T) {
@@ -92,9 +93,7 @@ func TestQuickProxy(t *testing.T) {
 		t.Skip("-short")
 	}
 	for _, tool := range []string{"nginx", "haproxy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (apt-get install %s; .ci/run installs it)", tool, tool)
-		}
+		testtool.Require(t, tool)
 	}
 	out := filepath.Join(t.TempDir(), "BENCHMARKS-proxy.md")
 	cmd := exec.Command("go", "run", ".", "--client", "proxy", "--quick", "--servers", "engine,nginx,haproxy", "--workloads", "proxy-1k-h1-tls-5000", "--out", out)

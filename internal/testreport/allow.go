@@ -10,8 +10,9 @@ import (
 // allowance excuses a skip, but only on a machine that really lacks what
 // the test needs: each is checked on the machine the tests just ran on.
 // Missing tools (curl, openssl, h2load, b3sum, h2spec, pebble, nginx, haproxy,
-// gzip, brotli, zstd, qemu and the VM kernel) are never excused: .ci/run installs them, and
-// ENGINE_REQUIRE_TOOLS and ENGINE_REQUIRE_VM make them failures anyway.
+// lighttpd, gzip, brotli, zstd, qemu and the VM kernel) are never excused:
+// .ci/run installs them, and ENGINE_REQUIRE_TOOLS (internal/testtool) and
+// ENGINE_REQUIRE_VM make them failures anyway.
 type allowance struct {
 	test   string // the test's name; its subtests too; "" for any test
 	reason string // a substring of the skip message
