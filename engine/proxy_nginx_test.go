@@ -686,56 +686,137 @@ func tcpQueues(t *testing.T) map[[2]netip.AddrPort]tcpQueue {
 
 // TestProxyMaxConns: past max_conns requests wait for a connection
 // instead of opening more (an HTTP/2 client with 128 streams must not
-// open 128 upstream connections), and one that waits response_timeout
-// gets 503.
+// open 128 upstream connections) and go on as connections come back; one
+// that waits response_timeout gets 503. The upstream holds every request
+// until the test lets it go, and the test waits for events (requests
+// arriving upstream, requests queued, responses), never for time.
 func TestProxyMaxConns(t *testing.T) {
-	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
-			time.Sleep(d)
+	// trusted_proxies: every request here comes from 127.0.0.1, which
+	// would otherwise be held to half of max_conns (TestProxyFairShare).
+	server := func(t *testing.T, h *holdBackend, responseTimeout string) *testServer {
+		ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
+			"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 2\nresponse_timeout = %q\n",
+			t.TempDir(), h.hostPort(), responseTimeout))
+		// Before the server stops (cleanups run last first): a test that
+		// failed midway leaves no request held.
+		t.Cleanup(func() { close(h.gone) })
+		return ts
+	}
+
+	t.Run("requests wait for a connection", func(t *testing.T) {
+		h := newHoldBackend(t)
+		ts := server(t, h, "60s")
+		results := h.get(ts, 8)
+		// Every request is accounted for: at the upstream, or queued.
+		if !waitFor(scale(10*time.Second), func() bool { return h.arrived.Load()+ts.Stats().ProxyQueued == 8 }) {
+			t.Fatalf("8 requests: %d arrived upstream, %d queued", h.arrived.Load(), ts.Stats().ProxyQueued)
+		}
+		if a, q, c := h.arrived.Load(), ts.Stats().ProxyQueued, h.conns.Load(); a != 2 || q != 6 || c != 2 {
+			t.Fatalf("8 requests over max_conns 2: %d at the upstream on %d connections, %d queued; want 2 on 2, 6 queued", a, c, q)
+		}
+		// Let them go one at a time: each one done frees a connection
+		// for the next in the queue.
+		for i := range 8 {
+			h.release <- struct{}{}
+			if r := <-results; r.status != 200 || r.body != "ok" {
+				t.Errorf("request %d of 8: %d %q", i+1, r.status, r.body)
+			}
+			if want := int64(min(i+3, 8)); !waitFor(scale(10*time.Second), func() bool { return h.arrived.Load() == want }) {
+				t.Fatalf("after %d responses %d requests arrived upstream, want %d", i+1, h.arrived.Load(), want)
+			}
+		}
+		if c := h.conns.Load(); c != 2 {
+			t.Errorf("max_conns 2: the upstream saw %d connections", c)
+		}
+	})
+
+	t.Run("response_timeout", func(t *testing.T) {
+		const timeout = time.Second
+		h := newHoldBackend(t)
+		ts := server(t, h, timeout.String())
+		running := h.get(ts, 2)
+		if !waitFor(scale(10*time.Second), func() bool { return h.arrived.Load() == 2 }) {
+			t.Fatalf("%d of 2 requests arrived upstream", h.arrived.Load())
+		}
+		// The two connections stay busy until every queued request has
+		// its answer: each waits longer than response_timeout, for sure.
+		queued := h.get(ts, 4)
+		for range 4 {
+			select {
+			case r := <-queued:
+				if r.status != 503 || r.took < timeout {
+					t.Errorf("a request queued behind 2 held ones: %d after %v; want 503, after response_timeout (%v)", r.status, r.took, timeout)
+				}
+			case <-time.After(scale(10 * time.Second)):
+				t.Fatalf("requests queued behind 2 held ones got no answer in 10s; response_timeout is %v", timeout)
+			}
+		}
+		if a, q := h.arrived.Load(), ts.Stats().ProxyQueued; a != 2 || q != 4 {
+			t.Errorf("%d requests arrived upstream and %d were queued; want 2 and 4", a, q)
+		}
+		h.release <- struct{}{}
+		h.release <- struct{}{}
+		for range 2 {
+			if r := <-running; r.status != 200 || r.body != "ok" {
+				t.Errorf("a held request, let go: %d %q", r.status, r.body)
+			}
+		}
+	})
+}
+
+// holdBackend is an upstream that sends each response's head at once and
+// its body ("ok") only when the test sends on release, or closes gone.
+type holdBackend struct {
+	*backend
+	arrived atomic.Int64
+	release chan struct{}
+	gone    chan struct{}
+}
+
+func newHoldBackend(t *testing.T) *holdBackend {
+	h := &holdBackend{release: make(chan struct{}, 8), gone: make(chan struct{})}
+	h.backend = newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.arrived.Add(1)
+		w.Header().Set("Content-Length", "2")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		select {
+		case <-h.release:
+		case <-h.gone:
+		case <-r.Context().Done():
+			return
 		}
 		io.WriteString(w, "ok")
 	}))
-	// trusted_proxies: every request here comes from 127.0.0.1, which
-	// would otherwise be held to half of max_conns (TestProxyFairShare).
-	ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
-		"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 2\nresponse_timeout = \"1500ms\"\n", t.TempDir(), b.hostPort()))
-	statuses := func(n int, path string) map[int]int {
-		var mu sync.Mutex
-		got := map[int]int{}
-		var wg sync.WaitGroup
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				code := 0
-				if resp, err := http.Get(ts.url + path); err == nil {
-					io.ReadAll(resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-				mu.Lock()
-				got[code]++
-				mu.Unlock()
-			}()
-			time.Sleep(20 * time.Millisecond) // in this order
-		}
-		wg.Wait()
-		return got
+	return h
+}
+
+// holdResult is one response through the proxy.
+type holdResult struct {
+	status int
+	body   string
+	took   time.Duration // from the request's start to its whole body
+}
+
+// get sends n requests at once, each on its own connection, and delivers
+// their results as they come.
+func (h *holdBackend) get(ts *testServer, n int) <-chan holdResult {
+	out := make(chan holdResult, n)
+	c := &http.Client{Timeout: scale(30 * time.Second), Transport: &http.Transport{DisableKeepAlives: true}}
+	for range n {
+		go func() {
+			start := time.Now()
+			r := holdResult{}
+			if resp, err := c.Get(ts.url + "/"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				r.status, r.body = resp.StatusCode, string(b)
+			}
+			r.took = time.Since(start)
+			out <- r
+		}()
 	}
-	if got := statuses(8, "/?sleep=100ms"); got[200] != 8 {
-		t.Errorf("8 requests over max_conns 2: statuses %v, want all 200", got)
-	}
-	if n := b.conns.Load(); n > 2 {
-		t.Errorf("max_conns 2: the upstream saw %d connections", n)
-	}
-	if q := ts.Stats().ProxyQueued; q < 4 {
-		t.Errorf("ProxyQueued = %d; 8 requests on 2 connections should have waited", q)
-	}
-	// Two run for 1 s each; two more wait 1 s (under response_timeout)
-	// and run; the fifth and sixth would wait 2 s: 503.
-	if got := statuses(6, "/?sleep=1s"); got[200] != 4 || got[503] != 2 {
-		t.Errorf("6 requests of 1 s over max_conns 2, response_timeout 1.5 s: statuses %v, want 4 x 200 and 2 x 503", got)
-	}
+	return out
 }
 
 // TestProxyFairShare: one client address holds at most half of
