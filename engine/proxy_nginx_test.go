@@ -375,16 +375,26 @@ func TestProxyTrailers(t *testing.T) {
 // flight does not cost the upstream connection when the response is
 // short (it is read and dropped, and the connection reused), while an
 // upstream still working on the request learns of the close within
-// about a second (drainWait), as nginx's upstream would at once.
+// about a second (drainWait), as nginx's upstream would at once. The
+// upstream answers only when the test has seen the proxy take the
+// client's close, so nothing rests on timing.
 func TestProxyDrainOnClientAbort(t *testing.T) {
 	canceled := make(chan time.Duration, 1)
+	arrived := make(chan string, 1)
+	answer := make(chan struct{})
 	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/quick":
-			time.Sleep(50 * time.Millisecond) // the client is gone by now
+			arrived <- r.URL.Path
+			select {
+			case <-answer: // the client is gone by now
+			case <-r.Context().Done():
+				return
+			}
 			io.WriteString(w, "short answer")
 		case "/slow":
 			t0 := time.Now()
+			arrived <- r.URL.Path
 			select {
 			case <-r.Context().Done():
 				canceled <- time.Since(t0)
@@ -396,36 +406,52 @@ func TestProxyDrainOnClientAbort(t *testing.T) {
 		}
 	}))
 	// One reactor: pools are per reactor, and the clients must share one.
-	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "", b.hostPort()))
+	// max_conns = 1: a request that comes before the drained connection
+	// is back in the pool waits for it rather than opening another, so
+	// only a connection the drain lost makes a second one.
+	// trusted_proxies: every client is 127.0.0.1, which would otherwise
+	// be held to half of max_conns (TestProxyFairShare).
+	ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
+		"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 1\n", t.TempDir(), b.hostPort()))
 	get := func() {
 		t.Helper()
 		resp, err := http.Get(ts.url + "/ok")
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.ReadAll(resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("a request after a drained response: %d %q", resp.StatusCode, body)
+		}
+	}
+	// sent sends a request, waits until the upstream has it and closes
+	// the client.
+	sent := func(path string) {
+		t.Helper()
+		c := dial(t, ts.addr)
+		c.send("GET " + path + " HTTP/1.1\r\nHost: a\r\n\r\n")
+		select {
+		case <-arrived:
+		case <-time.After(scale(10 * time.Second)):
+			t.Fatalf("%s did not reach the upstream", path)
+		}
+		c.Close()
 	}
 	get()
-	for range 5 {
-		c := dial(t, ts.addr)
-		c.send("GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
-		time.Sleep(10 * time.Millisecond)
-		c.Close()
-		time.Sleep(80 * time.Millisecond) // the response arrives and is dropped
+	for i := range int64(5) {
+		sent("/quick")
+		if !waitFor(scale(10*time.Second), func() bool { return ts.Stats().ProxyDrained == i+1 }) {
+			t.Fatalf("client %d of 5 left; ProxyDrained = %d, want %d", i+1, ts.Stats().ProxyDrained, i+1)
+		}
+		answer <- struct{}{}
 		get()
 	}
 	if n := b.conns.Load(); n != 1 {
 		t.Errorf("5 clients that left before their short responses cost %d upstream connections; want the first one only", n)
 	}
-	if d := ts.Stats().ProxyDrained; d != 5 {
-		t.Errorf("ProxyDrained = %d, want 5", d)
-	}
 
-	c := dial(t, ts.addr)
-	c.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-	time.Sleep(100 * time.Millisecond)
-	c.Close()
+	sent("/slow")
 	if d := <-canceled; d < 0 || d > scale(3*time.Second) {
 		t.Errorf("the upstream learned of the client's close after %v; want about 1 s", d)
 	}
