@@ -36,7 +36,9 @@ type Config struct {
 	// Rate, when positive, issues requests on a fixed schedule
 	// (requests/s, open loop): latency counts from each request's
 	// scheduled time, so a slow server cannot hide queueing (coordinated
-	// omission).
+	// omission). Every request due before the end of the measured time
+	// is sent, even when a connection frees up only after the end; one
+	// still unsent Timeout after it was due fails (behind-schedule).
 	Rate float64
 	// Range requests bytes First-Last of each URL when Last >= 0.
 	RangeFirst, RangeLast int64

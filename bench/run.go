@@ -115,6 +115,9 @@ type acc struct {
 	checked bool
 	// dg: the datagram sessions that ended in this sample.
 	dg dgCounts
+	// scheduled: open-loop requests due in this sample, each recorded
+	// once, however it ended.
+	scheduled int64
 }
 
 // tail is what happened after the measured time: the responses in flight
@@ -180,11 +183,12 @@ func (s *runState) sampleAt(t time.Time) int {
 // Run measures. It returns the report even when ctx is cancelled midway
 // (Interrupted is then set), and an error only when nothing could run.
 //
-// At the end of the measured time no new request starts, and the ones in
-// flight are finished and judged (each bounded by Config.Timeout): their
-// bytes count in the samples they arrived in once they pass, and a
-// failure rejects those samples. When ctx is cancelled instead, requests
-// in flight are cut off and their bytes leave the figures.
+// At the end of the measured time no new request starts (in the open loop:
+// none due after the end), and the ones in flight are finished and judged
+// (each bounded by Config.Timeout): their bytes count in the samples they
+// arrived in once they pass, and a failure rejects those samples. When ctx
+// is cancelled instead, requests in flight are cut off and their bytes
+// leave the figures.
 func Run(ctx context.Context, c Config) (*Report, error) {
 	if err := c.withDefaults(); err != nil {
 		return nil, err
@@ -216,24 +220,39 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		srvCh <- watches{startServerStats(c.ServerPID, c.AdminURL), startClientWatch()}
 	})
 
-	// Open loop: a dispatcher hands out scheduled start times.
+	// Open loop: a dispatcher hands out scheduled start times, request k
+	// due at start + k/Rate. With a Duration the schedule is counted: every
+	// request due before the end is handed out, then the channel closes
+	// (and the workers end when they have taken them all), so a server
+	// that falls behind near the end cannot shorten it.
 	var tickets chan time.Time
 	if c.Rate > 0 {
 		tickets = make(chan time.Time, 1<<20)
 		go func() {
+			defer close(tickets)
 			interval := time.Duration(float64(time.Second) / c.Rate)
-			next := time.Now()
-			for runCtx.Err() == nil && !s.stop.Load() {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
+			for k := time.Duration(0); ; k++ {
+				due := start.Add(k * interval)
+				if c.Requests == 0 && !due.Before(s.end) {
+					return
+				}
+				if d := time.Until(due); d > 0 {
+					t := time.NewTimer(d)
+					select {
+					case <-t.C:
+					case <-runCtx.Done():
+						t.Stop()
+						return
+					}
+				}
+				if runCtx.Err() != nil || c.Requests > 0 && s.stop.Load() {
+					return
 				}
 				select {
-				case tickets <- next:
+				case tickets <- due:
 				default: // over a million behind: the server has stopped
 				}
-				next = next.Add(interval)
 			}
-			close(tickets)
 		}()
 	}
 
@@ -317,14 +336,17 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 	// arrived[k+1] is the body bytes of the current response that arrived
 	// in sample k (k = -1: warmup, k = Samples: after the end).
 	arrived := make([]int64, c.Samples+2)
+	// A counted schedule, not the clock, ends the open loop (Run).
+	scheduled := tickets != nil && c.Requests == 0
 	for n := id; ; n++ {
-		if s.stop.Load() || ctx.Err() != nil {
+		if ctx.Err() != nil || s.stop.Load() && !scheduled {
 			return
 		}
 		if c.Requests > 0 && s.done.Load() >= int64(c.Requests) {
 			s.stop.Store(true)
 			return
 		}
+		clear(arrived)
 		begin := time.Now()
 		if tickets != nil {
 			t, ok := <-tickets
@@ -332,8 +354,13 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 				return
 			}
 			begin = t // latency counts from the schedule, not from when we got to it
+			if time.Since(t) > c.Timeout {
+				// Already later than a request may take: not sent. This
+				// bounds the wait at the end when the server has stalled.
+				s.record(begin, time.Now(), behindKind, 0, arrived, nil)
+				continue
+			}
 		}
-		clear(arrived)
 		i := n % len(c.URLs)
 		var kind string
 		var lat time.Duration
@@ -355,6 +382,10 @@ func (s *runState) worker(ctx context.Context, cn *conn, id int, tickets chan ti
 
 // cutKind marks a response cut off by an interruption.
 const cutKind = "cut-off"
+
+// behindKind marks an open-loop request the run never sent: every worker
+// was busy until more than Timeout after it was due.
+const behindKind = "behind-schedule"
 
 // one makes a request and checks the response. It returns the failure
 // kind ("" when right) and the latency, and adds the body bytes to
@@ -463,6 +494,9 @@ func (s *runState) record(begin, end time.Time, kind string, lat time.Duration, 
 	first, last := s.sampleAt(begin), s.sampleAt(end)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.c.Rate > 0 && s.c.Requests == 0 && first >= 0 && first < n {
+		s.samples[first].scheduled++ // begin is when it was due
+	}
 	var measured int64 // bytes that arrived in the samples
 	for i := range s.samples {
 		s.samples[i].received += arrived[i+1]

@@ -28,13 +28,13 @@ import (
 	"github.com/mediaship/engine/engine"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/internal/selfsigned"
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // Pebble, Let's Encrypt's ACME test server, and its challenge test server
 // as the DNS that Pebble resolves every name with (to 127.0.0.1): a real
 // CA over loopback that validates each challenge against the engine.
-// .ci/run installs both with go install at pebbleVersion.
-const pebbleVersion = "v2.10.3"
+// .ci/run installs both with go install at testtool.PebbleVersion.
 
 // pebbleCA is a running Pebble.
 type pebbleCA struct {
@@ -146,7 +146,7 @@ var (
 // query with 127.0.0.1 and no AAAA, and returns its address.
 func startDNS(t *testing.T) string {
 	t.Helper()
-	bin := requireGoTool(t, "pebble-challtestsrv")
+	bin := testtool.Require(t, "pebble-challtestsrv")
 	for try := 0; try < 5; try++ {
 		addr := fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
 		cmd := exec.Command(bin, "-dnsserver", addr, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
@@ -171,26 +171,6 @@ func startDNS(t *testing.T) string {
 	return ""
 }
 
-// requireGoTool finds a tool .ci/run installs with go install.
-func requireGoTool(t *testing.T, name string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if gp, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", name)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	hint := "go install github.com/letsencrypt/pebble/v2/cmd/" + name + "@" + pebbleVersion
-	if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-		t.Fatalf("%s is required (ENGINE_REQUIRE_TOOLS is set) but not installed: %s", name, hint)
-	}
-	t.Skipf("%s not installed; install it (%s) to run this test", name, hint)
-	return ""
-}
-
 // newPebble prepares a Pebble validating on the given ports; start runs it.
 func newPebble(t *testing.T, dns string, httpPort, tlsPort int) *pebbleCA {
 	t.Helper()
@@ -210,7 +190,7 @@ func newPebble(t *testing.T, dns string, httpPort, tlsPort int) *pebbleCA {
 func (p *pebbleCA) start() {
 	t := p.t
 	t.Helper()
-	bin := requireGoTool(t, "pebble")
+	bin := testtool.Require(t, "pebble")
 	profile := map[string]any{"description": "test", "validityPeriod": 90 * 24 * 3600}
 	if p.validity > 0 {
 		profile["validityPeriod"] = p.validity
@@ -579,7 +559,7 @@ func TestACMELifecycle(t *testing.T) {
 // keep-alive connection made under the old certificate goes on.
 func TestACMEHTTP01Renewal(t *testing.T) {
 	t.Parallel()
-	curl := requireTool(t, "curl")
+	curl := testtool.Require(t, "curl")
 	dns := startDNS(t)
 	p := newPebble(t, dns, freeTCPPort(t), freeTCPPort(t))
 	p.validity = 30

@@ -210,10 +210,14 @@ func TestMaxConnections(t *testing.T) {
 	}
 
 	// Both slots busy sending (clients not reading): a new client is
-	// refused, and the downloads go on.
+	// refused, and the downloads go on. Both responses are under way
+	// (queued) before it comes.
+	queued := ts.Stats().Requests
 	b.send(get("/big.bin"))
 	c.send(get("/big.bin"))
-	time.Sleep(200 * time.Millisecond)
+	if !waitFor(scale(10*time.Second), func() bool { return ts.Stats().Requests == queued+2 }) {
+		t.Fatalf("%d of 2 downloads under way", ts.Stats().Requests-queued)
+	}
 	d := dial(t, ts.addr)
 	if !d.closed(scale(3 * time.Second)) {
 		t.Error("a connection with a response in progress was closed for a new client")

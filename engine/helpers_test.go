@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -32,31 +31,6 @@ func scale(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * f)
 	}
 	return d
-}
-
-// requireTool finds a command-line client. CI sets ENGINE_REQUIRE_TOOLS=1
-// so a missing tool fails there instead of skipping.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s is required (ENGINE_REQUIRE_TOOLS is set) but not installed", name)
-		}
-		t.Skipf("%s not installed; install it (%s) to run this test", name, installHint(name))
-	}
-	return p
-}
-
-// installHint says how to get a test tool (.ci/run does it).
-func installHint(name string) string {
-	switch name {
-	case "h2load":
-		return "apt-get install nghttp2-client"
-	case "h2spec":
-		return "go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible"
-	}
-	return "apt-get install " + name
 }
 
 // bigFile is a 100 MiB file of random bytes shared by the tests that need

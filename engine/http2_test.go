@@ -23,6 +23,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // h2Client speaks only HTTP/2 (x/net's Transport), over TLS to the test
@@ -97,7 +99,7 @@ func TestH2DownloadBig(t *testing.T) {
 }
 
 func TestH2Curl(t *testing.T) {
-	curl := requireTool(t, "curl")
+	curl := testtool.Require(t, "curl")
 	root := t.TempDir()
 	_, want := linkBig(t, root, "big.bin")
 	ts, pki := startTLS(t, root, ktlsAuto)
@@ -474,7 +476,7 @@ func TestH2Floods(t *testing.T) {
 
 // TestH2Load: h2load (nghttp2) with many streams per connection.
 func TestH2Load(t *testing.T) {
-	h2load := requireTool(t, "h2load")
+	h2load := testtool.Require(t, "h2load")
 	root := siteRoot(t)
 	ts, pki := startTLS(t, root, ktlsAuto)
 	_ = pki
@@ -490,7 +492,7 @@ func TestH2Load(t *testing.T) {
 
 // TestH2Spec runs the h2spec conformance suite (all 145 cases) over TLS.
 func TestH2Spec(t *testing.T) {
-	h2spec := requireTool(t, "h2spec")
+	h2spec := testtool.Require(t, "h2spec")
 	root := siteRoot(t)
 	ts, _ := startTLS(t, root, ktlsAuto)
 	out, _ := exec.Command(h2spec, "-h", "127.0.0.1", "-p", portOf(ts.addr), "-t", "-k", "-o", "5").CombinedOutput()

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 func TestDownloadBigNetHTTP(t *testing.T) {
@@ -39,7 +41,7 @@ func TestDownloadBigNetHTTP(t *testing.T) {
 }
 
 func TestDownloadBigCurl(t *testing.T) {
-	curl := requireTool(t, "curl")
+	curl := testtool.Require(t, "curl")
 	root := t.TempDir()
 	_, want := linkBig(t, root, "big.bin")
 	ts := start(t, fmt.Sprintf("root = %q\n", root))

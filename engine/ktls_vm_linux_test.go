@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mediaship/engine/internal/testtool"
 	"github.com/mediaship/engine/internal/vmtest"
 	"github.com/mediaship/engine/ktls"
 )
@@ -64,7 +65,7 @@ func digest(b []byte) string {
 // reads several responses after the promotion, so a sequence number off by
 // one would fail them.
 func TestKernelTLSPromotion(t *testing.T) {
-	openssl, _ := exec.LookPath("openssl")
+	openssl, _ := testtool.Find("openssl")
 	var bins []string
 	if openssl != "" {
 		bins = []string{openssl}
@@ -208,10 +209,7 @@ func TestKernelTLSPromotion(t *testing.T) {
 
 	// The other two suites, which Go's client never negotiates: openssl.
 	if openssl == "" {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatal("openssl is required (ENGINE_REQUIRE_TOOLS) for the AES-256 and ChaCha20 promotion tests")
-		}
-		t.Skip("openssl not installed: the AES-256-GCM and ChaCha20-Poly1305 promotions are not tested")
+		testtool.Missing(t, "openssl") // the AES-256-GCM and ChaCha20-Poly1305 promotions
 	}
 	ts, pki := startTLS(t, root, "[kernel]\nktls = \"require\"\npromote_after = \"1MiB\"\n")
 	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} {

@@ -369,26 +369,26 @@ func TestProxyTrailers(t *testing.T) {
 // flight does not cost the upstream connection when the response is
 // short (it is read and dropped, and the connection reused), while an
 // upstream still working on the request learns of the close within
-// about a second (drainWait), as nginx's upstream would at once.
-//
-// Ordered by events, not sleeps: each short request is answered only
-// once the engine has noticed its client's close, and max_conns = 1
-// makes the next request wait for the drained connection rather than
-// race it: so a second upstream connection means the drained one was
-// closed, never that it came back a moment late.
+// about a second (drainWait), as nginx's upstream would at once. The
+// upstream answers only when the test has seen the proxy take the
+// client's close, so nothing rests on timing.
 func TestProxyDrainOnClientAbort(t *testing.T) {
 	canceled := make(chan time.Duration, 1)
-	arrived := make(chan struct{})
-	release := make(chan struct{})
+	arrived := make(chan string, 1)
+	answer := make(chan struct{})
 	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/quick":
-			arrived <- struct{}{}
-			<-release // the client is gone by now
+			arrived <- r.URL.Path
+			select {
+			case <-answer: // the client is gone by now
+			case <-r.Context().Done():
+				return
+			}
 			io.WriteString(w, "short answer")
 		case "/slow":
-			arrived <- struct{}{}
 			t0 := time.Now()
+			arrived <- r.URL.Path
 			select {
 			case <-r.Context().Done():
 				canceled <- time.Since(t0)
@@ -400,159 +400,190 @@ func TestProxyDrainOnClientAbort(t *testing.T) {
 		}
 	}))
 	// One reactor: pools are per reactor, and the clients must share one.
-	// trusted_proxies: the one client address may hold the one connection.
-	ts := start(t, "workers = 1\n"+strings.Replace(proxyConfig(t, "/", "max_conns = 1\nresponse_timeout = \"20s\"\n", b.hostPort()),
-		"enabled = true\n", "enabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n", 1))
+	// max_conns = 1: a request that comes before the drained connection
+	// is back in the pool waits for it rather than opening another, so
+	// only a connection the drain lost makes a second one.
+	// trusted_proxies: every client is 127.0.0.1, which would otherwise
+	// be held to half of max_conns (TestProxyFairShare).
+	ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
+		"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 1\n", t.TempDir(), b.hostPort()))
 	get := func() {
 		t.Helper()
 		resp, err := http.Get(ts.url + "/ok")
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.ReadAll(resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-	}
-	wait := func(what string, ch chan struct{}) {
-		t.Helper()
-		select {
-		case <-ch:
-		case <-time.After(scale(10 * time.Second)):
-			t.Fatalf("timed out waiting for %s", what)
+		if resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("a request after a drained response: %d %q", resp.StatusCode, body)
 		}
+	}
+	// sent sends a request, waits until the upstream has it and closes
+	// the client.
+	sent := func(path string) {
+		t.Helper()
+		c := dial(t, ts.addr)
+		c.send("GET " + path + " HTTP/1.1\r\nHost: a\r\n\r\n")
+		select {
+		case <-arrived:
+		case <-time.After(scale(10 * time.Second)):
+			t.Fatalf("%s did not reach the upstream", path)
+		}
+		c.Close()
 	}
 	get()
-	for i := range 5 {
-		c := dial(t, ts.addr)
-		c.send("GET /quick HTTP/1.1\r\nHost: a\r\n\r\n")
-		wait("the request to reach the upstream", arrived)
-		c.Close()
-		if !waitFor(scale(10*time.Second), func() bool { return ts.Stats().ProxyDrained == int64(i+1) }) {
-			t.Fatalf("the engine did not start draining after client %d left: ProxyDrained = %d", i+1, ts.Stats().ProxyDrained)
+	for i := range int64(5) {
+		sent("/quick")
+		if !waitFor(scale(10*time.Second), func() bool { return ts.Stats().ProxyDrained == i+1 }) {
+			t.Fatalf("client %d of 5 left; ProxyDrained = %d, want %d", i+1, ts.Stats().ProxyDrained, i+1)
 		}
-		release <- struct{}{} // the response arrives and is dropped
+		answer <- struct{}{}
 		get()
 	}
 	if n := b.conns.Load(); n != 1 {
 		t.Errorf("5 clients that left before their short responses cost %d upstream connections; want the first one only", n)
 	}
-	if d := ts.Stats().ProxyDrained; d != 5 {
-		t.Errorf("ProxyDrained = %d, want 5", d)
-	}
 
-	c := dial(t, ts.addr)
-	c.send("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-	wait("the slow request to reach the upstream", arrived)
-	c.Close()
+	sent("/slow")
 	if d := <-canceled; d < 0 || d > scale(3*time.Second) {
 		t.Errorf("the upstream learned of the client's close after %v; want about 1 s", d)
 	}
 }
 
-// TestProxyH2TotalBuffer: HTTP/2 clients that stop reading hold at most
-// proxy_h2_tls_total_send_buffer_bytes (and a small floor per stream) of
-// proxied responses between them, not their connection budgets, and a
-// client that reads still gets its whole response meanwhile.
-func TestProxyH2TotalBuffer(t *testing.T) {
-	const size = 16 << 20
-	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", fmt.Sprint(size))
-		io.Copy(w, io.LimitReader(&pattern{}, size))
-	}))
-	pki := newPKI(t, t.TempDir(), "localhost")
-	ts := start(t, tlsProxyConfig(pki, b.hostPort(), `[runtime.settings]
-proxy_h2_tls_max_send_buffer_bytes = "1MiB"
-proxy_h2_tls_connection_send_buffer_bytes = "1MiB"
-proxy_h2_tls_total_send_buffer_bytes = "1MiB"
-`))
-	url := "https://localhost:" + portOf(ts.addr) + "/big"
-
-	// Four connections whose bodies nobody reads: each fills the
-	// client's window (4 MiB) and then the proxy's buffers, up to 1 MiB
-	// a connection without the server-wide budget.
-	for range 4 {
-		resp, err := h2Client(pki).Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-	}
-	var held int64
-	waitFor(scale(5*time.Second), func() bool {
-		n := ts.Stats().ProxyH2Buffered
-		settled := n == held && n > 0
-		held = n
-		time.Sleep(200 * time.Millisecond)
-		return settled
-	})
-	t.Logf("4 stalled connections hold %d KiB of proxied response", held>>10)
-	if held > 2<<20 {
-		t.Errorf("4 stalled connections hold %d KiB; the server-wide budget is 1 MiB (and 32 KiB a stream past it)", held>>10)
-	}
-
-	// Another client still gets its response, whole.
-	resp, err := h2Client(pki).Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil || n != size {
-		t.Fatalf("a reading client beside the stalled ones got %d of %d bytes: %v", n, size, err)
-	}
-}
-
 // TestProxyMaxConns: past max_conns requests wait for a connection
 // instead of opening more (an HTTP/2 client with 128 streams must not
-// open 128 upstream connections), and one that waits response_timeout
-// gets 503.
+// open 128 upstream connections) and go on as connections come back; one
+// that waits response_timeout gets 503. The upstream holds every request
+// until the test lets it go, and the test waits for events (requests
+// arriving upstream, requests queued, responses), never for time.
 func TestProxyMaxConns(t *testing.T) {
-	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
-			time.Sleep(d)
+	// trusted_proxies: every request here comes from 127.0.0.1, which
+	// would otherwise be held to half of max_conns (TestProxyFairShare).
+	server := func(t *testing.T, h *holdBackend, responseTimeout string) *testServer {
+		ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
+			"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 2\nresponse_timeout = %q\n",
+			t.TempDir(), h.hostPort(), responseTimeout))
+		// Before the server stops (cleanups run last first): a test that
+		// failed midway leaves no request held.
+		t.Cleanup(func() { close(h.gone) })
+		return ts
+	}
+
+	t.Run("requests wait for a connection", func(t *testing.T) {
+		h := newHoldBackend(t)
+		ts := server(t, h, "60s")
+		results := h.get(ts, 8)
+		// Every request is accounted for: at the upstream, or queued.
+		if !waitFor(scale(10*time.Second), func() bool { return h.arrived.Load()+ts.Stats().ProxyQueued == 8 }) {
+			t.Fatalf("8 requests: %d arrived upstream, %d queued", h.arrived.Load(), ts.Stats().ProxyQueued)
+		}
+		if a, q, c := h.arrived.Load(), ts.Stats().ProxyQueued, h.conns.Load(); a != 2 || q != 6 || c != 2 {
+			t.Fatalf("8 requests over max_conns 2: %d at the upstream on %d connections, %d queued; want 2 on 2, 6 queued", a, c, q)
+		}
+		// Let them go one at a time: each one done frees a connection
+		// for the next in the queue.
+		for i := range 8 {
+			h.release <- struct{}{}
+			if r := <-results; r.status != 200 || r.body != "ok" {
+				t.Errorf("request %d of 8: %d %q", i+1, r.status, r.body)
+			}
+			if want := int64(min(i+3, 8)); !waitFor(scale(10*time.Second), func() bool { return h.arrived.Load() == want }) {
+				t.Fatalf("after %d responses %d requests arrived upstream, want %d", i+1, h.arrived.Load(), want)
+			}
+		}
+		if c := h.conns.Load(); c != 2 {
+			t.Errorf("max_conns 2: the upstream saw %d connections", c)
+		}
+	})
+
+	t.Run("response_timeout", func(t *testing.T) {
+		const timeout = time.Second
+		h := newHoldBackend(t)
+		ts := server(t, h, timeout.String())
+		running := h.get(ts, 2)
+		if !waitFor(scale(10*time.Second), func() bool { return h.arrived.Load() == 2 }) {
+			t.Fatalf("%d of 2 requests arrived upstream", h.arrived.Load())
+		}
+		// The two connections stay busy until every queued request has
+		// its answer: each waits longer than response_timeout, for sure.
+		queued := h.get(ts, 4)
+		for range 4 {
+			select {
+			case r := <-queued:
+				if r.status != 503 || r.took < timeout {
+					t.Errorf("a request queued behind 2 held ones: %d after %v; want 503, after response_timeout (%v)", r.status, r.took, timeout)
+				}
+			case <-time.After(scale(10 * time.Second)):
+				t.Fatalf("requests queued behind 2 held ones got no answer in 10s; response_timeout is %v", timeout)
+			}
+		}
+		if a, q := h.arrived.Load(), ts.Stats().ProxyQueued; a != 2 || q != 4 {
+			t.Errorf("%d requests arrived upstream and %d were queued; want 2 and 4", a, q)
+		}
+		h.release <- struct{}{}
+		h.release <- struct{}{}
+		for range 2 {
+			if r := <-running; r.status != 200 || r.body != "ok" {
+				t.Errorf("a held request, let go: %d %q", r.status, r.body)
+			}
+		}
+	})
+}
+
+// holdBackend is an upstream that sends each response's head at once and
+// its body ("ok") only when the test sends on release, or closes gone.
+type holdBackend struct {
+	*backend
+	arrived atomic.Int64
+	release chan struct{}
+	gone    chan struct{}
+}
+
+func newHoldBackend(t *testing.T) *holdBackend {
+	h := &holdBackend{release: make(chan struct{}, 8), gone: make(chan struct{})}
+	h.backend = newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.arrived.Add(1)
+		w.Header().Set("Content-Length", "2")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		select {
+		case <-h.release:
+		case <-h.gone:
+		case <-r.Context().Done():
+			return
 		}
 		io.WriteString(w, "ok")
 	}))
-	// trusted_proxies: every request here comes from 127.0.0.1, which
-	// would otherwise be held to half of max_conns (TestProxyFairShare).
-	ts := start(t, fmt.Sprintf("workers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\ntrusted_proxies = [\"127.0.0.1/32\"]\n"+
-		"[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\nmax_conns = 2\nresponse_timeout = \"1500ms\"\n", t.TempDir(), b.hostPort()))
-	statuses := func(n int, path string) map[int]int {
-		var mu sync.Mutex
-		got := map[int]int{}
-		var wg sync.WaitGroup
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				code := 0
-				if resp, err := http.Get(ts.url + path); err == nil {
-					io.ReadAll(resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-				mu.Lock()
-				got[code]++
-				mu.Unlock()
-			}()
-			time.Sleep(20 * time.Millisecond) // in this order
-		}
-		wg.Wait()
-		return got
+	return h
+}
+
+// holdResult is one response through the proxy.
+type holdResult struct {
+	status int
+	body   string
+	took   time.Duration // from the request's start to its whole body
+}
+
+// get sends n requests at once, each on its own connection, and delivers
+// their results as they come.
+func (h *holdBackend) get(ts *testServer, n int) <-chan holdResult {
+	out := make(chan holdResult, n)
+	c := &http.Client{Timeout: scale(30 * time.Second), Transport: &http.Transport{DisableKeepAlives: true}}
+	for range n {
+		go func() {
+			start := time.Now()
+			r := holdResult{}
+			if resp, err := c.Get(ts.url + "/"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				r.status, r.body = resp.StatusCode, string(b)
+			}
+			r.took = time.Since(start)
+			out <- r
+		}()
 	}
-	if got := statuses(8, "/?sleep=100ms"); got[200] != 8 {
-		t.Errorf("8 requests over max_conns 2: statuses %v, want all 200", got)
-	}
-	if n := b.conns.Load(); n > 2 {
-		t.Errorf("max_conns 2: the upstream saw %d connections", n)
-	}
-	if q := ts.Stats().ProxyQueued; q < 4 {
-		t.Errorf("ProxyQueued = %d; 8 requests on 2 connections should have waited", q)
-	}
-	// Two run for 1 s each; two more wait 1 s (under response_timeout)
-	// and run; the fifth and sixth would wait 2 s: 503.
-	if got := statuses(6, "/?sleep=1s"); got[200] != 4 || got[503] != 2 {
-		t.Errorf("6 requests of 1 s over max_conns 2, response_timeout 1.5 s: statuses %v, want 4 x 200 and 2 x 503", got)
-	}
+	return out
 }
 
 // TestProxyFairShare: one client address holds at most half of

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // backend is a Go net/http upstream that counts the connections it
@@ -549,7 +551,7 @@ upstreams = [%q]
 		resp.Body.Close()
 	}
 
-	curl := requireTool(t, "curl")
+	curl := testtool.Require(t, "curl")
 	out, err := exec.Command(curl, "-sS", "--http1.1", "--cacert", api.caFile, "--resolve", "api.example:"+portOf(ts.addr)+":127.0.0.1",
 		"-o", "/dev/null", "-w", "%{http_code} %{size_download}", "https://api.example:"+portOf(ts.addr)+"/big").CombinedOutput()
 	if err != nil || string(out) != fmt.Sprintf("200 %d", size) {
@@ -679,7 +681,7 @@ upstreams = [%q]
 		t.Errorf("the connection after a reset stream: %q %v", body, err)
 	}
 
-	curl := requireTool(t, "curl")
+	curl := testtool.Require(t, "curl")
 	out, err := exec.Command(curl, "-sS", "--http2", "--cacert", pki.caFile, "-o", "/dev/null",
 		"-w", "%{http_version} %{http_code} %{size_download}", "https://localhost:"+portOf(ts.addr)+"/api/big").CombinedOutput()
 	if err != nil || string(out) != fmt.Sprintf("2 200 %d", size) {

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mediaship/engine/internal/testtool"
 	"github.com/mediaship/engine/internal/vmtest"
 	"github.com/mediaship/engine/preflight"
 )
@@ -238,7 +239,7 @@ func TestTLSKeepAlive(t *testing.T) {
 
 // TestTLSCurlSuites: curl (OpenSSL) downloads with each TLS 1.3 suite.
 func TestTLSCurlSuites(t *testing.T) {
-	curl := requireTool(t, "curl")
+	curl := testtool.Require(t, "curl")
 	root := siteRoot(t)
 	_, want := linkBig(t, root, "big.bin")
 	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
@@ -262,7 +263,7 @@ func TestTLSCurlSuites(t *testing.T) {
 // must arrive, so the server updated its read key and answered with its
 // own KeyUpdate before switching keys.
 func TestTLSOpenSSLKeyUpdate(t *testing.T) {
-	openssl := requireTool(t, "openssl")
+	openssl := testtool.Require(t, "openssl")
 	root := siteRoot(t)
 	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n")
 	for _, suite := range []string{"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"} {
@@ -386,22 +387,23 @@ ktls = "auto"
 		t.Errorf("version %x for a TLS 1.3 client", resp.TLS.Version)
 	}
 
-	curl, err := exec.LookPath("curl")
-	if err != nil {
-		return
-	}
-	for _, cipher := range []string{"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305"} {
-		out := filepath.Join(t.TempDir(), "got")
-		b, err := exec.Command(curl, "-sS", "--fail", "--tlsv1.2", "--tls-max", "1.2", "--ciphers", cipher,
-			"--cacert", old.caFile, "--resolve", "old.example:"+portOf(ts.addr)+":127.0.0.1",
-			"-o", out, "https://old.example:"+portOf(ts.addr)+"/big.bin").CombinedOutput()
-		if err != nil {
-			t.Fatalf("curl %s: %v\n%s", cipher, err, b)
+	// Each TLS 1.2 suite of the site, forced in turn with curl
+	// (OpenSSL's TLS 1.2, another implementation than Go's).
+	t.Run("curl suites", func(t *testing.T) {
+		curl := testtool.Require(t, "curl")
+		for _, cipher := range []string{"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-ECDSA-CHACHA20-POLY1305"} {
+			out := filepath.Join(t.TempDir(), "got")
+			b, err := exec.Command(curl, "-sS", "--fail", "--tlsv1.2", "--tls-max", "1.2", "--ciphers", cipher,
+				"--cacert", old.caFile, "--resolve", "old.example:"+portOf(ts.addr)+":127.0.0.1",
+				"-o", out, "https://old.example:"+portOf(ts.addr)+"/big.bin").CombinedOutput()
+			if err != nil {
+				t.Fatalf("curl %s: %v\n%s", cipher, err, b)
+			}
+			if got := sha256File(t, out); got != want {
+				t.Errorf("curl TLS 1.2 %s: sha256 %s", cipher, got)
+			}
 		}
-		if got := sha256File(t, out); got != want {
-			t.Errorf("curl TLS 1.2 %s: sha256 %s", cipher, got)
-		}
-	}
+	})
 }
 
 // TestTLSSNIAndReload: each site gets its own certificate by SNI; after

@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,33 +23,65 @@ import (
 )
 
 // rawWT is a WebTransport session opened by hand over quic-go's HTTP/3
-// client API, for the tests that break the protocol on purpose.
+// client API, for the tests that break the protocol on purpose or look
+// at exactly how the server ends its streams.
 type rawWT struct {
 	qc  *quic.Conn
 	cc  *http3.RawClientConn
 	str *http3.RequestStream
 	res *http.Response
+	// uni receives the server's WebTransport unidirectional streams, their
+	// header (type 0x54 and session ID) read.
+	uni chan *quic.ReceiveStream
 }
 
 // dialRawWT opens a session on the diagnostics endpoint with query.
 func dialRawWT(t *testing.T, addr string, pki *testPKI, query string) *rawWT {
 	t.Helper()
+	w, status := openRawWT(t, addr, pki, query, nil)
+	if status != 200 {
+		t.Fatalf("CONNECT: %d", status)
+	}
+	return w
+}
+
+// openRawWT is dialRawWT with the client's QUIC settings (flow-control
+// windows, say) over its defaults, and the response status for the
+// caller to judge.
+func openRawWT(t *testing.T, addr string, pki *testPKI, query string, qconf *quic.Config) (*rawWT, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), scale(10*time.Second))
 	defer cancel()
-	qc, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}},
-		&quic.Config{EnableDatagrams: true, EnableStreamResetPartialDelivery: true})
+	if qconf == nil {
+		qconf = &quic.Config{}
+	}
+	qconf.EnableDatagrams, qconf.EnableStreamResetPartialDelivery = true, true
+	qc, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}}, qconf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { qc.CloseWithError(0, "") })
 	cc := (&http3.Transport{EnableDatagrams: true, AdditionalSettings: map[uint64]uint64{0x2c7cf000: 1}}).NewRawClientConn(qc)
+	uni := make(chan *quic.ReceiveStream, 4)
 	go func() {
 		for {
 			s, err := qc.AcceptUniStream(context.Background())
 			if err != nil {
 				return
 			}
-			go cc.HandleUnidirectionalStream(s)
+			go func() {
+				// WebTransport streams (0x54) stay here; the others
+				// (control, QPACK) are HTTP/3's.
+				if typ, err := quicvarint.Peek(s); err != nil || typ != 0x54 {
+					cc.HandleUnidirectionalStream(s)
+					return
+				}
+				r := quicvarint.NewReader(s)
+				quicvarint.Read(r) // the type
+				if _, err := quicvarint.Read(r); err == nil {
+					uni <- s
+				}
+			}()
 		}
 	}()
 	select {
@@ -70,10 +105,7 @@ func dialRawWT(t *testing.T, addr string, pki *testPKI, query string) *rawWT {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.StatusCode != 200 {
-		t.Fatalf("CONNECT: %s", res.Status)
-	}
-	return &rawWT{qc: qc, cc: cc, str: str, res: res}
+	return &rawWT{qc: qc, cc: cc, str: str, res: res, uni: uni}, res.StatusCode
 }
 
 // capsule reads the next capsule the server sent on the CONNECT stream.
@@ -109,7 +141,11 @@ func (w *rawWT) wantClose(t *testing.T, code uint32) string {
 }
 
 func wtServer(t *testing.T, extra string) (*testServer, *testPKI, *syncBuffer) {
-	root := siteRoot(t)
+	return wtServerAt(t, siteRoot(t), extra)
+}
+
+// wtServerAt is wtServer serving root.
+func wtServerAt(t *testing.T, root, extra string) (*testServer, *testPKI, *syncBuffer) {
 	pki := newPKI(t, t.TempDir(), "localhost")
 	var log syncBuffer
 	ts := startLog(t, fmt.Sprintf("root = %q\n%s[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s%s",
@@ -287,5 +323,93 @@ func TestWebTransportDrain(t *testing.T) {
 	}
 	if d := time.Since(start); d > scale(5*time.Second) {
 		t.Errorf("closed %v after the drain; grace is 1s", d)
+	}
+}
+
+// wtSourceFailedReset is the HTTP/3 error code a stream reset with the
+// WebTransport application code 0x107 (the server's "source failed")
+// carries: codes are mapped from 0x52e4a40fa8db up, skipping one
+// reserved codepoint in every 0x1f (draft-ietf-webtrans-http3, "Resetting
+// Data Streams").
+const wtSourceFailedReset = 0x52e4a40fa8db + 0x107 + 0x107/0x1e
+
+// TestWebTransportSourceFileChanged: a mode=source&file= stream whose
+// bytes stop being the file the session's Repr-Digest names (the file is
+// rewritten in place while it is sent) ends with the stream reset with
+// 0x107, never with a FIN, and the session closed with 0x107. The client
+// here checks no digest: what it sees is what the server did.
+func TestWebTransportSourceFileChanged(t *testing.T) {
+	root := siteRoot(t)
+	const size = 4 << 20 // under wtConf's max_bytes_per_session (8 MiB)
+	file := make([]byte, size)
+	mrand.NewChaCha8([32]byte{7}).Read(file)
+	path := filepath.Join(root, "change.bin")
+	if err := os.WriteFile(path, file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts, pki, log := wtServerAt(t, root, "")
+
+	// A 64 KiB stream window: the server can be at most that far ahead
+	// of what this client has read, plus the one 64 KiB piece it has
+	// read from the file and is writing.
+	const window = 64 << 10
+	var w *rawWT
+	if !waitFor(scale(10*time.Second), func() bool {
+		// The first sessions may get 503 while the digest is computed.
+		var status int
+		w, status = openRawWT(t, ts.addr, pki, "mode=source&file=/change.bin", &quic.Config{
+			InitialStreamReceiveWindow: window, MaxStreamReceiveWindow: window,
+			InitialConnectionReceiveWindow: 4 * window, MaxConnectionReceiveWindow: 4 * window,
+		})
+		if status != 503 && status != 200 {
+			t.Fatalf("CONNECT: %d", status)
+		}
+		return status == 200
+	}) {
+		t.Fatal("CONNECT: still 503 (no digest) after 10s")
+	}
+	var st *quic.ReceiveStream
+	select {
+	case st = <-w.uni:
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("the server opened no stream")
+	}
+	st.SetReadDeadline(time.Now().Add(scale(30 * time.Second)))
+	got := make([]byte, window)
+	if _, err := io.ReadFull(st, got); err != nil || !bytes.Equal(got, file[:window]) {
+		t.Fatalf("the stream's first %d bytes: %v, or not the file's", window, err)
+	}
+	// The server has read at most 3 windows of the file: flip bytes far
+	// past them, in place (same inode, same size).
+	const at = size / 2
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{^file[at], ^file[at+1]}, at); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	rest, err := io.ReadAll(st)
+	n := window + len(rest)
+	var se *quic.StreamError
+	switch {
+	case err == nil:
+		t.Fatalf("the stream ended with a FIN after %d bytes; want a reset with 0x107: the bytes sent are not the advertised digest's", n)
+	case !errors.As(err, &se) || !se.Remote || se.ErrorCode != wtSourceFailedReset:
+		t.Fatalf("the stream ended after %d bytes with %v; want a reset with 0x107 (HTTP/3 code %#x)", n, err, uint64(wtSourceFailedReset))
+	}
+	// What did arrive is the file as it was sent: its start unchanged.
+	if k := min(len(rest), at-window); !bytes.Equal(rest[:k], file[window:window+k]) {
+		t.Errorf("bytes before the change differ from the file")
+	}
+	if msg := w.wantClose(t, 0x107); !strings.Contains(msg, "changed while it was sent") {
+		t.Errorf("session closed with 0x107 %q; want the file changed while it was sent", msg)
+	}
+	if !waitFor(scale(5*time.Second), func() bool {
+		return strings.Contains(log.String(), "the file changed while it was sent; stream reset")
+	}) {
+		t.Errorf("no log line for the changed file:\n%s", log.String())
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // oddTree makes files b3sum has opinions about: names with spaces,
@@ -72,13 +74,7 @@ func walk(t *testing.T, dir string) []string {
 // TestManifestMatchesB3sum: our digests and manifest text equal b3sum's,
 // byte for byte, for the whole odd tree.
 func TestManifestMatchesB3sum(t *testing.T) {
-	b3sum, err := exec.LookPath("b3sum")
-	if err != nil {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatal("b3sum is required (ENGINE_REQUIRE_TOOLS) but not installed")
-		}
-		t.Skip("b3sum not installed: apt-get install b3sum")
-	}
+	b3sum := testtool.Require(t, "b3sum")
 	dir := oddTree(t, 3<<30)
 	files := walk(t, dir)
 	var entries []Entry

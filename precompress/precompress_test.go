@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // text returns n bytes of something like a web page: repetitive, but not
@@ -415,25 +416,11 @@ func TestAtomic(t *testing.T) {
 	}
 }
 
-// requireTool finds a command-line tool. CI sets ENGINE_REQUIRE_TOOLS=1
-// (.ci/run installs them) so a missing one fails there instead.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s is required (ENGINE_REQUIRE_TOOLS is set) but not installed", name)
-		}
-		t.Skipf("%s not installed; apt-get install %s to run this test", name, name)
-	}
-	return p
-}
-
 // TestDebianToolsDecompress: the reference decoders (gzip, brotli and
 // zstd from Debian) read every sidecar back to its file, a large one
 // with long-distance matches included.
 func TestDebianToolsDecompress(t *testing.T) {
-	tools := map[string]string{".gz": requireTool(t, "gzip"), ".br": requireTool(t, "brotli"), ".zst": requireTool(t, "zstd")}
+	tools := map[string]string{".gz": testtool.Require(t, "gzip"), ".br": testtool.Require(t, "brotli"), ".zst": testtool.Require(t, "zstd")}
 	dir, want := site(t)
 	// 256 KiB with its first 64 KiB repeated at the end: matches
 	// farther back than gzip's 32 KiB window.

@@ -4,10 +4,10 @@
 #
 # go test runs with -json through internal/testreport, which prints what
 # go test prints without -v (a line per package, the whole output of a
-# failing test) and records every skipped test. The skips are listed at
-# the end; with ENGINE_REQUIRE_NO_SKIP=1 (CI) a skip fails the run unless
-# this machine lacks what the test needs (README: "Tests that can skip,
-# and where").
+# failing test) and records every skipped test and benchmark. The skips
+# are listed at the end; with ENGINE_REQUIRE_NO_SKIP=1 (CI) a skip fails
+# the run unless this machine lacks what the test needs (README: "Tests
+# that can skip, and where").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Test tools built with go install (h2spec) live here.
@@ -43,7 +43,10 @@ go test -count=1 -timeout 20m -run '^TestKernelTLS' -json ./... |
 	"$tmp/testreport" filter -quiet -show 'vmtest summary|^--- ' -skips "$skips"
 
 echo "== benchmarks, once each so they never rot (no timing is asserted)"
-go test -count=1 -run='^$' -bench=. -benchtime=1x ./...
+# Through the same filter: a benchmark that skips is recorded and judged
+# like a test.
+go test -count=1 -run='^$' -bench=. -benchtime=1x -json ./... |
+	"$tmp/testreport" filter -quiet -skips "$skips"
 
 echo "== skipped tests"
 "$tmp/testreport" skips ${ENGINE_REQUIRE_NO_SKIP:+-strict} "$skips"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // The testdata files are what the clients printed here (wrk 4.1.0,
@@ -237,22 +238,11 @@ func TestCheckCurl(t *testing.T) {
 	}
 }
 
-// requireCurl skips without curl, unless CI requires the tools.
-func requireCurl(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("curl"); err != nil {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatal("curl is required (ENGINE_REQUIRE_TOOLS is set) but not installed")
-		}
-		t.Skip("curl not installed")
-	}
-}
-
 // TestCurlTransferChecksEveryByte runs curl against a local server that
 // serves the fixture with one byte changed, or one byte short: neither
 // transfer may count, and the true body must.
 func TestCurlTransferChecksEveryByte(t *testing.T) {
-	requireCurl(t)
+	testtool.Require(t, "curl")
 	good := make([]byte, 3<<20+17)
 	rand.Read(good)
 	want, _, err := integrity.Sum(bytes.NewReader(good))
@@ -330,9 +320,9 @@ func TestReadProbe(t *testing.T) {
 }
 
 // TestLighttpdTemplate: the lighttpd template fills with every
-// placeholder the harness knows, and, where lighttpd is installed, it
-// accepts the result (lighttpd -tt loads the modules and checks the
-// configuration without serving).
+// placeholder the harness knows, and lighttpd accepts the result
+// (lighttpd -tt loads the modules and checks the configuration without
+// serving; .ci/run installs lighttpd and its TLS module).
 func TestLighttpdTemplate(t *testing.T) {
 	peers, err := fs.Sub(embeddedPeers, "peers")
 	if err != nil {
@@ -361,22 +351,24 @@ func TestLighttpdTemplate(t *testing.T) {
 			t.Errorf("lighttpd.conf loads mod_accesslog (%s): the peers run without an access log", line)
 		}
 	}
-	if toolLighttpd.missing() != "" {
-		t.Logf("lighttpd not installed: the filled configuration was not checked by lighttpd -tt")
-		return
-	}
-	if err := writeCert(dir); err != nil {
-		t.Fatal(err)
-	}
-	os.MkdirAll(filepath.Join(dir, "www"), 0o755)
-	os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
-	path := filepath.Join(dir, "lighttpd.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("lighttpd", "-tt", "-f", path).CombinedOutput(); err != nil {
-		t.Errorf("lighttpd -tt -f lighttpd.conf: %v\n%s", err, out)
-	}
+	t.Run("lighttpd -tt", func(t *testing.T) {
+		lighttpd := testtool.Require(t, toolLighttpd.bin)
+		for _, f := range toolLighttpd.files {
+			testtool.RequireFile(t, f, "lighttpd's TLS module", "apt-get install "+strings.Join(toolLighttpd.pkgs, " "))
+		}
+		if err := writeCert(dir); err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Join(dir, "www"), 0o755)
+		os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
+		path := filepath.Join(dir, "lighttpd.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(lighttpd, "-tt", "-f", path).CombinedOutput(); err != nil {
+			t.Errorf("lighttpd -tt -f lighttpd.conf: %v\n%s", err, out)
+		}
+	})
 }
 
 func TestExternalCellText(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // TestRenderPassthrough: the passthrough page says what relays to what,
@@ -50,9 +52,10 @@ func TestQuickPassthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	for _, tool := range []debTool{toolNginxStream, toolHAProxy, toolCurl} {
-		requireDebTool(t, tool)
+	for _, tool := range []string{"nginx", "haproxy", "curl"} {
+		testtool.Require(t, tool)
 	}
+	testtool.RequireFile(t, toolNginxStream.files[0], "nginx's stream module", "apt-get install libnginx-mod-stream")
 	out := filepath.Join(t.TempDir(), "BENCHMARKS-passthrough.md")
 	cmd := exec.Command("go", "run", ".", "--client", "passthrough", "--quick", "--workloads", "pass-large-h1-tls,pass-large-h3", "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -18,25 +18,15 @@ import (
 
 	"github.com/mediaship/engine/bench"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/testtool"
 )
-
-// missingTool fails the test when CI requires the tools
-// (ENGINE_REQUIRE_TOOLS, which .ci/run sets), and otherwise skips it
-// with what is missing and how to install it.
-func missingTool(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-		t.Fatalf("%s (ENGINE_REQUIRE_TOOLS is set, so this is a failure)", what)
-	}
-	t.Skip(what)
-}
 
 // requireDebTool skips (or, in CI, fails) when a Debian tool the test
 // runs is missing, naming the command that installs it.
 func requireDebTool(t *testing.T, tool debTool) {
 	t.Helper()
 	if what := tool.missing(); what != "" {
-		missingTool(t, fmt.Sprintf("%s: install it with `%s` (.ci/run does)", what, tool.installCommand()))
+		testtool.Lacking(t, what, tool.installCommand()+"; .ci/run does")
 	}
 }
 
@@ -56,16 +46,16 @@ func requireCaddy(t *testing.T) string {
 	if bin == "" {
 		var err error
 		if bin, err = cachedCaddy(); err != nil {
-			missingTool(t, fmt.Sprintf("caddy %s: %v; %s", caddyVersion, err, install))
+			testtool.Lacking(t, fmt.Sprintf("caddy %s (%v)", caddyVersion, err), install)
 		}
 		install += ", or let `go run ./bench/compare` build it into " + filepath.Dir(bin) + " once"
 	}
 	bi, err := buildinfo.ReadFile(bin)
 	switch {
 	case err != nil:
-		missingTool(t, fmt.Sprintf("caddy %s not found (%v): %s", caddyVersion, err, install))
+		testtool.Lacking(t, fmt.Sprintf("caddy %s (%v)", caddyVersion, err), install)
 	case bi.Main.Path != module || bi.Main.Version != caddyVersion:
-		missingTool(t, fmt.Sprintf("%s is %s %s, not caddy %s: %s", bin, bi.Main.Path, bi.Main.Version, caddyVersion, install))
+		testtool.Lacking(t, fmt.Sprintf("caddy %s (%s is %s %s)", caddyVersion, bin, bi.Main.Path, bi.Main.Version), install)
 	}
 	return bin
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 func TestParseStubAccepts(t *testing.T) {
@@ -95,8 +96,9 @@ func TestQuickProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	requireDebTool(t, toolNginx)
-	requireDebTool(t, toolHAProxy)
+	for _, tool := range []string{"nginx", "haproxy"} {
+		testtool.Require(t, tool)
+	}
 	out := filepath.Join(t.TempDir(), "BENCHMARKS-proxy.md")
 	cmd := exec.Command("go", "run", ".", "--client", "proxy", "--quick", "--servers", "engine,nginx,haproxy", "--workloads", "proxy-1k-h1-tls-5000", "--out", out)
 	if b, err := cmd.CombinedOutput(); err != nil {

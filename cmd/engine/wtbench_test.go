@@ -62,7 +62,10 @@ func TestBenchWebTransportSource(t *testing.T) {
 // the file's Repr-Digest. A file rewritten in place under the engine,
 // with its size and mtime kept, makes the engine send other bytes under
 // the digest it knew: every such session is rejected, and no byte of
-// them counts.
+// them counts. bench rejects them whether the server reset the stream or
+// bench's own digest check caught the bytes; what the server does (a
+// reset with 0x107, never a FIN) is engine's
+// TestWebTransportSourceFileChanged.
 func TestBenchWebTransportFileChanged(t *testing.T) {
 	root := t.TempDir()
 	path := filepath.Join(root, "f.bin")

@@ -262,16 +262,25 @@ func TestSourceAndControlOrder(t *testing.T) {
 	}
 }
 
-// tickHandler echoes and counts deadline sweeps; more is what Tick reports.
+// tickHandler echoes and counts deadline sweeps; more is what Tick
+// reports. settled says the last sweep found nothing left to do (no
+// connection open, nothing to flush), so the loop sleeps after it until
+// an event; a connection accepted since clears it.
 type tickHandler struct {
 	echoHandler
-	ticks atomic.Int32
-	more  atomic.Bool
+	loop    *Loop
+	ticks   atomic.Int32
+	more    atomic.Bool
+	settled atomic.Bool
 }
+
+func (h *tickHandler) Open(c *Conn) { h.settled.Store(false) }
 
 func (h *tickHandler) Tick() bool {
 	h.ticks.Add(1)
-	return h.more.Load()
+	more := h.more.Load()
+	h.settled.Store(!more && h.loop.stats.open.Load() == 0)
+	return more
 }
 
 // TestIdleLoopSleeps: a loop with no connections and nothing left to
@@ -281,7 +290,7 @@ func (h *tickHandler) Tick() bool {
 // while its handler says it has more to do.
 func TestIdleLoopSleeps(t *testing.T) {
 	h := &tickHandler{}
-	cfg := Config{Workers: 1, Addr: "127.0.0.1:0", NewHandler: func(*Loop) Handler { return h }}
+	cfg := Config{Workers: 1, Addr: "127.0.0.1:0", NewHandler: func(l *Loop) Handler { h.loop = l; return h }}
 	g, err := Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -319,14 +328,27 @@ func TestIdleLoopSleeps(t *testing.T) {
 			}
 		}
 	}
+	// settle waits for the sweep after which the loop may sleep, rather
+	// than for the time it should take.
+	settle := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !h.settled.Load(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no sweep found the loop with nothing left to do (%d sweeps)", what, h.ticks.Load())
+			}
+		}
+	}
 
 	waitTicks("start", 1)
+	settle("start")
 	quiet("after start")
 
 	before := h.ticks.Load()
 	echo()
-	waitTicks("after the connection closed", before+1)
-	time.Sleep(2 * sweepEvery) // the sweep that flushes after the close
+	settle("after the connection closed") // the sweep that flushes after the close
+	if h.ticks.Load() == before {
+		t.Fatal("no sweep after the last connection closed")
+	}
 	quiet("after the last connection closed")
 
 	h.more.Store(true)
@@ -334,7 +356,7 @@ func TestIdleLoopSleeps(t *testing.T) {
 	echo()
 	waitTicks("handler has more to flush", before+6)
 	h.more.Store(false)
-	time.Sleep(2 * sweepEvery) // at most one more sweep, which reads false
+	settle("after the handler flushed") // the one more sweep, which reads false
 	quiet("after the handler flushed")
 }
 

@@ -215,14 +215,26 @@ func (idleHandler) Open(c *Conn) { c.MarkIdle(true) }
 
 // TestReclaimIdle: at its share of MaxConns a loop closes the
 // connection its handler marked idle longest, once past ReclaimAfter, to
-// admit a new one; before that the new one is refused.
+// admit a new one; before that the new one is refused. Each connection
+// is known open (it echoed) before the next is made, so their order is
+// certain; the only clock is ReclaimAfter, a second, against a test
+// that takes a few milliseconds to reach its refusal and sleeps past it
+// before the reclaim.
 func TestReclaimIdle(t *testing.T) {
-	g := startGroup(t, Config{Workers: 1, MaxConns: 2, ReclaimAfter: 300 * time.Millisecond,
+	const reclaimAfter = time.Second
+	g := startGroup(t, Config{Workers: 1, MaxConns: 2, ReclaimAfter: reclaimAfter,
 		NewHandler: func(*Loop) Handler { return idleHandler{} }})
-	dial := func() net.Conn {
+	buf := make([]byte, 2)
+	open := func() net.Conn {
+		t.Helper()
 		c, err := net.Dial("tcp", g.Addr())
 		if err != nil {
 			t.Fatal(err)
+		}
+		c.Write([]byte("hi"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatalf("a connection was not served: %v", err)
 		}
 		return c
 	}
@@ -231,25 +243,21 @@ func TestReclaimIdle(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		return err == io.EOF || errors.Is(err, syscall.ECONNRESET)
 	}
-	first := dial()
+	first := open()
 	defer first.Close()
-	time.Sleep(50 * time.Millisecond)
-	second := dial()
+	second := open()
 	defer second.Close()
-	early := dial() // neither is idle 300 ms yet: refused
+	early, err := net.Dial("tcp", g.Addr()) // neither is idle a second yet: refused
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer early.Close()
 	if !closedSoon(early) {
 		t.Fatal("a third connection was admitted before any was idle ReclaimAfter")
 	}
-	time.Sleep(400 * time.Millisecond)
-	third := dial()
+	time.Sleep(reclaimAfter + 100*time.Millisecond)
+	third := open()
 	defer third.Close()
-	third.Write([]byte("hi"))
-	buf := make([]byte, 2)
-	third.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.ReadFull(third, buf); err != nil {
-		t.Fatalf("the new connection was not served: %v", err)
-	}
 	if !closedSoon(first) {
 		t.Error("the connection idle longest was not the one closed")
 	}

@@ -2,7 +2,8 @@
 // behind the reverse proxy, or as a PROXY protocol reader. It only starts
 // and stops nginx; what nginx serves is the test's configuration.
 // Invariant: the process is stopped when the test ends, and a missing
-// nginx is a failure wherever ENGINE_REQUIRE_TOOLS is set (CI installs it).
+// nginx is a failure wherever ENGINE_REQUIRE_TOOLS is set (CI installs it;
+// internal/testtool holds the rule).
 package nginxtest
 
 import (
@@ -13,6 +14,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // Start runs nginx with the http block http (a format with %[1]s for a
@@ -20,13 +23,7 @@ import (
 // ends, and returns that address once nginx accepts connections there.
 func Start(t testing.TB, http string) string {
 	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if os.Getenv("ENGINE_REQUIRE_TOOLS") != "" {
-			t.Fatal("nginx is required (ENGINE_REQUIRE_TOOLS is set) but not installed")
-		}
-		t.Skip("nginx not installed; install it (apt-get install nginx) to run this test")
-	}
+	bin := testtool.Require(t, "nginx")
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

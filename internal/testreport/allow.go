@@ -13,7 +13,7 @@ import (
 // and its stream module, haproxy, lighttpd and its TLS module, Caddy at
 // bench/compare's pinned version, gzip, brotli, zstd, qemu and the VM
 // kernel) are never excused: .ci/run installs them, and
-// ENGINE_REQUIRE_TOOLS and ENGINE_REQUIRE_VM make them failures anyway.
+// ENGINE_REQUIRE_TOOLS (internal/testtool) and ENGINE_REQUIRE_VM make them failures anyway.
 type allowance struct {
 	test   string // the test's name; its subtests too; "" for any test
 	reason string // a substring of the skip message

@@ -4,10 +4,10 @@
 //	go test -json ./... | testreport filter [-show REGEXP] [-skips FILE] [-quiet]
 //	testreport skips [-strict] FILE
 //
-// filter prints what go test prints without -v (a line per package, and
-// the whole output of a test that failed) plus the lines matching -show,
-// appends each skipped test with its reason to FILE, and exits 1 when a
-// test, package or build failed. skips lists those tests at the end of the
+// filter prints what go test prints without -v (a line per package, a
+// benchmark's results, and the whole output of a test that failed) plus
+// the lines matching -show, appends each skipped test or benchmark with
+// its reason to FILE, and exits 1 when a test, package or build failed. skips lists those tests at the end of the
 // run; with -strict (ENGINE_REQUIRE_NO_SKIP=1) it fails unless every skip
 // is for a capability this machine really lacks (allowlist in allow.go).
 // It does not run tests or decide what passes: go test's exit status

@@ -89,10 +89,16 @@ type filter struct {
 	buf    map[string][]string // each running test's output, by package and name
 	order  []string            // keys of buf, in the order the tests started
 	failed bool
+	// benches are the benchmarks running in each package, in the order
+	// they started. A benchmark that passes gets no event of its own:
+	// it is over when a benchmark that is not one of its subbenchmarks
+	// starts, or when its package prints its result.
+	benches map[string][]string
 }
 
 func (f *filter) run(r io.Reader) error {
 	f.buf = map[string][]string{}
+	f.benches = map[string][]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -120,8 +126,16 @@ func (f *filter) event(e event) {
 		fmt.Fprint(f.out, e.Output)
 	case "build-fail":
 		f.failed = true
+	case "run":
+		if strings.HasPrefix(e.Test, "Benchmark") {
+			f.benchesDone(e.Package, e.Test)
+			f.benches[e.Package] = append(f.benches[e.Package], e.Test)
+		}
 	case "output":
 		if e.Test == "" {
+			if l := e.Output; strings.HasPrefix(l, "PASS") || strings.HasPrefix(l, "FAIL") || strings.HasPrefix(l, "ok ") {
+				f.benchesDone(e.Package, "") // the package's result: its benchmarks are over
+			}
 			f.packageOutput(e.Output)
 			return
 		}
@@ -134,6 +148,7 @@ func (f *filter) event(e event) {
 		}
 	case "pass", "skip", "fail":
 		if e.Test == "" {
+			f.benchesDone(e.Package, "")
 			if e.Action == "fail" {
 				f.failed = true
 			}
@@ -147,10 +162,34 @@ func (f *filter) event(e event) {
 			fmt.Fprint(f.out, strings.Join(lines, ""))
 		case "skip":
 			if f.skips != nil {
-				fmt.Fprintf(f.skips, "%s\t%s\t%s\n", e.Package, e.Test, skipReason(lines))
+				fmt.Fprintf(f.skips, "%s\t%s\t%s\n", e.Package, e.Test, skipReason(lines, e.Test))
 			}
 		}
 	}
+}
+
+// benchesDone ends the benchmarks of pkg that are running, but those
+// that next, a benchmark starting, is a subbenchmark of ("" ends them
+// all), and prints their results as go test does without -v: what they
+// printed, but the "=== RUN" lines and their bare names. One that
+// skipped or failed has had its event already (and its output is gone).
+func (f *filter) benchesDone(pkg, next string) {
+	open := f.benches[pkg]
+	kept := open[:0]
+	for _, name := range open {
+		if next != "" && strings.HasPrefix(next, name+"/") {
+			kept = append(kept, name)
+			continue
+		}
+		key := pkg + "\x00" + name
+		for _, l := range f.buf[key] {
+			if !strings.HasPrefix(l, "=== ") && l != name+"\n" {
+				fmt.Fprint(f.out, l)
+			}
+		}
+		delete(f.buf, key)
+	}
+	f.benches[pkg] = kept
 }
 
 // packageOutput prints a package's own lines as go test does without -v:
@@ -167,11 +206,12 @@ func (f *filter) packageOutput(s string) {
 }
 
 // skipReason is the last line a skipped test logged before "--- SKIP":
-// t.Skip's message, with its file and line.
-func skipReason(lines []string) string {
+// t.Skip's message, with its file and line. A benchmark's bare name (the
+// line go test prints as it starts one) is not a reason.
+func skipReason(lines []string, test string) string {
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") {
+		if l == "" || l == test || strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") {
 			continue
 		}
 		return strings.Join(strings.Fields(l), " ") // one line for the skips file

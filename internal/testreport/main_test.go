@@ -111,6 +111,82 @@ func TestFilterUnfinished(t *testing.T) {
 	}
 }
 
+// benchJSON is go test -json -run='^$' -bench=. for a package whose
+// benchmarks pass (one with subbenchmarks, one that logs), skip (with a
+// reason, in a subbenchmark, and without one) and fail. A benchmark that
+// passes gets no event of its own.
+const benchJSON = `{"Action":"start","Package":"bv"}
+{"Action":"output","Package":"bv","Output":"goos: linux\n"}
+{"Action":"run","Package":"bv","Test":"BenchmarkA"}
+{"Action":"output","Package":"bv","Test":"BenchmarkA","Output":"=== RUN   BenchmarkA\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkA","Output":"BenchmarkA\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkA","Output":"BenchmarkA-2       \t"}
+{"Action":"output","Package":"bv","Test":"BenchmarkA","Output":"       1\t       345.0 ns/op\n"}
+{"Action":"run","Package":"bv","Test":"BenchmarkSkip"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSkip","Output":"=== RUN   BenchmarkSkip\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSkip","Output":"BenchmarkSkip\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSkip","Output":"    a_test.go:4: xyz not installed\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSkip","Output":"--- SKIP: BenchmarkSkip\n"}
+{"Action":"skip","Package":"bv","Test":"BenchmarkSkip"}
+{"Action":"run","Package":"bv","Test":"BenchmarkSub"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub","Output":"=== RUN   BenchmarkSub\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub","Output":"BenchmarkSub\n"}
+{"Action":"run","Package":"bv","Test":"BenchmarkSub/one"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/one","Output":"=== RUN   BenchmarkSub/one\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/one","Output":"BenchmarkSub/one\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/one","Output":"    a_test.go:5: sub skip reason\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/one","Output":"--- SKIP: BenchmarkSub/one\n"}
+{"Action":"skip","Package":"bv","Test":"BenchmarkSub/one"}
+{"Action":"run","Package":"bv","Test":"BenchmarkSub/two"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/two","Output":"=== RUN   BenchmarkSub/two\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/two","Output":"BenchmarkSub/two\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/two","Output":"BenchmarkSub/two-2 \t"}
+{"Action":"output","Package":"bv","Test":"BenchmarkSub/two","Output":"       1\t       269.0 ns/op\n"}
+{"Action":"run","Package":"bv","Test":"BenchmarkQuiet"}
+{"Action":"output","Package":"bv","Test":"BenchmarkQuiet","Output":"=== RUN   BenchmarkQuiet\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkQuiet","Output":"BenchmarkQuiet\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkQuiet","Output":"--- SKIP: BenchmarkQuiet\n"}
+{"Action":"skip","Package":"bv","Test":"BenchmarkQuiet"}
+{"Action":"run","Package":"bv","Test":"BenchmarkFail"}
+{"Action":"output","Package":"bv","Test":"BenchmarkFail","Output":"=== RUN   BenchmarkFail\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkFail","Output":"BenchmarkFail\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkFail","Output":"    a_test.go:7: broken\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkFail","Output":"--- FAIL: BenchmarkFail\n"}
+{"Action":"fail","Package":"bv","Test":"BenchmarkFail"}
+{"Action":"run","Package":"bv","Test":"BenchmarkLog"}
+{"Action":"output","Package":"bv","Test":"BenchmarkLog","Output":"=== RUN   BenchmarkLog\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkLog","Output":"BenchmarkLog\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkLog","Output":"    a_test.go:8: logged\n"}
+{"Action":"output","Package":"bv","Test":"BenchmarkLog","Output":"BenchmarkLog-2     \t"}
+{"Action":"output","Package":"bv","Test":"BenchmarkLog","Output":"       1\t       442.0 ns/op\n"}
+{"Action":"output","Package":"bv","Output":"FAIL\n"}
+{"Action":"output","Package":"bv","Output":"FAIL\tbv\t0.121s\n"}
+{"Action":"fail","Package":"bv"}
+`
+
+// TestFilterBenchmarks: benchmarks are reported as go test reports them
+// without -v (their result lines, and the whole output of one that
+// failed), and those that skip are recorded with their reasons, as tests
+// are.
+func TestFilterBenchmarks(t *testing.T) {
+	var out, skips strings.Builder
+	f := &filter{out: &out, skips: &skips}
+	if err := f.run(strings.NewReader(benchJSON)); err != nil {
+		t.Fatal(err)
+	}
+	want := "goos: linux\nBenchmarkA-2       \t       1\t       345.0 ns/op\nBenchmarkSub/two-2 \t       1\t       269.0 ns/op\n" +
+		"=== RUN   BenchmarkFail\nBenchmarkFail\n    a_test.go:7: broken\n--- FAIL: BenchmarkFail\n" +
+		"    a_test.go:8: logged\nBenchmarkLog-2     \t       1\t       442.0 ns/op\nFAIL\nFAIL\tbv\t0.121s\n"
+	if out.String() != want || !f.failed {
+		t.Errorf("output (failed %v):\n%s\nwant (failed true):\n%s", f.failed, out.String(), want)
+	}
+	wantSkips := "bv\tBenchmarkSkip\ta_test.go:4: xyz not installed\nbv\tBenchmarkSub/one\ta_test.go:5: sub skip reason\n" +
+		"bv\tBenchmarkQuiet\t(no message)\n"
+	if skips.String() != wantSkips {
+		t.Errorf("skips:\n%s\nwant:\n%s", skips.String(), wantSkips)
+	}
+}
+
 // linuxBox is a machine with every capability the allowlist asks about.
 func linuxBox() *machine {
 	files := map[string]string{
