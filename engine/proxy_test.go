@@ -1033,3 +1033,39 @@ func TestProxyBodiless(t *testing.T) {
 		t.Errorf("h2 request with a control character in a value: %v %v", fields, err)
 	}
 }
+
+// TestProxyStopClosesUpstreams: when the engine stops, the connections it
+// keeps to upstreams close with it; an upstream never waits on a pooled
+// connection of an engine that is gone.
+func TestProxyStopClosesUpstreams(t *testing.T) {
+	closed := make(chan struct{}, 4)
+	up := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				closed <- struct{}{} // the engine closed it
+				return
+			}
+			if line == "\r\n" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+		}
+	})
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "", up))
+	resp, err := http.Get(ts.url + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if st := ts.Stats(); st.ProxyOpened != 1 {
+		t.Fatalf("upstream connections opened: %d, want 1 (pooled now)", st.ProxyOpened)
+	}
+	ts.stop()
+	select {
+	case <-closed:
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("the engine stopped, and its pooled upstream connection is still open")
+	}
+}

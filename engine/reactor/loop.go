@@ -144,6 +144,10 @@ func (l *Loop) run() error {
 	restore := pinToCPU(l.cpu, l.log)
 	defer restore() // the thread goes back to the runtime: give it back every CPU
 	defer l.closeFds()
+	// What is still open when the loop stops (its outbound connections:
+	// a stop waits for client connections, not for pooled upstream
+	// ones) closes with it, so that nothing outlives the loop.
+	defer l.closeRemaining()
 	if t, ok := l.handler.(Ticker); ok {
 		defer t.Tick()
 	}
@@ -791,6 +795,16 @@ func (l *Loop) closeAll() {
 		}
 	}
 	l.stopped = true
+}
+
+// closeRemaining closes every connection still open; run calls it as the
+// loop stops.
+func (l *Loop) closeRemaining() {
+	for _, c := range l.slots {
+		if c != nil && !c.closed {
+			l.closeConn(c, false)
+		}
+	}
 }
 
 func (l *Loop) closeFds() {
