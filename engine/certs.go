@@ -289,11 +289,13 @@ func (t *certTable) pick(name string) *tls.Certificate {
 // accepts TLS 1.3 only on a TLS 1.2 connection; or a domain a
 // passthrough route relays. Otherwise a client could reach a 1.3-only
 // site or route over 1.2, or a site or route under a certificate that is
-// not its own, by naming another in SNI. A request without a Host is not
-// judged.
+// not its own, by naming another in SNI. host is tlsHost's: the SNI
+// when the request names no host; empty when neither names one, which is
+// refused too (the default site is never reached past its connection's
+// facts).
 func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
 	if len(host) == 0 {
-		return false
+		return true
 	}
 	h, sni := string(host), serverName(sniName)
 	if s.pass != nil && s.pass.route(h) != nil && sni != h {

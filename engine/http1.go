@@ -238,10 +238,15 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		return h.handleRedirect(c, st, n)
 	}
 	r := &h.req
+	sess := st.s.Session()
+	if sess != nil {
+		h.hostBuf = tlsHost(r.Host, sess.ServerName, h.hostBuf)
+	}
 	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
-		h.hostBuf = normHost(r.Host, h.hostBuf)
+		if sess == nil {
+			h.hostBuf = normHost(r.Host, h.hostBuf)
+		}
 		if rt := px.match(h.hostBuf, r.Path); rt != nil {
-			sess := st.s.Session()
 			if status := proxyRefuse(r.Path, px.h1, sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, h.hostBuf)); status != 0 {
 				h.limiter.log(h.log, "proxy: request refused", "status", status, "path", string(r.Path), "peer", c.Peer())
 				st.closeAfter = true
@@ -254,8 +259,14 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 			return true
 		}
 	}
-	s, hb := h.srv.sites.lookup(r.Host, h.hostBuf)
-	h.hostBuf = hb
+	var s *site
+	hb := h.hostBuf
+	if sess != nil {
+		s = h.srv.sites.byName(hb)
+	} else {
+		s, hb = h.srv.sites.lookup(r.Host, h.hostBuf)
+		h.hostBuf = hb
+	}
 	resp := &st.files.Resp
 	// Methods are case-sensitive (RFC 9110 §9.1): "get" is not GET.
 	isHead := string(r.Method) == "HEAD"
@@ -266,7 +277,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	case r.Path == nil || r.Path[0] != '/':
 		files.ErrorResponse(resp, 400)
 		st.closeAfter = true
-	case !s.h1 || st.s.Session() != nil && h.srv.misdirected(st.s.Session().ServerName, st.s.Session().Version, hb):
+	case !s.h1 || sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}

@@ -273,11 +273,17 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	st.User = hs
 	hc.beginRecord(hs)
 	r := &st.Req
+	host := r.Get("host") // :authority, else a Host field
+	sess := hc.s.Session()
+	if sess != nil {
+		hh.h1.hostBuf = tlsHost(host, sess.ServerName, hh.h1.hostBuf)
+	}
 	if px := hh.srv.proxy; px != nil && len(r.Path) > 0 && r.Path[0] == '/' {
 		path, _ := splitTarget(r.Path)
-		hh.h1.hostBuf = normHost(r.Authority, hh.h1.hostBuf)
+		if sess == nil {
+			hh.h1.hostBuf = normHost(host, hh.h1.hostBuf)
+		}
 		if rt := px.match(hh.h1.hostBuf, path); rt != nil {
-			sess := hc.s.Session()
 			if status := proxyRefuse(path, px.h2, sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hh.h1.hostBuf)); status != 0 {
 				files.ErrorResponse(&hs.files.Resp, status)
 				hc.respond(hs)
@@ -287,8 +293,14 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 			return
 		}
 	}
-	s, hb := hh.srv.sites.lookup(r.Authority, hh.h1.hostBuf)
-	hh.h1.hostBuf = hb
+	var s *site
+	hb := hh.h1.hostBuf
+	if sess != nil {
+		s = hh.srv.sites.byName(hb)
+	} else {
+		s, hb = hh.srv.sites.lookup(host, hh.h1.hostBuf)
+		hh.h1.hostBuf = hb
+	}
 	hs.site = s
 	resp := &hs.files.Resp
 	method := string(r.Method)
@@ -299,7 +311,7 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		resp.Allow = true
 	case len(path) == 0 || path[0] != '/':
 		files.ErrorResponse(resp, 400)
-	case !s.h2 || hc.s.Session() == nil && !s.h2c || hc.s.Session() != nil && hh.srv.misdirected(hc.s.Session().ServerName, hc.s.Session().Version, hb):
+	case !s.h2 || sess == nil && !s.h2c || sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: method == "HEAD", Path: path, Query: query, Header: r}

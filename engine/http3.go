@@ -51,6 +51,16 @@ type h3Scratch struct {
 	clock logClock
 }
 
+// h3Host is the name an HTTP/3 request is routed and judged by (tlsHost):
+// every HTTP/3 connection is a TLS one.
+func h3Host(r *http.Request, buf []byte) []byte {
+	sni := ""
+	if r.TLS != nil {
+		sni = r.TLS.ServerName
+	}
+	return tlsHost([]byte(r.Host), sni, buf)
+}
+
 // listenH3 binds the UDP side of the listen address when some TLS site
 // serves HTTP/3, and has those sites advertise it.
 func (s *Server) listenH3() error {
@@ -170,8 +180,8 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hh.serveWebTransport(w, r, query, sc)
 		return
 	}
+	sc.host = h3Host(r, sc.host)
 	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
-		sc.host = normHost([]byte(r.Host), sc.host)
 		if rt := px.match(sc.host, path); rt != nil {
 			status, sent := proxyRefuse(path, px.h3, r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, sc.host)), int64(0)
 			if status == 0 && (!httpsyntax.ValidHost([]byte(r.Host)) || !httpsyntax.ValidPath([]byte(r.RequestURI)) ||
@@ -191,8 +201,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s, hb := srv.sites.lookup([]byte(r.Host), sc.host)
-	sc.host = hb
+	s, hb := srv.sites.byName(sc.host), sc.host
 	resp := &sc.files.Resp
 	isHead := r.Method == "HEAD"
 	switch {

@@ -150,18 +150,38 @@ func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
 		return t.def, buf
 	}
 	buf = normHost(host, buf)
-	if s := t.exact[string(buf)]; s != nil {
-		return s, buf
+	return t.byName(buf), buf
+}
+
+// byName chooses the site for a normalized host: exact, longest
+// wildcard, "*", the default.
+func (t *siteTable) byName(name []byte) *site {
+	if s := t.exact[string(name)]; s != nil {
+		return s
 	}
 	for _, w := range t.wildcards {
-		if len(buf) > len(w.suffix) && string(buf[len(buf)-len(w.suffix):]) == w.suffix {
-			return w.s, buf
+		if len(name) > len(w.suffix) && string(name[len(name)-len(w.suffix):]) == w.suffix {
+			return w.s
 		}
 	}
 	if t.any != nil {
-		return t.any, buf
+		return t.any
 	}
-	return t.def, buf
+	return t.def
+}
+
+// tlsHost is the name a request on a TLS connection is routed and judged
+// by, normalized into buf: its Host (or :authority), or, when that names
+// no host (HTTP/1.0 without one, an empty or port-only Host), the name
+// its handshake was for (SNI). "" when neither names one (misdirected
+// refuses it): a request never falls to the default site past the
+// certificate, version and key exchanges its connection was given.
+func tlsHost(host []byte, sni string, buf []byte) []byte {
+	buf = normHost(host, buf)
+	if len(buf) == 0 {
+		buf = append(buf, serverName(sni)...)
+	}
+	return buf
 }
 
 // names reports whether a site is configured for host (normalized:

@@ -137,8 +137,8 @@ func originAllowed(cfg *config.WebTransport, h http.Header) bool {
 func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, query []byte, sc *h3Scratch) {
 	srv := hh.srv
 	cfg := &srv.cfg.WebTransport
-	s, hb := srv.sites.lookup([]byte(r.Host), sc.host)
-	sc.host = hb
+	sc.host = h3Host(r, sc.host)
+	s, hb := srv.sites.byName(sc.host), sc.host
 	sc.rec.setSite(s.idx, s.label())
 	refuse := func(status int, reason string) {
 		hh.mu.Lock()
