@@ -102,9 +102,11 @@ func (s *Server) listenH3() error {
 		})
 		wtHook = s.wt
 	}
+	h3TLS := &tls.Config{GetCertificate: s.certs.getCertificate}
+	bindTickets(h3TLS)
 	s.h3, err = h3.Listen(h3.Config{
 		Addr:                net.JoinHostPort(host, port),
-		TLS:                 &tls.Config{GetCertificate: s.certs.getCertificate},
+		TLS:                 h3TLS,
 		Tickets:             s.tickets,
 		KeyExchanges:        s.keyExchanges,
 		Handler:             hh,

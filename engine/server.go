@@ -442,6 +442,7 @@ func (s *Server) setupTLS() error {
 		base.MinVersion = tls.VersionTLS12
 		base.CipherSuites = ktls.TLS12SuiteIDs()
 	}
+	bindTickets(base)
 	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 		if s.acme != nil && s.acme.tlsALPN && isChallengeHello(hello) && s.acme.manages(serverName(hello.ServerName)) {
 			// Names the engine does not manage get an ordinary
