@@ -63,6 +63,7 @@ type acmeManager struct {
 // also kept in the storage directory, for engine preflight -c.
 type ACMEStatus struct {
 	Name        string    `json:"name"`
+	NotBefore   time.Time `json:"not_before,omitzero"`   // of the certificate served, when there is one
 	NotAfter    time.Time `json:"not_after,omitzero"`    // of the certificate served, when there is one
 	Obtained    time.Time `json:"obtained,omitzero"`     // when this engine last got one from the CA
 	LastAttempt time.Time `json:"last_attempt,omitzero"` // when it last asked the CA
@@ -259,7 +260,15 @@ func (m *acmeManager) loadStored(ctx context.Context, names []string) {
 			m.log.Warn("ACME: a stored certificate cannot be used; certmagic will replace it", "name", n, "err", err)
 			continue
 		}
-		if cert.Leaf == nil || now.Before(cert.Leaf.NotBefore) || now.After(cert.Leaf.NotAfter) || cert.Leaf.VerifyHostname(n) != nil {
+		if cert.Leaf == nil || cert.Leaf.VerifyHostname(n) != nil {
+			m.log.Warn("ACME: a stored certificate is not for its name; certmagic will replace it", "name", n)
+			continue
+		}
+		if now.Before(cert.Leaf.NotBefore) || now.After(cert.Leaf.NotAfter) {
+			// certmagic still serves it (clients see why it fails) while
+			// it asks the CA for another.
+			m.log.Warn("ACME: the stored certificate is not valid now; it is renewed in the background",
+				"name", n, "not_before", cert.Leaf.NotBefore.UTC(), "not_after", cert.Leaf.NotAfter.UTC())
 			continue
 		}
 		m.mu.Lock()
@@ -551,7 +560,7 @@ func ACMEReport(cfg *config.Config) []ACMEStatus {
 			if lerr != nil || c.Leaf == nil {
 				st.Missing = "no certificate in " + cfg.ACME.Storage
 			} else {
-				st.NotAfter = c.Leaf.NotAfter
+				st.NotBefore, st.NotAfter = c.Leaf.NotBefore, c.Leaf.NotAfter
 			}
 		}
 		out = append(out, st)

@@ -350,6 +350,8 @@ func writeACMEText(w io.Writer, names []engine.ACMEStatus) error {
 	now := time.Now()
 	for _, n := range names {
 		switch {
+		case !n.NotBefore.IsZero() && now.Before(n.NotBefore):
+			fmt.Fprintf(&b, "%-*s  %-7s  not valid before %s", width, n.Name, "NOTYET", n.NotBefore.UTC().Format(time.RFC3339))
 		case !n.NotAfter.IsZero() && n.NotAfter.After(now):
 			fmt.Fprintf(&b, "%-*s  %-7s  valid until %s (%d days)", width, n.Name, "OK", n.NotAfter.UTC().Format(time.RFC3339), int(n.NotAfter.Sub(now).Hours()/24))
 		case !n.NotAfter.IsZero():

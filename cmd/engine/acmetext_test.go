@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/engine"
+)
+
+// TestWriteACMEText: preflight's ACME lines say OK only for a certificate
+// valid now; one that expired, or is not valid yet, says so.
+func TestWriteACMEText(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		st   engine.ACMEStatus
+		want string
+	}{
+		{engine.ACMEStatus{Name: "ok.test", NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour)}, "OK "},
+		{engine.ACMEStatus{Name: "old.test", NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)}, "EXPIRED "},
+		{engine.ACMEStatus{Name: "soon.test", NotBefore: now.Add(24 * time.Hour), NotAfter: now.Add(48 * time.Hour)}, "NOTYET "},
+		{engine.ACMEStatus{Name: "none.test", Missing: "not obtained yet"}, "NONE "},
+	} {
+		var b strings.Builder
+		if err := writeACMEText(&b, []engine.ACMEStatus{tc.st}); err != nil {
+			t.Fatal(err)
+		}
+		line := b.String()[strings.LastIndex(strings.TrimSuffix(b.String(), "\n"), "\n")+1:]
+		if !strings.Contains(line, tc.st.Name) || !strings.Contains(line, tc.want) {
+			t.Errorf("writeACMEText(%s) = %q, want status %q", tc.st.Name, line, strings.TrimSpace(tc.want))
+		}
+	}
+}
