@@ -14,7 +14,17 @@ import (
 // written on. Array tables get an index: the second [[sites]] table's
 // root is "sites[1].root". A syntax error comes back as a *toml.DecodeError
 // so it is reported like the decoder's own.
+//
+// A value of a list-of-strings key that is not a list of strings (a
+// nested list, an inline table) comes back as a *shapeError naming the
+// key and its line: go-toml reports those at the wrong place.
 func keyLines(data []byte) (lines map[string]int, err error) {
+	var shapeErr *shapeError
+	defer func() {
+		if err == nil && shapeErr != nil {
+			err = shapeErr
+		}
+	}()
 	defer func() {
 		// The unstable parser is not promised to be panic-free on every
 		// input; a panic here must not take down config loading.
@@ -44,6 +54,9 @@ func keyLines(data []byte) (lines map[string]int, err error) {
 			full := join(table, name)
 			lines[full] = line
 			addInline(&p, e.Value(), full, lines)
+			if shapeErr == nil && !stringList(full, e.Value()) {
+				shapeErr = &shapeError{key: full, line: line}
+			}
 		}
 	}
 	if perr := p.Error(); perr != nil {
@@ -58,6 +71,34 @@ func keyLines(data []byte) (lines map[string]int, err error) {
 		return lines, perr
 	}
 	return lines, nil
+}
+
+// shapeError is a value of the wrong shape for its key, found before
+// decoding.
+type shapeError struct {
+	key  string
+	line int
+}
+
+func (e *shapeError) Error() string { return e.key + ": wrong type" }
+
+// stringList reports whether v may be the value of key: anything, unless
+// key is a list of strings, which v must then be.
+func stringList(key string, v *unstable.Node) bool {
+	t, ok := fieldFor(strings.Split(key, "."))
+	if !ok || t.Kind() != reflect.Slice || t.Elem().Kind() != reflect.String || v == nil {
+		return true
+	}
+	if v.Kind != unstable.Array {
+		return v.Kind == unstable.String // go-toml's own message is right for the rest
+	}
+	it := v.Children()
+	for it.Next() {
+		if it.Node().Kind != unstable.String {
+			return false
+		}
+	}
+	return true
 }
 
 // addInline records the keys of an inline table value.
@@ -196,7 +237,7 @@ func expectedType(path string) string {
 		return "a string in quotes"
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.String {
-			return "a list of strings such as [\"index.html\"]"
+			return "a list of strings in quotes, such as [\"a\", \"b\"]"
 		}
 		return "a list of tables ([[" + path + "]])"
 	case reflect.Struct:

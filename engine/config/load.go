@@ -70,6 +70,10 @@ func Parse(file, dir string, data []byte) (*Config, error) {
 
 // decodeError turns a go-toml error into an Error with our wording.
 func (c *Config) decodeError(err error) *Error {
+	var se *shapeError
+	if errors.As(err, &se) {
+		return &Error{File: c.src.file, Line: se.line, Key: se.key, Msg: "wrong type: expected " + expectedType(se.key)}
+	}
 	var de *toml.DecodeError
 	if !errors.As(err, &de) {
 		return &Error{File: c.src.file, Msg: err.Error()}
