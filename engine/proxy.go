@@ -269,6 +269,12 @@ type exchange struct {
 
 	resp     h1.Response
 	respHead bool // the client has the response head
+	// The final response head came before the whole request had gone up:
+	// the upstream did not wait for the body (or answered bytes it was
+	// never sent). No more of the body goes up (a body it has not read
+	// could be taken for a request of its own, answered later on this
+	// connection), and the connection closes after the response.
+	early    bool
 	respBody h1.BodyReader
 	respDone bool
 	splicing bool // the rest of the body moves by splice (spliceClient)
@@ -414,7 +420,9 @@ func (ex *exchange) pump() {
 			ex.cl.wake()
 		}
 	}
-	ex.pumpRequest()
+	if !ex.respHead {
+		ex.pumpRequest()
+	}
 	if ex.done {
 		return
 	}
@@ -507,6 +515,14 @@ func (ex *exchange) readHead() bool {
 		}
 		uc.Consume(n)
 		ex.up.up.failures.Store(0) // it answers
+		if !ex.reqDone || uc.Pending() {
+			// RFC 9112 §9.5: a client that sees a response before it has
+			// sent the whole body may stop sending it; nginx stops, and
+			// never keeps a connection whose request was not all sent.
+			ex.early = true
+			ex.h.log.Debug("proxy: upstream answered before the whole request went up; the rest of the body is not sent, and the connection closes after the response",
+				"route", ex.r.key, "upstream", ex.up.up.name, "body_sent", ex.reqSent)
+		}
 		r := &ex.resp
 		hasBody := r.BodyFollows(ex.isHead)
 		bodyLen := int64(0)
@@ -621,7 +637,7 @@ func (ex *exchange) pumpResponse() {
 func (ex *exchange) finish() {
 	ex.done = true
 	uc := ex.dropUp()
-	reusable := ex.reqDone && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
+	reusable := ex.reqDone && !ex.early && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
 	uc.c.SetBulkInput(false)
 	if len(uc.c.Input()) > 0 {
 		ex.h.proxy.unsolicited(uc, "behind the response")
@@ -763,7 +779,7 @@ func (ex *exchange) clientGone() {
 		return
 	}
 	ex.cl = drainClient{}
-	if ex.up != nil && ex.reqDone && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
+	if ex.up != nil && ex.reqDone && !ex.early && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
 		ex.h.srv.proxy.stats.drained.Add(1)
