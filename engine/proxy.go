@@ -426,13 +426,14 @@ func (ex *exchange) pump() {
 	if ex.done {
 		return
 	}
-	if !ex.respHead && !ex.readHead() {
+	headNow := !ex.respHead
+	if headNow && !ex.readHead() {
 		return
 	}
 	if ex.done || ex.up == nil {
 		return // writing the head ended it (a client that went away)
 	}
-	ex.pumpResponse()
+	ex.pumpResponse(headNow)
 }
 
 // pumpRequest moves request body bytes from the client to the upstream,
@@ -541,14 +542,19 @@ func (ex *exchange) readHead() bool {
 }
 
 // pumpResponse moves response body bytes from the upstream to the client,
-// as fast as the client takes them.
-func (ex *exchange) pumpResponse() {
+// as fast as the client takes them. headNow says the client's head was
+// queued in this turn.
+func (ex *exchange) pumpResponse(headNow bool) {
 	uc := ex.up.c
 	// The client sends what this turn queued (the head, body bytes, the
 	// splice it should try again) once, at the end: many small upstream
-	// chunks leave as one write, one frame.
+	// chunks leave as one write, one frame. A turn that queued nothing
+	// wakes nobody: an HTTP/1.1 client's turn pumps the exchange, so a
+	// wake for nothing would run it again at once, and the loop would spin
+	// for as long as the upstream pauses.
+	wake := headNow
 	defer func() {
-		if !ex.done {
+		if wake && !ex.done {
 			ex.cl.wake()
 		}
 	}()
@@ -556,6 +562,7 @@ func (ex *exchange) pumpResponse() {
 		if !ex.cl.room() || !uc.Spliced() {
 			// The splice is under way: the client's flush moves it. This
 			// runs on the upstream's events (input, or its end).
+			wake = true
 			return
 		}
 		ex.splicing = false
@@ -570,6 +577,7 @@ func (ex *exchange) pumpResponse() {
 			if sp, ok := ex.cl.(spliceClient); ok && ex.cl.room() && sp.splice(uc, left) {
 				ex.respBody.Advance(left)
 				ex.splicing = true
+				wake = true
 				uc.SetReadDeadline(0) // the client's send_timeout bounds a stalled splice
 				return
 			}
@@ -613,6 +621,7 @@ func (ex *exchange) pumpResponse() {
 		if len(data) > 0 {
 			ex.cl.body(data)
 			ex.moved += int64(len(data))
+			wake = true
 		}
 		if ex.draining {
 			if ex.drained += int64(len(data)); ex.drained > drainMax {
