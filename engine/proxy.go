@@ -269,6 +269,12 @@ type exchange struct {
 
 	resp     h1.Response
 	respHead bool // the client has the response head
+	// The final response head came before the whole request had gone up:
+	// the upstream did not wait for the body (or answered bytes it was
+	// never sent). No more of the body goes up (a body it has not read
+	// could be taken for a request of its own, answered later on this
+	// connection), and the connection closes after the response.
+	early    bool
 	respBody h1.BodyReader
 	respDone bool
 	splicing bool // the rest of the body moves by splice (spliceClient)
@@ -414,17 +420,20 @@ func (ex *exchange) pump() {
 			ex.cl.wake()
 		}
 	}
-	ex.pumpRequest()
+	if !ex.respHead {
+		ex.pumpRequest()
+	}
 	if ex.done {
 		return
 	}
-	if !ex.respHead && !ex.readHead() {
+	headNow := !ex.respHead
+	if headNow && !ex.readHead() {
 		return
 	}
 	if ex.done || ex.up == nil {
 		return // writing the head ended it (a client that went away)
 	}
-	ex.pumpResponse()
+	ex.pumpResponse(headNow)
 }
 
 // pumpRequest moves request body bytes from the client to the upstream,
@@ -507,6 +516,14 @@ func (ex *exchange) readHead() bool {
 		}
 		uc.Consume(n)
 		ex.up.up.failures.Store(0) // it answers
+		if !ex.reqDone || uc.Pending() {
+			// RFC 9112 §9.5: a client that sees a response before it has
+			// sent the whole body may stop sending it; nginx stops, and
+			// never keeps a connection whose request was not all sent.
+			ex.early = true
+			ex.h.log.Debug("proxy: upstream answered before the whole request went up; the rest of the body is not sent, and the connection closes after the response",
+				"route", ex.r.key, "upstream", ex.up.up.name, "body_sent", ex.reqSent)
+		}
 		r := &ex.resp
 		hasBody := r.BodyFollows(ex.isHead)
 		bodyLen := int64(0)
@@ -525,14 +542,19 @@ func (ex *exchange) readHead() bool {
 }
 
 // pumpResponse moves response body bytes from the upstream to the client,
-// as fast as the client takes them.
-func (ex *exchange) pumpResponse() {
+// as fast as the client takes them. headNow says the client's head was
+// queued in this turn.
+func (ex *exchange) pumpResponse(headNow bool) {
 	uc := ex.up.c
 	// The client sends what this turn queued (the head, body bytes, the
 	// splice it should try again) once, at the end: many small upstream
-	// chunks leave as one write, one frame.
+	// chunks leave as one write, one frame. A turn that queued nothing
+	// wakes nobody: an HTTP/1.1 client's turn pumps the exchange, so a
+	// wake for nothing would run it again at once, and the loop would spin
+	// for as long as the upstream pauses.
+	wake := headNow
 	defer func() {
-		if !ex.done {
+		if wake && !ex.done {
 			ex.cl.wake()
 		}
 	}()
@@ -540,6 +562,7 @@ func (ex *exchange) pumpResponse() {
 		if !ex.cl.room() || !uc.Spliced() {
 			// The splice is under way: the client's flush moves it. This
 			// runs on the upstream's events (input, or its end).
+			wake = true
 			return
 		}
 		ex.splicing = false
@@ -554,6 +577,7 @@ func (ex *exchange) pumpResponse() {
 			if sp, ok := ex.cl.(spliceClient); ok && ex.cl.room() && sp.splice(uc, left) {
 				ex.respBody.Advance(left)
 				ex.splicing = true
+				wake = true
 				uc.SetReadDeadline(0) // the client's send_timeout bounds a stalled splice
 				return
 			}
@@ -597,6 +621,7 @@ func (ex *exchange) pumpResponse() {
 		if len(data) > 0 {
 			ex.cl.body(data)
 			ex.moved += int64(len(data))
+			wake = true
 		}
 		if ex.draining {
 			if ex.drained += int64(len(data)); ex.drained > drainMax {
@@ -621,7 +646,7 @@ func (ex *exchange) pumpResponse() {
 func (ex *exchange) finish() {
 	ex.done = true
 	uc := ex.dropUp()
-	reusable := ex.reqDone && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
+	reusable := ex.reqDone && !ex.early && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
 	uc.c.SetBulkInput(false)
 	if len(uc.c.Input()) > 0 {
 		ex.h.proxy.unsolicited(uc, "behind the response")
@@ -763,7 +788,7 @@ func (ex *exchange) clientGone() {
 		return
 	}
 	ex.cl = drainClient{}
-	if ex.up != nil && ex.reqDone && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
+	if ex.up != nil && ex.reqDone && !ex.early && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
 		ex.h.srv.proxy.stats.drained.Add(1)

@@ -133,7 +133,11 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		}
 	}
 	if st.proxy != nil && !st.proxy.reqDone {
-		st.closeAfter = true // the rest of the request body will not be read
+		// The rest of the request body will not be read (the exchange
+		// sends no more of it up): no deadline waits for it, so a client
+		// that stops its upload on seeing the answer still gets it all.
+		st.closeAfter = true
+		cl.c.SetReadDeadline(0)
 	}
 	if h.loop.Draining() || st.s.Retiring() {
 		st.closeAfter = true
