@@ -46,7 +46,7 @@ func TestProxyPausedResponseIdles(t *testing.T) {
 	if err != nil || string(rest) != "done" {
 		t.Fatalf("the response's second half: %q, %v", rest, err)
 	}
-	if used > pause/5 {
+	if used > pause/2 { // spinning takes nearly all of it (0.84-1.0 s seen, loaded or not); an idle wait, next to none
 		t.Errorf("the process used %v of CPU while a proxied response waited %v for its upstream; want next to none", used, pause)
 	}
 }
