@@ -62,10 +62,11 @@ type quicRouter struct {
 	px        *passthrough
 	udp       *net.UDPConn
 	log       *slog.Logger
-	own       bool          // quic-go reads what is not relayed
-	ids       *ownCIDs      // the IDs of the engine's own HTTP/3; nil unless own
-	maxFlows  int           // flows open at once
-	helloWait time.Duration // bounds the gathering of one ClientHello
+	own       bool             // quic-go reads what is not relayed
+	ids       *ownCIDs         // the IDs of the engine's own HTTP/3; nil unless own
+	maxFlows  int              // flows open at once
+	helloWait time.Duration    // bounds the gathering of one ClientHello
+	now       func() time.Time // the clock of every time the router keeps (time.Now; tests move theirs by hand)
 	stop      chan struct{}
 
 	mu      sync.Mutex
@@ -161,11 +162,17 @@ const (
 // IDs of the engine's own HTTP/3, which then reads through the router
 // (routedConn); nil when the engine serves none (run reads).
 func newQUICRouter(px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
-	r := &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, log: log,
-		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
-		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
+	r := newQUICRouterOn(time.Now, px, udp, ids, maxFlows, helloWait, log)
 	go r.sweep()
 	return r
+}
+
+// newQUICRouterOn is a router on the clock now, which nothing sweeps:
+// tests call expire when they have moved their clock.
+func newQUICRouterOn(now func() time.Time, px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
+	return &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, now: now, log: log,
+		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
+		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
 }
 
 // run reads and routes datagrams when the engine serves no HTTP/3 of its
@@ -239,7 +246,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		// of one is held with it, even when it comes before its
 		// beginning, and never guessed into a flow.)
 		if cl != nil {
-			if f := cl.guess(d, long, isLong, time.Now()); f != nil {
+			if f := cl.guess(d, long, isLong, r.now()); f != nil {
 				return relay(f)
 			}
 		}
@@ -255,7 +262,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 			// real client by its own pace, not by helloWait.
 			r.evictPending()
 		}
-		pd = &quicPending{since: time.Now()}
+		pd = &quicPending{since: r.now()}
 		r.pending[key] = pd
 		r.pendingOrder = append(r.pendingOrder, key)
 	}
@@ -507,7 +514,7 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 		}
 		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, cids: [][]byte{bytes.Clone(dcid)},
 			idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap)}
-		f.opened = time.Now()
+		f.opened = r.now()
 		f.last.Store(f.opened.UnixNano())
 		u.active.Add(1)
 		go f.fromUpstream()
@@ -519,7 +526,7 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 // toUpstream sends a client's datagram on.
 func (f *quicFlow) toUpstream(d []byte) {
 	if _, err := f.up.Write(d); err == nil {
-		f.last.Store(time.Now().UnixNano())
+		f.last.Store(f.r.now().UnixNano())
 		f.r.px.stats.quicBytesUp.Add(int64(len(d)))
 	}
 }
@@ -560,7 +567,7 @@ func (f *quicFlow) fromUpstream() {
 				}
 			}
 			if err == nil {
-				f.last.Store(time.Now().UnixNano())
+				f.last.Store(r.now().UnixNano())
 				f.answered.Store(true)
 				r.px.stats.quicBytesDown.Add(int64(n))
 			}
@@ -621,8 +628,8 @@ func (r *quicRouter) sweep() {
 		select {
 		case <-r.stop:
 			return
-		case now := <-t.C:
-			r.expire(now)
+		case <-t.C:
+			r.expire(r.now())
 		}
 	}
 }

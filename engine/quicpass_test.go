@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,10 +123,13 @@ func TestQUICRouterGuess(t *testing.T) {
 }
 
 // routerHarness is a quicRouter fed by hand: one client address, fake
-// upstreams for "a.test" and "b.test" that record what they receive.
+// upstreams for "a.test" and "b.test" that record what they receive, and
+// a clock that moves only when the test moves it (nothing sweeps but
+// the test, by expire).
 type routerHarness struct {
 	t     *testing.T
 	r     *quicRouter
+	clock atomic.Int64 // unix ns
 	ids   *ownCIDs
 	cli   *net.UDPConn // the client's socket: from there, by route
 	from  netip.AddrPort
@@ -185,7 +189,8 @@ func newRouterHarness(t *testing.T, own bool) *routerHarness {
 	if own {
 		h.ids = newOwnCIDs()
 	}
-	h.r = newQUICRouter(px, udp, h.ids, 16, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.clock.Store(time.Now().UnixNano())
+	h.r = newQUICRouterOn(h.now, px, udp, h.ids, 16, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.cli, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +205,7 @@ func newRouterHarness(t *testing.T, own bool) *routerHarness {
 func (h *routerHarness) open(label, sni string) {
 	h.t.Helper()
 	flight := helloFlight(h.t, sni)
+	h.advance(time.Millisecond) // a flow opened later is newer
 	for _, d := range flight {
 		h.r.route(d, h.from)
 	}
@@ -276,6 +282,11 @@ func (h *routerHarness) handshake(label string) {
 		h.t.Fatalf("the flow %s is not confirmed after its client answered", label)
 	}
 }
+
+func (h *routerHarness) now() time.Time { return time.Unix(0, h.clock.Load()) }
+
+// advance moves the router's clock on by d.
+func (h *routerHarness) advance(d time.Duration) { h.clock.Add(int64(d)) }
 
 // age moves the opening of a flow back by d.
 func (h *routerHarness) age(label string, d time.Duration) {
