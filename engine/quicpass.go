@@ -49,14 +49,17 @@ import (
 // switch (see quicClient.guess). A datagram carrying part of a
 // ClientHello is always held with its hello, never guessed into a flow.
 // A flow whose client never answers the upstream is dropped after
-// helloWait (see quicFlow.confirmed). A client that changes address
-// (migration, NAT rebinding) is not followed.
+// helloWait (see quicFlow.confirmed), and one whose client keeps
+// sending to an upstream that has stopped answering after
+// quicOneSidedMax (see quicFlow.oneSided). A client that changes
+// address (migration, NAT rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
 // maxHeldBytes, maxFlows flows and their addresses, maxOwnHellos IDs of
 // hellos released to the engine's own HTTP/3), and a full one makes
-// room from what is unconfirmed, never from a confirmed flow (of the
-// remembered hello IDs, the oldest goes).
+// room from what is unconfirmed or dead from its upstream's side, never
+// from a flow whose upstream answers its client or that both sides
+// leave idle (of the remembered hello IDs, the oldest goes).
 type quicRouter struct {
 	// Immutable after construction.
 	px        *passthrough
@@ -118,11 +121,14 @@ type quicFlow struct {
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
 
-	cids     [][]byte     // guarded by r.mu: connection IDs that name this flow
-	cidLen   int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
-	switched bool         // guarded by r.mu: the client has made its first switch of ID (see guess)
-	last     atomic.Int64 // unix ns of the last datagram either way
-	gone     atomic.Bool
+	cids     [][]byte // guarded by r.mu: connection IDs that name this flow
+	cidLen   int      // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
+	switched bool     // guarded by r.mu: the client has made its first switch of ID (see guess)
+	// clientLast and upLast are when (unix ns, the router's clock) the
+	// client's last datagram went to the upstream, and the upstream's
+	// last one arrived (0: none yet). See oneSided.
+	clientLast, upLast atomic.Int64
+	gone               atomic.Bool
 	// answered: the upstream has sent the client something. confirmed:
 	// the client has since sent something other than its first flight
 	// again (a packet for another connection ID than its first), as a
@@ -130,7 +136,8 @@ type quicFlow struct {
 	// helloWait of its opening is dropped, so that Initials replayed
 	// from spoofed addresses hold a flow seconds, not minutes. (Without
 	// the keys a relay cannot validate an address the way QUIC does: a
-	// spoofer who also forges later packets still gets the idle timeout.)
+	// client that answers once and then sends garbage holds its flow
+	// until its upstream is seen to have stopped answering: oneSided.)
 	answered, confirmed atomic.Bool
 	opened              time.Time
 }
@@ -156,6 +163,17 @@ const (
 	// close silently after their own idle timeout (seconds to minutes),
 	// so a flow quiet this long is dead.
 	quicIdleCap = 3 * time.Minute
+	// A flow one-sided (see quicFlow.oneSided) this long may be closed
+	// for a new flow at max_connections; one-sided longer than
+	// quicOneSidedMax it is closed by the sweep. A live QUIC endpoint
+	// acknowledges its peer's ack-eliciting packets within its
+	// max_ack_delay (25 ms by default), so its side of a flow whose
+	// client talks goes quiet for a round trip and that delay, not a
+	// second; and quicOneSidedMax is past quic-go's handshake idle
+	// timeout (5 s) and a client's handshake (10 s), so that an upstream
+	// that merely lost the client's first answers is not taken for dead.
+	quicOneSidedEvict = time.Second
+	quicOneSidedMax   = 15 * time.Second
 )
 
 // newQUICRouter routes the datagrams that arrive on udp. ids issues the
@@ -289,7 +307,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		r.release(pd, key, from, info.ServerName, err)
 		return false
 	}
-	if r.flows >= r.maxFlows && !r.evictUnconfirmed() {
+	if r.flows >= r.maxFlows && !r.makeRoom() {
 		r.mu.Unlock()
 		r.fail(reasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
@@ -329,31 +347,52 @@ func (r *quicRouter) evictPending() {
 	}
 }
 
-// evictUnconfirmed makes room for a new flow by dropping the oldest one
-// whose client has not answered yet (see quicFlow.confirmed): confirmed
-// flows are never dropped for a new one. It reports whether it could.
-// Called with mu held.
-func (r *quicRouter) evictUnconfirmed() bool {
-	var victim *quicFlow
-	var at *quicClient
+// makeRoom makes room for a new flow by closing the oldest one whose
+// client has not answered yet (see quicFlow.confirmed), else the one
+// that has been one-sided longest (see quicFlow.oneSided), at least
+// quicOneSidedEvict. A flow whose upstream answers its client, or that
+// both sides leave idle, is never closed for a new one. It reports
+// whether it could. Called with mu held.
+func (r *quicRouter) makeRoom() bool {
+	var unconfirmed, oneSided *quicFlow
+	longest := quicOneSidedEvict
 	for _, cl := range r.clients {
 		for _, f := range cl.flows {
-			if !f.confirmed.Load() && (victim == nil || f.opened.Before(victim.opened)) {
-				victim, at = f, cl
+			if !f.confirmed.Load() {
+				if unconfirmed == nil || f.opened.Before(unconfirmed.opened) {
+					unconfirmed = f
+				}
+			} else if d := f.oneSided(); d >= longest {
+				oneSided, longest = f, d
 			}
 		}
 	}
-	if victim == nil {
+	victim := unconfirmed
+	if victim != nil {
+		r.px.stats.quicUnconfirmed.Add(1)
+	} else if victim = oneSided; victim != nil {
+		r.px.stats.quicOneSided.Add(1)
+	} else {
 		return false
 	}
-	at.flows = slices.DeleteFunc(at.flows, func(f *quicFlow) bool { return f == victim })
-	if len(at.flows) == 0 {
-		delete(r.clients, victim.client)
-	}
-	r.flows--
-	r.px.stats.quicUnconfirmed.Add(1)
+	r.unlink(victim)
 	go victim.close()
 	return true
+}
+
+// unlink takes a flow out of the tables, if it is still there. Called
+// with mu held.
+func (r *quicRouter) unlink(f *quicFlow) {
+	cl := r.clients[f.client]
+	if cl == nil {
+		return
+	}
+	n := len(cl.flows)
+	cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
+	r.flows -= n - len(cl.flows)
+	if len(cl.flows) == 0 {
+		delete(r.clients, f.client)
+	}
 }
 
 // release hands the datagrams of a hello no route takes to the engine's
@@ -515,7 +554,6 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, cids: [][]byte{bytes.Clone(dcid)},
 			idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap)}
 		f.opened = r.now()
-		f.last.Store(f.opened.UnixNano())
 		u.active.Add(1)
 		go f.fromUpstream()
 		return f, nil
@@ -526,9 +564,31 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 // toUpstream sends a client's datagram on.
 func (f *quicFlow) toUpstream(d []byte) {
 	if _, err := f.up.Write(d); err == nil {
-		f.last.Store(f.r.now().UnixNano())
+		f.clientLast.Store(f.r.now().UnixNano())
 		f.r.px.stats.quicBytesUp.Add(int64(len(d)))
 	}
+}
+
+// oneSided is how long the flow's client went on sending after its
+// upstream last sent anything: the time from the upstream's last
+// datagram to the client's last one, or 0 when the upstream spoke last
+// (or never has: see confirmed). A live upstream answers a client that
+// talks within a round trip and its ack delay, so a flow one-sided for
+// seconds is dead from the upstream's side (it closed the connection,
+// or never had one: a client that keeps sending garbage to it); a
+// connection that both sides leave idle is not one-sided, however long
+// it stays so.
+func (f *quicFlow) oneSided() time.Duration {
+	c, u := f.clientLast.Load(), f.upLast.Load()
+	if u == 0 || c <= u {
+		return 0
+	}
+	return time.Duration(c - u)
+}
+
+// idleFor is how long nothing has moved either way.
+func (f *quicFlow) idleFor(now time.Time) time.Duration {
+	return time.Duration(now.UnixNano() - max(f.clientLast.Load(), f.upLast.Load(), f.opened.UnixNano()))
 }
 
 // fromUpstream sends the upstream's datagrams to the client until the
@@ -543,6 +603,7 @@ func (f *quicFlow) fromUpstream() {
 	gso := gro
 	for {
 		err := readUDP(f.up, func(d, oob []byte) {
+			f.upLast.Store(r.now().UnixNano())
 			n, seg := len(d), len(d)
 			if gro {
 				if s := groSegment(oob); s > 0 && s < n {
@@ -567,7 +628,6 @@ func (f *quicFlow) fromUpstream() {
 				}
 			}
 			if err == nil {
-				f.last.Store(r.now().UnixNano())
 				f.answered.Store(true)
 				r.px.stats.quicBytesDown.Add(int64(n))
 			}
@@ -655,12 +715,17 @@ func (r *quicRouter) expire(now time.Time) {
 	for addr, cl := range r.clients {
 		kept := cl.flows[:0]
 		for _, f := range cl.flows {
-			if now.UnixNano()-f.last.Load() > int64(f.idle) {
+			if f.idleFor(now) > f.idle {
 				dead = append(dead, f)
 				continue
 			}
 			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait {
 				r.px.stats.quicUnconfirmed.Add(1)
+				dead = append(dead, f)
+				continue
+			}
+			if f.oneSided() > quicOneSidedMax {
+				r.px.stats.quicOneSided.Add(1)
 				dead = append(dead, f)
 				continue
 			}
@@ -691,14 +756,7 @@ func (f *quicFlow) close() {
 // drop removes a flow from the tables and closes it.
 func (r *quicRouter) drop(f *quicFlow) {
 	r.mu.Lock()
-	if cl := r.clients[f.client]; cl != nil {
-		n := len(cl.flows)
-		cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
-		r.flows -= n - len(cl.flows)
-		if len(cl.flows) == 0 {
-			delete(r.clients, f.client)
-		}
-	}
+	r.unlink(f)
 	r.mu.Unlock()
 	f.close()
 }

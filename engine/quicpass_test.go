@@ -107,7 +107,7 @@ func TestQUICRouterGuess(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newRouterHarness(t, tt.own)
+			h := newRouterHarness(t, tt.own, 16)
 			for i, s := range tt.steps {
 				if s.do != nil {
 					s.do(h)
@@ -120,6 +120,66 @@ func TestQUICRouterGuess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestQUICRouterOneSided: a flow whose client keeps sending while its
+// upstream says nothing (one answer to a forged first flight, then
+// garbage every few seconds to an upstream that closed) is dead from the
+// upstream's side. At max_connections a new client takes the place of
+// the one that has been so longest, one second at least; never of a flow
+// both sides leave idle, nor of one whose upstream answers. The sweep
+// closes one past 15 s. The router's clock is moved by hand.
+func TestQUICRouterOneSided(t *testing.T) {
+	t.Run("a new flow at max_connections", func(t *testing.T) {
+		h := newRouterHarness(t, false, 4)
+		for _, l := range []string{"idle", "active", "one-sided 3s", "one-sided 6s"} {
+			h.open(l, "a.test")
+			h.handshake(l)
+		}
+		h.advance(3 * time.Second)
+		h.talk("one-sided 3s")
+		h.advance(3 * time.Second)
+		h.talk("one-sided 6s")
+		h.answer("active")
+		h.talk("active")
+		h.open("new", "a.test")
+		h.wantOpen("the longest one-sided flow makes room", "idle", "active", "one-sided 3s", "new")
+		h.handshake("new")
+		h.open("new 2", "b.test")
+		h.wantOpen("the other one-sided flow makes room", "idle", "active", "new", "new 2")
+		h.handshake("new 2")
+		h.advance(500 * time.Millisecond)
+		h.talk("new") // its upstream has said nothing for half a second: not yet one-sided enough
+		if h.tryOpen("refused", "a.test") {
+			t.Fatal("a flow opened in place of an idle, an active or a briefly one-sided one")
+		}
+		h.wantOpen("no flow makes room", "idle", "active", "new", "new 2")
+		if st := &h.r.px.stats; st.quicOneSided.Load() != 2 || st.quicUnconfirmed.Load() != 0 || st.quicFailures[reasonTableFull].Load() != 1 {
+			t.Errorf("closed one-sided %d, unconfirmed %d, refused %d; want 2, 0 and 1",
+				st.quicOneSided.Load(), st.quicUnconfirmed.Load(), st.quicFailures[reasonTableFull].Load())
+		}
+	})
+	t.Run("the sweep", func(t *testing.T) {
+		h := newRouterHarness(t, false, 16)
+		for _, l := range []string{"idle", "active", "one-sided"} {
+			h.open(l, "a.test")
+			h.handshake(l)
+		}
+		for i := 1; i <= 4; i++ {
+			h.advance(5 * time.Second)
+			h.talk("one-sided")
+			h.answer("active")
+			h.talk("active")
+			h.r.expire(h.now())
+			if i*5 <= int(quicOneSidedMax/time.Second) {
+				h.wantOpen(fmt.Sprintf("one-sided for %d s", i*5), "idle", "active", "one-sided")
+			}
+		}
+		h.wantOpen("one-sided for 20 s", "idle", "active")
+		if n := h.r.px.stats.quicOneSided.Load(); n != 1 {
+			t.Errorf("closed one-sided: %d; want 1", n)
+		}
+	})
 }
 
 // routerHarness is a quicRouter fed by hand: one client address, fake
@@ -148,7 +208,7 @@ type upDatagram struct {
 	b    []byte
 }
 
-func newRouterHarness(t *testing.T, own bool) *routerHarness {
+func newRouterHarness(t *testing.T, own bool, maxFlows int) *routerHarness {
 	h := &routerHarness{t: t, ups: map[string]*fakeUpstream{}, flows: map[string]*quicFlow{}, named: map[string][]byte{}}
 	toml := "[reverse_proxy]\nenabled = true\ntls_termination = false\n"
 	for _, name := range []string{"a.test", "b.test"} {
@@ -190,7 +250,7 @@ func newRouterHarness(t *testing.T, own bool) *routerHarness {
 		h.ids = newOwnCIDs()
 	}
 	h.clock.Store(time.Now().UnixNano())
-	h.r = newQUICRouterOn(h.now, px, udp, h.ids, 16, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.r = newQUICRouterOn(h.now, px, udp, h.ids, maxFlows, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.cli, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +263,14 @@ func newRouterHarness(t *testing.T, own bool) *routerHarness {
 // open routes a quic-go client's first flight for sni from the client
 // address, and names the flow it opens.
 func (h *routerHarness) open(label, sni string) {
+	h.t.Helper()
+	if !h.tryOpen(label, sni) {
+		h.t.Fatalf("the first flight for %s opened no flow", sni)
+	}
+}
+
+// tryOpen is open, and reports whether the first flight opened a flow.
+func (h *routerHarness) tryOpen(label, sni string) bool {
 	h.t.Helper()
 	flight := helloFlight(h.t, sni)
 	h.advance(time.Millisecond) // a flow opened later is newer
@@ -224,11 +292,20 @@ func (h *routerHarness) open(label, sni string) {
 	}
 	h.r.mu.Unlock()
 	if f == nil {
-		h.t.Fatalf("the first flight for %s opened no flow", sni)
+		return false
 	}
 	for range flight {
 		h.recv(h.ups[sni]) // the held hello, replayed
 	}
+	return true
+}
+
+// isOpen reports whether the flow is still in the router's tables.
+func (h *routerHarness) isOpen(label string) bool {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	f := h.flows[label]
+	return h.r.clients[f.client] != nil && slices.Contains(h.r.clients[f.client].flows, f)
 }
 
 // release routes a first flight for a name no route has: the engine's
@@ -245,6 +322,22 @@ func (h *routerHarness) release(label, sni string) {
 		h.t.Fatalf("%d datagrams released to the engine's own HTTP/3; want the flight's %d", len(h.r.ready), len(flight))
 	}
 	h.r.ready = nil
+}
+
+// wantOpen fails unless the flows open are those named, of those the
+// test opened.
+func (h *routerHarness) wantOpen(when string, labels ...string) {
+	h.t.Helper()
+	var open []string
+	for _, l := range slices.Sorted(maps.Keys(h.flows)) {
+		if h.isOpen(l) {
+			open = append(open, l)
+		}
+	}
+	slices.Sort(labels)
+	if !slices.Equal(open, labels) {
+		h.t.Fatalf("%s: flows open %q; want %q", when, open, labels)
+	}
 }
 
 // answer has the flow's upstream send the client a Handshake packet from
@@ -275,11 +368,21 @@ func (h *routerHarness) answer(label string) {
 func (h *routerHarness) handshake(label string) {
 	h.t.Helper()
 	h.answer(label)
-	f := h.flows[label]
-	h.r.route(h.long(0x2, h.id(label+"/up"), h.id("c/"+label)), h.from)
-	h.recv(h.ups[f.rt.cfg.Domain])
-	if !f.confirmed.Load() {
+	h.talk(label)
+	if !h.flows[label].confirmed.Load() {
 		h.t.Fatalf("the flow %s is not confirmed after its client answered", label)
+	}
+}
+
+// talk has the flow's client send a Handshake packet to its upstream's
+// ID, and waits until the upstream has it.
+func (h *routerHarness) talk(label string) {
+	h.t.Helper()
+	f := h.flows[label]
+	d := h.long(0x2, h.id(label+"/up"), h.id("c/"+label))
+	h.r.route(d, h.from)
+	if g := h.recvFrom(h.ups[f.rt.cfg.Domain], f.up.LocalAddr().(*net.UDPAddr).AddrPort()); !bytes.Equal(g, d) {
+		h.t.Fatalf("the upstream of %s got % x…, not what its client sent", label, g[:min(len(g), 12)])
 	}
 }
 
