@@ -66,6 +66,8 @@ package engine
 //	                                                                                             flows
 //	quic one-sided  the upstream to answer a client      15 s (1 s for a new flow at             -               quicRouter sweep,
 //	                that keeps sending                   max_connections)                                        makeRoom
+//	quic handshake  the upstream's first 1-RTT datagram  15 s (10 s for a new flow at            -               quicRouter sweep,
+//	                (its handshake done)                 max_connections)                                        makeRoom
 //	redirect        [redirect_http]: every state of a    as stateFirst, stateHead, stateBody,    max_header_bytes reactor read deadline
 //	                plain HTTP/1.1 connection            stateIdle (its own reactor loop)
 //	acme-tls/1      a TLS-ALPN-01 validation handshake   as stateHandshake; closed when done     16 KiB records  reactor read deadline

@@ -46,7 +46,8 @@ type passCounters struct {
 	// want of HTTP/3 of the engine's own.
 	quicRelayed, quicActive, quicBytesUp, quicBytesDown, quicDropped atomic.Int64
 	// quicUnconfirmed counts flows dropped because their client never
-	// answered the upstream (a spoofed address, or a client gone);
+	// answered the upstream (a spoofed address, or a client gone) or
+	// never finished its handshake with it (forged answers);
 	// quicOneSided, flows closed because their upstream had gone quiet
 	// while their client kept sending (see quicFlow.oneSided).
 	quicUnconfirmed, quicOneSided atomic.Int64

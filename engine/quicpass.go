@@ -49,9 +49,10 @@ import (
 // switch (see quicClient.guess). A datagram carrying part of a
 // ClientHello is always held with its hello, never guessed into a flow.
 // A flow whose client never answers the upstream is dropped after
-// helloWait (see quicFlow.confirmed), and one whose client keeps
+// helloWait (see quicFlow.confirmed), one whose handshake is not done
+// after quicHandshakeMax (established), and one whose client keeps
 // sending to an upstream that has stopped answering after
-// quicOneSidedMax (see quicFlow.oneSided). A client that changes
+// quicOneSidedMax (oneSided). A client that changes
 // address (migration, NAT rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
@@ -134,12 +135,18 @@ type quicFlow struct {
 	// again (a packet for another connection ID than its first), as a
 	// client that got the answer does. A flow not confirmed within
 	// helloWait of its opening is dropped, so that Initials replayed
-	// from spoofed addresses hold a flow seconds, not minutes. (Without
-	// the keys a relay cannot validate an address the way QUIC does: a
-	// client that answers once and then sends garbage holds its flow
-	// until its upstream is seen to have stopped answering: oneSided.)
-	answered, confirmed atomic.Bool
-	opened              time.Time
+	// from spoofed addresses hold a flow seconds, not minutes.
+	// established: the upstream has sent a datagram that begins with a
+	// short-header (1-RTT) packet, as a QUIC server does once its
+	// handshake is done (HANDSHAKE_DONE, and everything after); before,
+	// its 1-RTT packets ride behind its Handshake ones. A flow not
+	// established quicHandshakeMax after its opening is dropped: its
+	// client answered but never finished the handshake, as one that
+	// forges its answers (without the keys a relay cannot validate an
+	// address the way QUIC does) and sends its first flight again to keep
+	// the upstream talking. See also oneSided.
+	answered, confirmed, established atomic.Bool
+	opened                           time.Time
 }
 
 // Bounds of the router's tables.
@@ -174,6 +181,12 @@ const (
 	// that merely lost the client's first answers is not taken for dead.
 	quicOneSidedEvict = time.Second
 	quicOneSidedMax   = 15 * time.Second
+	// quicHandshakeMax bounds a flow's handshake (see
+	// quicFlow.established): past quic-go's handshake timeout and a
+	// browser's (10 s), with a round trip to spare. A flow not
+	// established quicSwitchWindow after its opening, whose client has
+	// given up, may be closed for a new one at max_connections.
+	quicHandshakeMax = 15 * time.Second
 )
 
 // newQUICRouter routes the datagrams that arrive on udp. ids issues the
@@ -348,17 +361,20 @@ func (r *quicRouter) evictPending() {
 }
 
 // makeRoom makes room for a new flow by closing the oldest one whose
-// client has not answered yet (see quicFlow.confirmed), else the one
-// that has been one-sided longest (see quicFlow.oneSided), at least
-// quicOneSidedEvict. A flow whose upstream answers its client, or that
-// both sides leave idle, is never closed for a new one. It reports
-// whether it could. Called with mu held.
+// client has not answered yet (see quicFlow.confirmed), or has not
+// finished its handshake quicSwitchWindow after its opening (see
+// established); else the one that has been one-sided longest (see
+// quicFlow.oneSided), at least quicOneSidedEvict. An established flow
+// whose upstream answers its client, or that both sides leave idle, is
+// never closed for a new one. It reports whether it could. Called with
+// mu held.
 func (r *quicRouter) makeRoom() bool {
 	var unconfirmed, oneSided *quicFlow
 	longest := quicOneSidedEvict
+	now := r.now()
 	for _, cl := range r.clients {
 		for _, f := range cl.flows {
-			if !f.confirmed.Load() {
+			if !f.confirmed.Load() || !f.established.Load() && now.Sub(f.opened) >= quicSwitchWindow {
 				if unconfirmed == nil || f.opened.Before(unconfirmed.opened) {
 					unconfirmed = f
 				}
@@ -613,6 +629,8 @@ func (f *quicFlow) fromUpstream() {
 			for off := 0; off < n; off += seg {
 				if p, ok := quicinitial.Long(d[off:min(off+seg, n)]); ok && len(p.SCID) > 0 {
 					f.learn(p.SCID)
+				} else if !ok && d[off]&0x80 == 0 {
+					f.established.Store(true)
 				}
 			}
 			var err error
@@ -719,7 +737,8 @@ func (r *quicRouter) expire(now time.Time) {
 				dead = append(dead, f)
 				continue
 			}
-			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait {
+			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait ||
+				!f.established.Load() && now.Sub(f.opened) > quicHandshakeMax {
 				r.px.stats.quicUnconfirmed.Add(1)
 				dead = append(dead, f)
 				continue

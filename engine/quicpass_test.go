@@ -182,6 +182,50 @@ func TestQUICRouterOneSided(t *testing.T) {
 	})
 }
 
+// TestQUICRouterUnfinished: a flow whose client answered its upstream but
+// never finished the handshake, kept two-sided by sending its first
+// flight again (which the upstream answers as a new connection) beside
+// its garbage, may be closed for a new flow 10 s after its opening, and
+// is closed by the sweep past 15 s; a flow whose handshake is done (its
+// upstream sends 1-RTT packets) is not. The router's clock is moved by
+// hand.
+func TestQUICRouterUnfinished(t *testing.T) {
+	h := newRouterHarness(t, false, 3)
+	h.open("done", "a.test")
+	h.handshake("done")
+	for _, l := range []string{"stuck", "stuck 2"} {
+		h.open(l, "b.test")
+		h.answer(l)
+		h.talk(l) // confirmed
+	}
+	step := func(d time.Duration) {
+		h.advance(d)
+		for _, l := range []string{"stuck", "stuck 2"} {
+			if h.isOpen(l) {
+				h.talk(l)
+				h.answer(l) // never one-sided
+			}
+		}
+	}
+	step(5 * time.Second)
+	if h.tryOpen("refused", "a.test") {
+		t.Fatal("a flow opened in place of one 5 s into its handshake")
+	}
+	step(5 * time.Second)
+	h.open("new", "a.test")
+	h.wantOpen("a new flow at max_connections, 10 s on", "done", "stuck 2", "new")
+	h.handshake("new")
+	step(4 * time.Second)
+	h.r.expire(h.now())
+	h.wantOpen("the sweep, 14 s on", "done", "stuck 2", "new")
+	step(2 * time.Second)
+	h.r.expire(h.now())
+	h.wantOpen("the sweep, 16 s on", "done", "new")
+	if st := &h.r.px.stats; st.quicUnconfirmed.Load() != 2 || st.quicOneSided.Load() != 0 {
+		t.Errorf("closed unconfirmed %d, one-sided %d; want 2 and 0", st.quicUnconfirmed.Load(), st.quicOneSided.Load())
+	}
+}
+
 // routerHarness is a quicRouter fed by hand: one client address, fake
 // upstreams for "a.test" and "b.test" that record what they receive, and
 // a clock that moves only when the test moves it (nothing sweeps but
@@ -345,9 +389,15 @@ func (h *routerHarness) wantOpen(when string, labels ...string) {
 // passed on.
 func (h *routerHarness) answer(label string) {
 	h.t.Helper()
+	h.down(label, h.long(0x2, h.id("c/"+label), h.id(label+"/up")))
+}
+
+// down has the flow's upstream send the client d, and waits until it is
+// passed on.
+func (h *routerHarness) down(label string, d []byte) {
+	h.t.Helper()
 	f := h.flows[label]
 	up := h.ups[f.rt.cfg.Domain]
-	d := h.long(0x2, h.id("c/"+label), h.id(label+"/up"))
 	if _, err := up.c.WriteToUDPAddrPort(d, f.up.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
 		h.t.Fatal(err)
 	}
@@ -363,14 +413,16 @@ func (h *routerHarness) answer(label string) {
 	}
 }
 
-// handshake answers the flow's client, and has the client answer back
-// (a Handshake packet to the upstream's ID), as a real one does.
+// handshake answers the flow's client, has the client answer back (a
+// Handshake packet to the upstream's ID), and the upstream send a 1-RTT
+// packet (HANDSHAKE_DONE), as real ones do.
 func (h *routerHarness) handshake(label string) {
 	h.t.Helper()
 	h.answer(label)
 	h.talk(label)
-	if !h.flows[label].confirmed.Load() {
-		h.t.Fatalf("the flow %s is not confirmed after its client answered", label)
+	h.down(label, h.short(h.id("c/"+label)))
+	if f := h.flows[label]; !f.confirmed.Load() || !f.established.Load() {
+		h.t.Fatalf("the flow %s after its handshake: confirmed %v, established %v", label, f.confirmed.Load(), f.established.Load())
 	}
 }
 
