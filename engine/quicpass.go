@@ -41,13 +41,15 @@ import (
 // guess. The guess is needed because the IDs an upstream issues in
 // NEW_CONNECTION_ID are encrypted, and a client moves to one of them
 // right after its handshake (quic-go does at its first packet after
-// the handshake completes): a short-header packet of unknown ID from an
-// address goes to the address's flow whose client is making that first
-// switch (the newest, when several are), else to its only flow, else to
-// its only confirmed one, else nowhere; so a flow opened by a first
-// flight forged from the client's address never takes the client's
-// switch (see quicClient.guess). A datagram carrying part of a
-// ClientHello is always held with its hello, never guessed into a flow.
+// the handshake completes, often a long-header one). It takes only what
+// a first flight forged from the client's address cannot fake: a long
+// header goes to the flow of the same client Source Connection ID, under
+// whose Initial keys it opens, or whose client has sent a packet to an
+// ID its upstream gave; a short header to the flow whose client has sent
+// a 1-RTT packet to its upstream's ID and is making its first switch,
+// else to the address's only flow, or only such flow (see
+// quicClient.guess). A datagram carrying part of a ClientHello is always
+// held with its hello, never guessed into a flow.
 // A flow whose client never answers the upstream is dropped after
 // helloWait (see quicFlow.confirmed), one whose handshake is not done
 // after quicHandshakeMax (established), and one whose client keeps
@@ -121,10 +123,23 @@ type quicFlow struct {
 	ups    *upstream
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
+	// version and scid are those of the client's first flight: a client
+	// keeps its Source Connection ID in every long header it sends.
+	version uint32
+	scid    []byte
 
-	cids     [][]byte // guarded by r.mu: connection IDs that name this flow
-	cidLen   int      // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
-	switched bool     // guarded by r.mu: the client has made its first switch of ID (see guess)
+	cids     []flowCID         // guarded by r.mu: connection IDs that name this flow, the client's first DCID first
+	cidLen   int               // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
+	switched bool              // guarded by r.mu: the client has made its first switch of ID (see guess)
+	keys     *quicinitial.Keys // guarded by r.mu: the client's Initial keys, once guess needed them
+	// proven: the client has sent a packet to an ID its upstream gave
+	// itself in the clear (a long header's Source Connection ID), which
+	// only one that receives the upstream's datagrams knows: a first
+	// flight forged from the client's address never gets there.
+	// proven1RTT: one of them was a short-header (1-RTT) packet, sent
+	// once the client's handshake was done and before its first switch
+	// of ID. Guarded by r.mu.
+	proven, proven1RTT bool
 	// clientLast and upLast are when (unix ns, the router's clock) the
 	// client's last datagram went to the upstream, and the upstream's
 	// last one arrived (0: none yet). See oneSided.
@@ -149,22 +164,32 @@ type quicFlow struct {
 	opened                           time.Time
 }
 
+// flowCID is a connection ID that names a flow.
+type flowCID struct {
+	id []byte
+	up bool // the upstream gave it to itself in the clear (see quicFlow.proven)
+}
+
 // Bounds of the router's tables.
 const (
 	maxPendingHellos = 4096
 	maxHeldDatagrams = 8 // a ClientHello in QUIC takes 1-3 datagrams
 	maxHeldBytes     = 16 << 10
 	maxFlowCIDs      = 8
+	// maxKeyTries bounds the flows whose Initial keys one datagram is
+	// tried under (see guess): each costs an AES-GCM open.
+	maxKeyTries = 8
 	// maxOwnHellos bounds the hellos released to the engine's own HTTP/3
 	// whose IDs are remembered: each is needed only until its handshake
 	// is done (seconds), and a new one replaces the oldest.
 	maxOwnHellos    = 4096
 	quicDatagramMax = 1 << 16 // a UDP datagram's most
 	// quicSwitchWindow is how long after a flow opens its client is
-	// taken to be still making its first switch of connection ID, which
-	// follows the end of its handshake; a client gives up a handshake
-	// after 10 s by default (quic-go: twice HandshakeIdleTimeout, 5 s).
-	// Past it, a client that never switched is settled like one that did.
+	// taken to be in its handshake (sending long headers), or still
+	// making its first switch of connection ID, which follows the end of
+	// its handshake; a client gives up a handshake after 10 s by default
+	// (quic-go: twice HandshakeIdleTimeout, 5 s). Past it, a client that
+	// never switched is settled like one that did.
 	quicSwitchWindow = 10 * time.Second
 	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
 	// close silently after their own idle timeout (seconds to minutes),
@@ -249,7 +274,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	r.mu.Lock()
 	cl := r.clients[from]
 	relay := func(f *quicFlow) bool {
-		if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0])) {
+		if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0].id)) {
 			f.confirmed.Store(true)
 		}
 		r.mu.Unlock()
@@ -257,7 +282,11 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		return false
 	}
 	if cl != nil {
-		if f := cl.byCID(d, long, isLong); f != nil {
+		if f, up := cl.byCID(d, long, isLong); f != nil {
+			if up {
+				f.proven = true
+				f.proven1RTT = f.proven1RTT || !isLong
+			}
 			return relay(f)
 		}
 	}
@@ -325,7 +354,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		r.fail(reasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
 	}
-	f, err := r.open(rt, from, long.DCID)
+	f, err := r.open(rt, from, long)
 	if err != nil {
 		r.mu.Unlock()
 		r.fail(reasonUpstream, from, info.ServerName, "no QUIC upstream could be reached: "+err.Error())
@@ -464,44 +493,63 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 	return string(append(b, dcid...))
 }
 
-// match finds the flow a datagram from this client belongs to. Called
-// with the router's mu held.
-func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
+// byCID finds the flow a datagram from this client belongs to by the
+// connection ID it carries, and whether the upstream gave that ID.
+// Called with the router's mu held.
+func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) (*quicFlow, bool) {
 	for _, f := range cl.flows {
-		for _, id := range f.cids {
+		for _, c := range f.cids {
+			id := c.id
 			if isLong && bytes.Equal(long.DCID, id) || !isLong && len(id) > 0 && len(d) > len(id) && bytes.Equal(d[1:1+len(id)], id) {
-				return f
+				return f, c.up
 			}
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // guess finds the flow of a packet whose connection ID the router has
 // not seen in the clear, and learns the ID into it, so that the next
 // packets match by it. Such an ID is one the client took from
-// NEW_CONNECTION_ID (encrypted), or (seen with quic-go v0.65 on both
-// ends, in packet captures) the one it moves to after the server's
-// first flight. The rule, for a packet from an address with flows:
+// NEW_CONNECTION_ID (encrypted): a client moves to one right after its
+// handshake, and quic-go (v0.65, both ends) does so at the first packet
+// it sends once its handshake is complete, which is often a long-header
+// one (its Initial acknowledgement, its Handshake packets), as its
+// upstream sent NEW_CONNECTION_ID in 0.5-RTT data. The rule, for a
+// packet from an address with flows:
 //
-//   - A short-header packet (the connection is established) goes to the
-//     newest flow whose client is switching: it answered its upstream
-//     (confirmed), has not switched yet, and the flow opened less than
-//     quicSwitchWindow ago, as a client does at its first packet after
-//     the handshake. Else to the address's only flow; else to its only
-//     confirmed flow; else nowhere.
-//   - A long-header packet (a handshake under way) goes to the newest
-//     flow not yet confirmed, else to the address's only flow.
+//   - A long-header packet goes to a flow in its handshake that could
+//     have sent it: its client's first flight carried the same Source
+//     Connection ID (a client keeps it in every long header), its
+//     upstream has answered, and it opened less than quicSwitchWindow
+//     ago. Of those: the one under whose Initial keys the packet opens,
+//     when it is an Initial (the keys of the client's first DCID, which
+//     only that client has: quicinitial.Keys; the first maxKeyTries
+//     flows are tried, oldest first); else the newest proven one (its
+//     client has sent a packet to an ID its upstream gave); else the
+//     newest not confirmed; else the only one; else nowhere.
+//   - A short-header packet goes to the newest flow whose client is
+//     making its first switch: it has sent a 1-RTT packet to an ID its
+//     upstream gave (proven1RTT), has not switched yet, and the flow
+//     opened less than quicSwitchWindow ago. Else to the address's only
+//     flow; else to its only proven flow; else to its only confirmed
+//     flow; else nowhere.
 //
-// A flow whose client never answered its upstream, as one opened by a
-// first flight forged from a client's address, so never takes a switch
-// from a flow beside it that did: it opens beside the client's, never
-// in its place. What stays ambiguous: two connections from one address
-// in their handshakes at once (the older one's switch goes to the
-// newest), and two established ones that both switched or stayed past
-// the window when one moves to a new ID later (nowhere). The engine's
-// own HTTP/3's packets never get here: route knows them by their IDs.
-// Called with the router's mu held.
+// A first flight forged from a client's address (a flow beside the
+// client's, for any name, sent at any moment) so takes none of its
+// packets: its sender never sees the upstream's answers, so its flow is
+// never proven; it cannot make an Initial under the client's keys; and
+// when the client's Source Connection ID is not empty it cannot match
+// it but by chance. What stays ambiguous: a client with an empty Source
+// Connection ID (a socket per connection, as browsers and quic-go's
+// DialAddr do) whose Initial acknowledgement is lost, and whose first
+// packets to a new ID are Handshake ones, beside a forged flow in its
+// handshake (the newest not confirmed takes them); two connections
+// sharing a socket that both make their first switch by a short header
+// at once (the newest takes both); and two that switched already (or
+// stayed past the window) when one moves to a new ID later (nowhere).
+// The engine's own HTTP/3's packets never get here: route knows them by
+// their IDs. Called with the router's mu held.
 func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool, now time.Time) *quicFlow {
 	newest := func(take func(*quicFlow) bool) *quicFlow {
 		var f *quicFlow
@@ -524,37 +572,75 @@ func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool, now 
 		}
 		return f
 	}
-	every := func(*quicFlow) bool { return true }
-	var f *quicFlow
+	proven := func(g *quicFlow) bool { return g.proven }
 	if isLong {
-		f = newest(func(g *quicFlow) bool { return !g.confirmed.Load() })
+		handshaking := func(g *quicFlow) bool {
+			return bytes.Equal(g.scid, long.SCID) && g.answered.Load() && now.Sub(g.opened) < quicSwitchWindow
+		}
+		f := cl.openedBy(d, handshaking)
 		if f == nil {
-			f = only(every)
+			f = newest(func(g *quicFlow) bool { return handshaking(g) && g.proven })
+		}
+		if f == nil {
+			f = newest(func(g *quicFlow) bool { return handshaking(g) && !g.confirmed.Load() })
+		}
+		if f == nil {
+			f = only(handshaking)
 		}
 		if f != nil && len(long.DCID) > 0 {
-			f.addCID(long.DCID)
+			f.addCID(long.DCID, false)
+			f.switched = true
 		}
 		return f
 	}
-	f = newest(func(g *quicFlow) bool {
-		return g.confirmed.Load() && !g.switched && now.Sub(g.opened) < quicSwitchWindow
+	f := newest(func(g *quicFlow) bool {
+		return g.proven1RTT && !g.switched && now.Sub(g.opened) < quicSwitchWindow
 	})
 	if f == nil {
-		f = only(every)
+		f = only(func(*quicFlow) bool { return true })
+	}
+	if f == nil {
+		f = only(proven)
 	}
 	if f == nil {
 		f = only(func(g *quicFlow) bool { return g.confirmed.Load() })
 	}
 	if f != nil && f.cidLen > 0 && len(d) > f.cidLen {
-		f.addCID(d[1 : 1+f.cidLen])
+		f.addCID(d[1:1+f.cidLen], false)
 		f.switched = true
 	}
 	return f
 }
 
-// open connects a UDP socket to an upstream of rt for a new flow. Called
-// with the router's mu held.
-func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicFlow, error) {
+// openedBy is the flow, of the first maxKeyTries that take, oldest first,
+// under whose client's Initial keys d opens; nil when d is no Initial or
+// opens under none. Called with the router's mu held.
+func (cl *quicClient) openedBy(d []byte, take func(*quicFlow) bool) *quicFlow {
+	if _, ok := quicinitial.Peek(d); !ok {
+		return nil
+	}
+	tries := 0
+	for _, g := range cl.flows {
+		if !take(g) {
+			continue
+		}
+		if tries++; tries > maxKeyTries {
+			return nil
+		}
+		if g.keys == nil {
+			g.keys, _ = quicinitial.NewKeys(g.version, g.cids[0].id)
+		}
+		if g.keys != nil && g.keys.Opens(d) {
+			return g
+		}
+	}
+	return nil
+}
+
+// open connects a UDP socket to an upstream of rt for a new flow, whose
+// client's first flight began with first. Called with the router's mu
+// held.
+func (r *quicRouter) open(rt *route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
 	var last error = errors.New("every upstream is backing off")
 	for range rt.ups {
 		u := rt.pick(time.Now().UnixNano())
@@ -567,8 +653,8 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 			last = err
 			continue
 		}
-		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, cids: [][]byte{bytes.Clone(dcid)},
-			idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap)}
+		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap),
+			version: first.Version, scid: bytes.Clone(first.SCID), cids: []flowCID{{id: bytes.Clone(first.DCID)}}}
 		f.opened = r.now()
 		u.active.Add(1)
 		go f.fromUpstream()
@@ -678,15 +764,16 @@ func (f *quicFlow) learn(id []byte) {
 	if f.cidLen == 0 {
 		f.cidLen = len(id) // the length of the IDs the upstream issues, for short headers
 	}
-	f.addCID(id)
+	f.addCID(id, true)
 }
 
-// addCID notes a connection ID of this flow; past maxFlowCIDs the oldest
-// learned one goes (the client's first DCID stays). Called with the
-// router's mu held.
-func (f *quicFlow) addCID(id []byte) {
-	for _, c := range f.cids {
-		if bytes.Equal(c, id) {
+// addCID notes a connection ID of this flow, up when the upstream gave
+// it; past maxFlowCIDs the oldest learned one goes (the client's first
+// DCID stays). Called with the router's mu held.
+func (f *quicFlow) addCID(id []byte, up bool) {
+	for i, c := range f.cids {
+		if bytes.Equal(c.id, id) {
+			f.cids[i].up = c.up || up
 			return
 		}
 	}
@@ -694,7 +781,7 @@ func (f *quicFlow) addCID(id []byte) {
 		copy(f.cids[1:], f.cids[2:])
 		f.cids = f.cids[:maxFlowCIDs-1]
 	}
-	f.cids = append(f.cids, bytes.Clone(id))
+	f.cids = append(f.cids, flowCID{id: bytes.Clone(id), up: up})
 }
 
 // sweep expires quiet flows and ClientHellos that never completed, once

@@ -3,7 +3,11 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -75,6 +79,64 @@ func TestQUICRouterGuess(t *testing.T) {
 		{"a settled client's later switch beside a forged flow", false, []step{
 			{do: func(h *routerHarness) { h.open("A", "b.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
 			{do: func(h *routerHarness) { h.open("forged", "b.test"); h.answer("forged") }, send: id("x2"), to: []string{"A"}},
+		}},
+		{"a forged first flight in a client's handshake: its Initial to a new ID", false, []step{
+			// quic-go's client, once its handshake is complete, moves to an
+			// ID from the upstream's 0.5-RTT NEW_CONNECTION_ID at once:
+			// its first datagram after the upstream's flight begins with
+			// an Initial to that ID. Its Source Connection ID is empty, as
+			// the forger's can be.
+			{do: func(h *routerHarness) {
+				h.open("A", "a.test")
+				h.open("forged", "b.test") // spoofed from A's address, a moment later
+				h.answer("A")
+				h.answer("forged")
+			}, send: func(h *routerHarness) []byte { return h.initial("A", h.id("n")) }, to: []string{"A"}},
+			{send: func(h *routerHarness) []byte { return h.hs("A", h.id("n")) }, to: []string{"A"}},
+			{send: id("n"), to: []string{"A"}},
+		}},
+		{"a forged first flight in a client's handshake: its Handshake packets to a new ID", false, []step{
+			// Its Initial acknowledgement went to the upstream's ID first
+			// (it was sent before the handshake completed), then it moved.
+			{do: func(h *routerHarness) {
+				h.open("A", "a.test")
+				h.open("forged", "b.test")
+				h.answer("A")
+				h.answer("forged")
+				h.send("A", h.initial("A", h.id("A/up")))
+			}, send: func(h *routerHarness) []byte { return h.hs("A", h.id("n")) }, to: []string{"A"}},
+			{send: id("n"), to: []string{"A"}},
+		}},
+		{"a forged first flight in the handshake of a client with Source Connection IDs", false, []step{
+			{do: func(h *routerHarness) {
+				h.openShared("A", "a.test")
+				h.openShared("forged", "b.test")
+				h.answer("A")
+				h.answer("forged")
+			}, send: func(h *routerHarness) []byte { return h.hs("A", h.id("n")) }, to: []string{"A"}},
+			{send: id("n"), to: []string{"A"}},
+		}},
+		{"two connections on one socket in their handshakes at once", false, []step{
+			{do: func(h *routerHarness) {
+				h.openShared("A", "a.test")
+				h.openShared("B", "b.test")
+				h.answer("A")
+				h.answer("B")
+			}, send: func(h *routerHarness) []byte { return h.hs("A", h.id("n1")) }, to: []string{"A"}},
+			{send: func(h *routerHarness) []byte { return h.hs("B", h.id("n2")) }, to: []string{"B"}},
+		}},
+		{"a forged flow its sender confirmed beside a client making its first switch", false, []step{
+			// The forger answers its own flow (it knows its own Source
+			// Connection ID) and sends it 1-RTT packets, but never to the
+			// upstream's ID, which it never sees.
+			{do: func(h *routerHarness) {
+				h.openShared("A", "a.test")
+				h.handshake("A")
+				h.openShared("forged", "b.test")
+				h.answer("forged")
+			}, send: func(h *routerHarness) []byte { return h.short(h.named["forged"]) }, to: []string{"forged"}}, // 1-RTT, but to an ID of its own
+			{send: id("x"), to: []string{"A"}},
+			{send: func(h *routerHarness) []byte { return h.hs("forged", h.id("g")) }, to: []string{"forged"}},
 		}},
 		{"two settled flows: no telling", false, []step{
 			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
@@ -313,10 +375,25 @@ func (h *routerHarness) open(label, sni string) {
 	}
 }
 
+// openShared is open for a client whose socket may carry several
+// connections, so whose Source Connection IDs are not empty.
+func (h *routerHarness) openShared(label, sni string) {
+	h.t.Helper()
+	if !h.openFlight(label, sni, helloFlight(h.t, sni, true)) {
+		h.t.Fatalf("the first flight for %s opened no flow", sni)
+	}
+}
+
 // tryOpen is open, and reports whether the first flight opened a flow.
 func (h *routerHarness) tryOpen(label, sni string) bool {
 	h.t.Helper()
-	flight := helloFlight(h.t, sni)
+	return h.openFlight(label, sni, helloFlight(h.t, sni, false))
+}
+
+// openFlight routes flight, a first flight for sni, names the flow it
+// opens, and reports whether it opened one.
+func (h *routerHarness) openFlight(label, sni string, flight [][]byte) bool {
+	h.t.Helper()
 	h.advance(time.Millisecond) // a flow opened later is newer
 	for _, d := range flight {
 		h.r.route(d, h.from)
@@ -332,7 +409,7 @@ func (h *routerHarness) tryOpen(label, sni string) bool {
 	}
 	if f != nil {
 		h.flows[label] = f
-		h.named[label] = f.cids[0]
+		h.named[label] = f.cids[0].id
 	}
 	h.r.mu.Unlock()
 	if f == nil {
@@ -356,7 +433,7 @@ func (h *routerHarness) isOpen(label string) bool {
 // own HTTP/3's. The flight's DCID is named label.
 func (h *routerHarness) release(label, sni string) {
 	h.t.Helper()
-	flight := helloFlight(h.t, sni)
+	flight := helloFlight(h.t, sni, false)
 	for _, d := range flight {
 		h.r.route(d, h.from)
 	}
@@ -414,13 +491,16 @@ func (h *routerHarness) down(label string, d []byte) {
 }
 
 // handshake answers the flow's client, has the client answer back (a
-// Handshake packet to the upstream's ID), and the upstream send a 1-RTT
-// packet (HANDSHAKE_DONE), as real ones do.
+// Handshake packet to the upstream's ID), the upstream send a 1-RTT
+// packet (HANDSHAKE_DONE), and the client its first 1-RTT packet to the
+// upstream's ID (before it moves to an ID from NEW_CONNECTION_ID), as
+// real ones do.
 func (h *routerHarness) handshake(label string) {
 	h.t.Helper()
 	h.answer(label)
 	h.talk(label)
 	h.down(label, h.short(h.id("c/"+label)))
+	h.send(label, h.short(h.id(label+"/up")))
 	if f := h.flows[label]; !f.confirmed.Load() || !f.established.Load() {
 		h.t.Fatalf("the flow %s after its handshake: confirmed %v, established %v", label, f.confirmed.Load(), f.established.Load())
 	}
@@ -430,8 +510,14 @@ func (h *routerHarness) handshake(label string) {
 // ID, and waits until the upstream has it.
 func (h *routerHarness) talk(label string) {
 	h.t.Helper()
+	h.send(label, h.long(0x2, h.id(label+"/up"), h.flows[label].scid))
+}
+
+// send routes d, from the client, which must reach the flow's upstream,
+// and waits until it has.
+func (h *routerHarness) send(label string, d []byte) {
+	h.t.Helper()
 	f := h.flows[label]
-	d := h.long(0x2, h.id(label+"/up"), h.id("c/"+label))
 	h.r.route(d, h.from)
 	if g := h.recvFrom(h.ups[f.rt.cfg.Domain], f.up.LocalAddr().(*net.UDPAddr).AddrPort()); !bytes.Equal(g, d) {
 		h.t.Fatalf("the upstream of %s got % x…, not what its client sent", label, g[:min(len(g), 12)])
@@ -527,6 +613,68 @@ func (h *routerHarness) ownID() []byte {
 	return id.Bytes()
 }
 
+// initial is an Initial packet from the flow's client to dcid, under its
+// Initial keys (those of its first DCID), as the client sends to
+// acknowledge its upstream's Initial once it moved to the upstream's ID
+// or to a newer one.
+func (h *routerHarness) initial(label string, dcid []byte) []byte {
+	h.t.Helper()
+	d := sealInitial(h.t, h.named[label], dcid, h.flows[label].scid)
+	if k, err := quicinitial.NewKeys(quicinitial.Version1, h.named[label]); err != nil || !k.Opens(d) {
+		h.t.Fatalf("the Initial sealed for %s does not open under its keys (%v)", label, err)
+	}
+	return d
+}
+
+// hs is a Handshake packet from the flow's client (its Source Connection
+// ID) to dcid, its payload random.
+func (h *routerHarness) hs(label string, dcid []byte) []byte {
+	return h.long(0x2, dcid, h.flows[label].scid)
+}
+
+// sealInitial is a QUIC v1 client Initial to dcid from scid protected
+// under the Initial keys of first, a client's first DCID (RFC 9001 §5.2,
+// §5.3, §5.4), its payload a PING and PADDING: no ClientHello.
+func sealInitial(t *testing.T, first, dcid, scid []byte) []byte {
+	t.Helper()
+	salt := []byte{0x38, 0x76, 0x2c, 0xf7, 0xf5, 0x59, 0x34, 0xb3, 0x4d, 0x17, 0x9a, 0xe6, 0xa4, 0xc8, 0x0c, 0xad, 0xcc, 0xbb, 0x7f, 0x0a}
+	label := func(secret []byte, l string, n int) []byte {
+		full := "tls13 " + l
+		info := append([]byte{byte(n >> 8), byte(n), byte(len(full))}, full...)
+		b, err := hkdf.Expand(sha256.New, secret, string(append(info, 0)), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	initial, err := hkdf.Extract(sha256.New, first, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := label(initial, "client in", 32)
+	block, _ := aes.NewCipher(label(secret, "quic key", 16))
+	aead, _ := cipher.NewGCM(block)
+	hp, _ := aes.NewCipher(label(secret, "quic hp", 16))
+	iv := label(secret, "quic iv", 12)
+
+	const pn, size = 2, 1100
+	hdr := append([]byte{0xc0, 0, 0, 0, 1, byte(len(dcid))}, dcid...)
+	hdr = append(append(hdr, byte(len(scid))), scid...)
+	length := 1 + size + aead.Overhead() // a one-byte packet number
+	hdr = append(hdr, 0, 0x40|byte(length>>8), byte(length))
+	pnOff := len(hdr)
+	hdr = append(hdr, pn)
+	payload := make([]byte, size)
+	payload[0] = 0x01 // PING
+	iv[len(iv)-1] ^= pn
+	d := aead.Seal(bytes.Clone(hdr), iv, payload, hdr)
+	mask := make([]byte, aes.BlockSize)
+	hp.Encrypt(mask, d[pnOff+4:pnOff+4+aes.BlockSize])
+	d[0] ^= mask[0] & 0x0f
+	d[pnOff] ^= mask[1]
+	return d
+}
+
 // short is a 1-RTT packet (short header) to dcid, its payload random.
 func (h *routerHarness) short(dcid []byte) []byte {
 	d := append([]byte{0x40}, dcid...)
@@ -549,7 +697,10 @@ func (h *routerHarness) long(typ byte, dcid, scid []byte) []byte {
 
 // helloFlight is a quic-go client's first flight for sni: its datagrams
 // until the ClientHello is whole, sent to a socket that never answers.
-func helloFlight(t *testing.T, sni string) [][]byte {
+// With shared, the client dials from a quic.Transport, whose Source
+// Connection IDs are 4 bytes as it may carry several connections
+// (quic.DialAddr's, a socket per connection, are empty).
+func helloFlight(t *testing.T, sni string, shared bool) [][]byte {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -558,7 +709,18 @@ func helloFlight(t *testing.T, sni string) [][]byte {
 	defer pc.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}, nil)
+	tc := &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}
+	if shared {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &quic.Transport{Conn: c}
+		defer tr.Close()
+		go tr.Dial(ctx, pc.LocalAddr(), tc, nil)
+	} else {
+		go quic.DialAddr(ctx, pc.LocalAddr().String(), tc, nil)
+	}
 	var hello quicinitial.Hello
 	var flight [][]byte
 	buf := make([]byte, 2048)
