@@ -66,7 +66,7 @@ package engine
 //	                                                                                             flows
 //	quic one-sided  the upstream to answer a client      15 s (1 s for a new flow at             -               quicRouter sweep,
 //	                that keeps sending                   max_connections)                                        makeRoom
-//	quic handshake  the upstream's first 1-RTT datagram  15 s (10 s for a new flow at            -               quicRouter sweep,
+//	quic handshake  the upstream to send 1-RTT only      15 s (10 s for a new flow at            -               quicRouter sweep,
 //	                (its handshake done)                 max_connections)                                        makeRoom
 //	redirect        [redirect_http]: every state of a    as stateFirst, stateHead, stateBody,    max_header_bytes reactor read deadline
 //	                plain HTTP/1.1 connection            stateIdle (its own reactor loop)

@@ -151,15 +151,18 @@ type quicFlow struct {
 	// client that got the answer does. A flow not confirmed within
 	// helloWait of its opening is dropped, so that Initials replayed
 	// from spoofed addresses hold a flow seconds, not minutes.
-	// established: the upstream has sent a datagram that begins with a
-	// short-header (1-RTT) packet, as a QUIC server does once its
-	// handshake is done (HANDSHAKE_DONE, and everything after); before,
-	// its 1-RTT packets ride behind its Handshake ones. A flow not
-	// established quicHandshakeMax after its opening is dropped: its
-	// client answered but never finished the handshake, as one that
-	// forges its answers (without the keys a relay cannot validate an
-	// address the way QUIC does) and sends its first flight again to keep
-	// the upstream talking. See also oneSided.
+	// established: the upstream's latest datagram began with a
+	// short-header (1-RTT) packet. Once its handshake is done a QUIC
+	// server sends nothing else: it discards its Handshake keys (RFC 9001
+	// §4.9.2), and sends HANDSHAKE_DONE and everything after in 1-RTT
+	// packets. Before, it may send 0.5-RTT data alone (quic-go does), but
+	// its Handshake packets follow, retransmitted until the client
+	// finishes or the server gives up. A flow not established
+	// quicHandshakeMax after its opening is dropped: its client answered
+	// but never finished the handshake, as one that forges its answers
+	// (without the keys a relay cannot validate an address the way QUIC
+	// does) and sends its first flight again to keep the upstream
+	// talking. See also oneSided.
 	answered, confirmed, established atomic.Bool
 	opened                           time.Time
 }
@@ -715,9 +718,8 @@ func (f *quicFlow) fromUpstream() {
 			for off := 0; off < n; off += seg {
 				if p, ok := quicinitial.Long(d[off:min(off+seg, n)]); ok && len(p.SCID) > 0 {
 					f.learn(p.SCID)
-				} else if !ok && d[off]&0x80 == 0 {
-					f.established.Store(true)
 				}
+				f.established.Store(d[off]&0x80 == 0)
 			}
 			var err error
 			if seg < n && gso {

@@ -202,8 +202,7 @@ func TestQUICRouterOneSided(t *testing.T) {
 		h.talk("one-sided 3s")
 		h.advance(3 * time.Second)
 		h.talk("one-sided 6s")
-		h.answer("active")
-		h.talk("active")
+		h.exchange("active")
 		h.open("new", "a.test")
 		h.wantOpen("the longest one-sided flow makes room", "idle", "active", "one-sided 3s", "new")
 		h.handshake("new")
@@ -230,8 +229,7 @@ func TestQUICRouterOneSided(t *testing.T) {
 		for i := 1; i <= 4; i++ {
 			h.advance(5 * time.Second)
 			h.talk("one-sided")
-			h.answer("active")
-			h.talk("active")
+			h.exchange("active")
 			h.r.expire(h.now())
 			if i*5 <= int(quicOneSidedMax/time.Second) {
 				h.wantOpen(fmt.Sprintf("one-sided for %d s", i*5), "idle", "active", "one-sided")
@@ -248,9 +246,10 @@ func TestQUICRouterOneSided(t *testing.T) {
 // never finished the handshake, kept two-sided by sending its first
 // flight again (which the upstream answers as a new connection) beside
 // its garbage, may be closed for a new flow 10 s after its opening, and
-// is closed by the sweep past 15 s; a flow whose handshake is done (its
-// upstream sends 1-RTT packets) is not. The router's clock is moved by
-// hand.
+// is closed by the sweep past 15 s, though its upstream sent 0.5-RTT
+// data alone (as quic-go does) before its Handshake packets again; a
+// flow whose handshake is done (its upstream sends 1-RTT packets only)
+// is not. The router's clock is moved by hand.
 func TestQUICRouterUnfinished(t *testing.T) {
 	h := newRouterHarness(t, false, 3)
 	h.open("done", "a.test")
@@ -258,7 +257,9 @@ func TestQUICRouterUnfinished(t *testing.T) {
 	for _, l := range []string{"stuck", "stuck 2"} {
 		h.open(l, "b.test")
 		h.answer(l)
-		h.talk(l) // confirmed
+		h.down(l, h.short(h.id("c/"+l))) // 0.5-RTT
+		h.talk(l)                        // confirmed
+		h.answer(l)                      // the upstream's Handshake again
 	}
 	step := func(d time.Duration) {
 		h.advance(d)
@@ -511,6 +512,14 @@ func (h *routerHarness) handshake(label string) {
 func (h *routerHarness) talk(label string) {
 	h.t.Helper()
 	h.send(label, h.long(0x2, h.id(label+"/up"), h.flows[label].scid))
+}
+
+// exchange has the flow's upstream send its client a 1-RTT packet, and
+// the client answer with one, as on an established connection.
+func (h *routerHarness) exchange(label string) {
+	h.t.Helper()
+	h.down(label, h.short(h.id("c/"+label)))
+	h.send(label, h.short(h.id(label+"/up")))
 }
 
 // send routes d, from the client, which must reach the flow's upstream,
