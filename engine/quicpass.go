@@ -41,21 +41,22 @@ import (
 // guess. The guess is needed because the IDs an upstream issues in
 // NEW_CONNECTION_ID are encrypted, and a client moves to one of them
 // right after its handshake (quic-go does at its first packet after
-// the handshake completes, often a long-header one). It takes only what
-// a first flight forged from the client's address cannot fake: a long
-// header goes to the flow of the same client Source Connection ID, under
-// whose Initial keys it opens, or whose client has sent a packet to an
-// ID its upstream gave; a short header to the flow whose client has sent
-// a 1-RTT packet to its upstream's ID and is making its first switch,
-// else to the address's only flow, or only such flow (see
-// quicClient.guess). A datagram carrying part of a ClientHello is always
-// held with its hello, never guessed into a flow.
+// the handshake completes, often a long-header one). The guess goes by
+// what a first flight forged from the client's address cannot fake: a
+// long header goes to a flow of the same client Source Connection ID,
+// first the one under whose Initial keys it opens, then one whose client
+// has sent a packet to an ID its upstream gave; a short header to the
+// flow whose client has sent a 1-RTT packet to its upstream's ID and is
+// making its first switch; the fallbacks after those, and what stays
+// ambiguous, are in quicClient.guess. A datagram carrying part of a
+// ClientHello is always held with its hello, never guessed into a flow.
+//
 // A flow whose client never answers the upstream is dropped after
 // helloWait (see quicFlow.confirmed), one whose handshake is not done
 // after quicHandshakeMax (established), and one whose client keeps
 // sending to an upstream that has stopped answering after
-// quicOneSidedMax (oneSided). A client that changes
-// address (migration, NAT rebinding) is not followed.
+// quicOneSidedMax (oneSided). A client that changes address (migration,
+// NAT rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
 // maxHeldBytes, maxFlows flows and their addresses, maxOwnHellos IDs of
@@ -540,17 +541,18 @@ func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) (*qu
 //
 // A first flight forged from a client's address (a flow beside the
 // client's, for any name, sent at any moment) so takes none of its
-// packets: its sender never sees the upstream's answers, so its flow is
-// never proven; it cannot make an Initial under the client's keys; and
-// when the client's Source Connection ID is not empty it cannot match
-// it but by chance. What stays ambiguous: a client with an empty Source
-// Connection ID (a socket per connection, as browsers and quic-go's
-// DialAddr do) whose Initial acknowledgement is lost, and whose first
-// packets to a new ID are Handshake ones, beside a forged flow in its
-// handshake (the newest not confirmed takes them); two connections
-// sharing a socket that both make their first switch by a short header
-// at once (the newest takes both); and two that switched already (or
-// stayed past the window) when one moves to a new ID later (nowhere).
+// packets but in the ambiguous case below: its sender never sees the
+// upstream's answers, so its flow is never proven; it cannot make an
+// Initial under the client's keys; and when the client's Source
+// Connection ID is not empty it cannot match it but by chance. What
+// stays ambiguous: a client with an empty Source Connection ID (one that
+// uses a socket per connection may, as quic-go's DialAddr does) whose
+// Initial acknowledgement is lost, and whose first packets to a new ID
+// are Handshake ones, beside a forged flow in its handshake (the newest
+// not confirmed takes them); two connections sharing a socket that both
+// make their first switch by a short header at once (the newest takes
+// both); and two that switched already (or stayed past the window) when
+// one moves to a new ID later (nowhere).
 // The engine's own HTTP/3's packets never get here: route knows them by
 // their IDs. Called with the router's mu held.
 func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool, now time.Time) *quicFlow {
