@@ -128,6 +128,8 @@ func newCollector(s *Server) *collector {
 		counter("passthrough_bytes_down_total", "Bytes relayed from upstreams to clients (closed relays).", func(s *snapshot) int64 { return s.PassBytesDown })
 		counter("quic_passthrough_relayed_total", "QUIC flows relayed.", func(s *snapshot) int64 { return s.QUICPassRelayed })
 		gauge("quic_passthrough_open", "QUIC flows relayed now.", func(s *snapshot) int64 { return s.QUICPassActive })
+		counter("quic_passthrough_unconfirmed_total", "QUIC flows closed because their client never answered the upstream (header_timeout) or never finished its handshake (15 s), or for a new flow at max_connections.", func(s *snapshot) int64 { return s.QUICPassUnconfirmed })
+		counter("quic_passthrough_one_sided_total", "QUIC flows closed because their upstream had said nothing for a while as their client kept sending.", func(s *snapshot) int64 { return s.QUICPassOneSided })
 	}
 	return c
 }

@@ -64,6 +64,10 @@ package engine
 //	                                                     Initial)                                16 KiB; 4,096
 //	quic relay      a datagram either way                min(idle_timeout, 3 m)                  max_connections quicRouter sweep
 //	                                                                                             flows
+//	quic one-sided  the upstream to answer a client      15 s (1 s for a new flow at             -               quicRouter sweep,
+//	                that keeps sending                   max_connections)                                        makeRoom
+//	quic handshake  the upstream to send 1-RTT only      15 s (10 s for a new flow at            -               quicRouter sweep,
+//	                (its handshake done)                 max_connections)                                        makeRoom
 //	redirect        [redirect_http]: every state of a    as stateFirst, stateHead, stateBody,    max_header_bytes reactor read deadline
 //	                plain HTTP/1.1 connection            stateIdle (its own reactor loop)
 //	acme-tls/1      a TLS-ALPN-01 validation handshake   as stateHandshake; closed when done     16 KiB records  reactor read deadline

@@ -46,9 +46,12 @@ type passCounters struct {
 	// want of HTTP/3 of the engine's own.
 	quicRelayed, quicActive, quicBytesUp, quicBytesDown, quicDropped atomic.Int64
 	// quicUnconfirmed counts flows dropped because their client never
-	// answered the upstream (a spoofed address, or a client gone).
-	quicUnconfirmed atomic.Int64
-	quicFailures    [passReasons]atomic.Int64
+	// answered the upstream (a spoofed address, or a client gone) or
+	// never finished its handshake with it (forged answers);
+	// quicOneSided, flows closed because their upstream had gone quiet
+	// while their client kept sending (see quicFlow.oneSided).
+	quicUnconfirmed, quicOneSided atomic.Int64
+	quicFailures                  [passReasons]atomic.Int64
 }
 
 // passReason is why a connection meant for passthrough was not relayed.

@@ -41,31 +41,39 @@ import (
 // guess. The guess is needed because the IDs an upstream issues in
 // NEW_CONNECTION_ID are encrypted, and a client moves to one of them
 // right after its handshake (quic-go does at its first packet after
-// the handshake completes): a short-header packet of unknown ID from an
-// address goes to the address's flow whose client is making that first
-// switch (the newest, when several are), else to its only flow, else to
-// its only confirmed one, else nowhere; so a flow opened by a first
-// flight forged from the client's address never takes the client's
-// switch (see quicClient.guess). A datagram carrying part of a
+// the handshake completes, often a long-header one). The guess goes by
+// what a first flight forged from the client's address cannot fake: a
+// long header goes to a flow of the same client Source Connection ID,
+// first the one under whose Initial keys it opens, then one whose client
+// has sent a packet to an ID its upstream gave; a short header to the
+// flow whose client has sent a 1-RTT packet to its upstream's ID and is
+// making its first switch; the fallbacks after those, and what stays
+// ambiguous, are in quicClient.guess. A datagram carrying part of a
 // ClientHello is always held with its hello, never guessed into a flow.
+//
 // A flow whose client never answers the upstream is dropped after
-// helloWait (see quicFlow.confirmed). A client that changes address
-// (migration, NAT rebinding) is not followed.
+// helloWait (see quicFlow.confirmed), one whose handshake is not done
+// after quicHandshakeMax (established), and one whose client keeps
+// sending to an upstream that has stopped answering after
+// quicOneSidedMax (oneSided). A client that changes address (migration,
+// NAT rebinding) is not followed.
 //
 // Invariant: every table is bounded (maxPendingHellos hellos of at most
 // maxHeldBytes, maxFlows flows and their addresses, maxOwnHellos IDs of
 // hellos released to the engine's own HTTP/3), and a full one makes
-// room from what is unconfirmed, never from a confirmed flow (of the
-// remembered hello IDs, the oldest goes).
+// room from what is unconfirmed or dead from its upstream's side, never
+// from a flow whose upstream answers its client or that both sides
+// leave idle (of the remembered hello IDs, the oldest goes).
 type quicRouter struct {
 	// Immutable after construction.
 	px        *passthrough
 	udp       *net.UDPConn
 	log       *slog.Logger
-	own       bool          // quic-go reads what is not relayed
-	ids       *ownCIDs      // the IDs of the engine's own HTTP/3; nil unless own
-	maxFlows  int           // flows open at once
-	helloWait time.Duration // bounds the gathering of one ClientHello
+	own       bool             // quic-go reads what is not relayed
+	ids       *ownCIDs         // the IDs of the engine's own HTTP/3; nil unless own
+	maxFlows  int              // flows open at once
+	helloWait time.Duration    // bounds the gathering of one ClientHello
+	now       func() time.Time // the clock of every time the router keeps (time.Now; tests move theirs by hand)
 	stop      chan struct{}
 
 	mu      sync.Mutex
@@ -116,22 +124,48 @@ type quicFlow struct {
 	ups    *upstream
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
+	// version and scid are those of the client's first flight: a client
+	// keeps its Source Connection ID in every long header it sends.
+	version uint32
+	scid    []byte
 
-	cids     [][]byte     // guarded by r.mu: connection IDs that name this flow
-	cidLen   int          // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
-	switched bool         // guarded by r.mu: the client has made its first switch of ID (see guess)
-	last     atomic.Int64 // unix ns of the last datagram either way
-	gone     atomic.Bool
+	cids     []flowCID         // guarded by r.mu: connection IDs that name this flow, the client's first DCID first
+	cidLen   int               // guarded by r.mu: the length of the upstream's IDs; 0 until one is seen
+	switched bool              // guarded by r.mu: the client has made its first switch of ID (see guess)
+	keys     *quicinitial.Keys // guarded by r.mu: the client's Initial keys, once guess needed them
+	// proven: the client has sent a packet to an ID its upstream gave
+	// itself in the clear (a long header's Source Connection ID), which
+	// only one that receives the upstream's datagrams knows: a first
+	// flight forged from the client's address never gets there.
+	// proven1RTT: one of them was a short-header (1-RTT) packet, sent
+	// once the client's handshake was done and before its first switch
+	// of ID. Guarded by r.mu.
+	proven, proven1RTT bool
+	// clientLast and upLast are when (unix ns, the router's clock) the
+	// client's last datagram went to the upstream, and the upstream's
+	// last one arrived (0: none yet). See oneSided.
+	clientLast, upLast atomic.Int64
+	gone               atomic.Bool
 	// answered: the upstream has sent the client something. confirmed:
 	// the client has since sent something other than its first flight
 	// again (a packet for another connection ID than its first), as a
 	// client that got the answer does. A flow not confirmed within
 	// helloWait of its opening is dropped, so that Initials replayed
-	// from spoofed addresses hold a flow seconds, not minutes. (Without
-	// the keys a relay cannot validate an address the way QUIC does: a
-	// spoofer who also forges later packets still gets the idle timeout.)
-	answered, confirmed atomic.Bool
-	opened              time.Time
+	// from spoofed addresses hold a flow seconds, not minutes.
+	// established: the upstream's latest datagram began with a
+	// short-header (1-RTT) packet. Once its handshake is done a QUIC
+	// server sends nothing else: it discards its Handshake keys (RFC 9001
+	// §4.9.2), and sends HANDSHAKE_DONE and everything after in 1-RTT
+	// packets. Before, it may send 0.5-RTT data alone (quic-go does), but
+	// its Handshake packets follow, retransmitted until the client
+	// finishes or the server gives up. A flow not established
+	// quicHandshakeMax after its opening is dropped: its client answered
+	// but never finished the handshake, as one that forges its answers
+	// (without the keys a relay cannot validate an address the way QUIC
+	// does) and sends its first flight again to keep the upstream
+	// talking. See also oneSided.
+	answered, confirmed, established atomic.Bool
+	opened                           time.Time
 }
 
 // Bounds of the router's tables.
@@ -140,32 +174,59 @@ const (
 	maxHeldDatagrams = 8 // a ClientHello in QUIC takes 1-3 datagrams
 	maxHeldBytes     = 16 << 10
 	maxFlowCIDs      = 8
+	// maxKeyTries bounds the flows whose Initial keys one datagram is
+	// tried under (see guess): each costs an AES-GCM open.
+	maxKeyTries = 8
 	// maxOwnHellos bounds the hellos released to the engine's own HTTP/3
 	// whose IDs are remembered: each is needed only until its handshake
 	// is done (seconds), and a new one replaces the oldest.
 	maxOwnHellos    = 4096
 	quicDatagramMax = 1 << 16 // a UDP datagram's most
 	// quicSwitchWindow is how long after a flow opens its client is
-	// taken to be still making its first switch of connection ID, which
-	// follows the end of its handshake; a client gives up a handshake
-	// after 10 s by default (quic-go: twice HandshakeIdleTimeout, 5 s).
-	// Past it, a client that never switched is settled like one that did.
+	// taken to be in its handshake (sending long headers), or still
+	// making its first switch of connection ID, which follows the end of
+	// its handshake; a client gives up a handshake after 10 s by default
+	// (quic-go: twice HandshakeIdleTimeout, 5 s). Past it, a client that
+	// never switched is settled like one that did.
 	quicSwitchWindow = 10 * time.Second
 	// quicIdleCap bounds the idle timeout of a QUIC flow: QUIC endpoints
 	// close silently after their own idle timeout (seconds to minutes),
 	// so a flow quiet this long is dead.
 	quicIdleCap = 3 * time.Minute
+	// A flow one-sided (see quicFlow.oneSided) this long may be closed
+	// for a new flow at max_connections; one-sided longer than
+	// quicOneSidedMax it is closed by the sweep. A live QUIC endpoint
+	// acknowledges its peer's ack-eliciting packets within its
+	// max_ack_delay (25 ms by default), so its side of a flow whose
+	// client talks goes quiet for a round trip and that delay, not a
+	// second; and quicOneSidedMax is past quic-go's handshake idle
+	// timeout (5 s) and a client's handshake (10 s), so that an upstream
+	// that merely lost the client's first answers is not taken for dead.
+	quicOneSidedEvict = time.Second
+	quicOneSidedMax   = 15 * time.Second
+	// quicHandshakeMax bounds a flow's handshake (see
+	// quicFlow.established): past quic-go's handshake timeout and a
+	// browser's (10 s), with a round trip to spare. A flow not
+	// established quicSwitchWindow after its opening, whose client has
+	// given up, may be closed for a new one at max_connections.
+	quicHandshakeMax = 15 * time.Second
 )
 
 // newQUICRouter routes the datagrams that arrive on udp. ids issues the
 // IDs of the engine's own HTTP/3, which then reads through the router
 // (routedConn); nil when the engine serves none (run reads).
 func newQUICRouter(px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
-	r := &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, log: log,
-		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
-		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
+	r := newQUICRouterOn(time.Now, px, udp, ids, maxFlows, helloWait, log)
 	go r.sweep()
 	return r
+}
+
+// newQUICRouterOn is a router on the clock now, which nothing sweeps:
+// tests call expire when they have moved their clock.
+func newQUICRouterOn(now func() time.Time, px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
+	return &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, now: now, log: log,
+		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
+		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
 }
 
 // run reads and routes datagrams when the engine serves no HTTP/3 of its
@@ -211,7 +272,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	r.mu.Lock()
 	cl := r.clients[from]
 	relay := func(f *quicFlow) bool {
-		if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0])) {
+		if !f.confirmed.Load() && f.answered.Load() && (!isLong || !bytes.Equal(long.DCID, f.cids[0].id)) {
 			f.confirmed.Store(true)
 		}
 		r.mu.Unlock()
@@ -219,7 +280,11 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		return false
 	}
 	if cl != nil {
-		if f := cl.byCID(d, long, isLong); f != nil {
+		if f, up := cl.byCID(d, long, isLong); f != nil {
+			if up {
+				f.proven = true
+				f.proven1RTT = f.proven1RTT || !isLong
+			}
 			return relay(f)
 		}
 	}
@@ -239,7 +304,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		// of one is held with it, even when it comes before its
 		// beginning, and never guessed into a flow.)
 		if cl != nil {
-			if f := cl.guess(d, long, isLong, time.Now()); f != nil {
+			if f := cl.guess(d, long, isLong, r.now()); f != nil {
 				return relay(f)
 			}
 		}
@@ -255,7 +320,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 			// real client by its own pace, not by helloWait.
 			r.evictPending()
 		}
-		pd = &quicPending{since: time.Now()}
+		pd = &quicPending{since: r.now()}
 		r.pending[key] = pd
 		r.pendingOrder = append(r.pendingOrder, key)
 	}
@@ -282,12 +347,12 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		r.release(pd, key, from, info.ServerName, err)
 		return false
 	}
-	if r.flows >= r.maxFlows && !r.evictUnconfirmed() {
+	if r.flows >= r.maxFlows && !r.makeRoom() {
 		r.mu.Unlock()
 		r.fail(reasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
 	}
-	f, err := r.open(rt, from, long.DCID)
+	f, err := r.open(rt, from, long)
 	if err != nil {
 		r.mu.Unlock()
 		r.fail(reasonUpstream, from, info.ServerName, "no QUIC upstream could be reached: "+err.Error())
@@ -322,31 +387,55 @@ func (r *quicRouter) evictPending() {
 	}
 }
 
-// evictUnconfirmed makes room for a new flow by dropping the oldest one
-// whose client has not answered yet (see quicFlow.confirmed): confirmed
-// flows are never dropped for a new one. It reports whether it could.
-// Called with mu held.
-func (r *quicRouter) evictUnconfirmed() bool {
-	var victim *quicFlow
-	var at *quicClient
+// makeRoom makes room for a new flow by closing the oldest one whose
+// client has not answered yet (see quicFlow.confirmed), or has not
+// finished its handshake quicSwitchWindow after its opening (see
+// established); else the one that has been one-sided longest (see
+// quicFlow.oneSided), at least quicOneSidedEvict. An established flow
+// whose upstream answers its client, or that both sides leave idle, is
+// never closed for a new one. It reports whether it could. Called with
+// mu held.
+func (r *quicRouter) makeRoom() bool {
+	var unconfirmed, oneSided *quicFlow
+	longest := quicOneSidedEvict
+	now := r.now()
 	for _, cl := range r.clients {
 		for _, f := range cl.flows {
-			if !f.confirmed.Load() && (victim == nil || f.opened.Before(victim.opened)) {
-				victim, at = f, cl
+			if !f.confirmed.Load() || !f.established.Load() && now.Sub(f.opened) >= quicSwitchWindow {
+				if unconfirmed == nil || f.opened.Before(unconfirmed.opened) {
+					unconfirmed = f
+				}
+			} else if d := f.oneSided(); d >= longest {
+				oneSided, longest = f, d
 			}
 		}
 	}
-	if victim == nil {
+	victim := unconfirmed
+	if victim != nil {
+		r.px.stats.quicUnconfirmed.Add(1)
+	} else if victim = oneSided; victim != nil {
+		r.px.stats.quicOneSided.Add(1)
+	} else {
 		return false
 	}
-	at.flows = slices.DeleteFunc(at.flows, func(f *quicFlow) bool { return f == victim })
-	if len(at.flows) == 0 {
-		delete(r.clients, victim.client)
-	}
-	r.flows--
-	r.px.stats.quicUnconfirmed.Add(1)
+	r.unlink(victim)
 	go victim.close()
 	return true
+}
+
+// unlink takes a flow out of the tables, if it is still there. Called
+// with mu held.
+func (r *quicRouter) unlink(f *quicFlow) {
+	cl := r.clients[f.client]
+	if cl == nil {
+		return
+	}
+	n := len(cl.flows)
+	cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
+	r.flows -= n - len(cl.flows)
+	if len(cl.flows) == 0 {
+		delete(r.clients, f.client)
+	}
 }
 
 // release hands the datagrams of a hello no route takes to the engine's
@@ -402,97 +491,10 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 	return string(append(b, dcid...))
 }
 
-// match finds the flow a datagram from this client belongs to. Called
-// with the router's mu held.
-func (cl *quicClient) byCID(d []byte, long quicinitial.Packet, isLong bool) *quicFlow {
-	for _, f := range cl.flows {
-		for _, id := range f.cids {
-			if isLong && bytes.Equal(long.DCID, id) || !isLong && len(id) > 0 && len(d) > len(id) && bytes.Equal(d[1:1+len(id)], id) {
-				return f
-			}
-		}
-	}
-	return nil
-}
-
-// guess finds the flow of a packet whose connection ID the router has
-// not seen in the clear, and learns the ID into it, so that the next
-// packets match by it. Such an ID is one the client took from
-// NEW_CONNECTION_ID (encrypted), or (seen with quic-go v0.65 on both
-// ends, in packet captures) the one it moves to after the server's
-// first flight. The rule, for a packet from an address with flows:
-//
-//   - A short-header packet (the connection is established) goes to the
-//     newest flow whose client is switching: it answered its upstream
-//     (confirmed), has not switched yet, and the flow opened less than
-//     quicSwitchWindow ago, as a client does at its first packet after
-//     the handshake. Else to the address's only flow; else to its only
-//     confirmed flow; else nowhere.
-//   - A long-header packet (a handshake under way) goes to the newest
-//     flow not yet confirmed, else to the address's only flow.
-//
-// A flow whose client never answered its upstream, as one opened by a
-// first flight forged from a client's address, so never takes a switch
-// from a flow beside it that did: it opens beside the client's, never
-// in its place. What stays ambiguous: two connections from one address
-// in their handshakes at once (the older one's switch goes to the
-// newest), and two established ones that both switched or stayed past
-// the window when one moves to a new ID later (nowhere). The engine's
-// own HTTP/3's packets never get here: route knows them by their IDs.
-// Called with the router's mu held.
-func (cl *quicClient) guess(d []byte, long quicinitial.Packet, isLong bool, now time.Time) *quicFlow {
-	newest := func(take func(*quicFlow) bool) *quicFlow {
-		var f *quicFlow
-		for _, g := range cl.flows {
-			if take(g) && (f == nil || g.opened.After(f.opened)) {
-				f = g
-			}
-		}
-		return f
-	}
-	only := func(take func(*quicFlow) bool) *quicFlow {
-		var f *quicFlow
-		for _, g := range cl.flows {
-			if take(g) {
-				if f != nil {
-					return nil
-				}
-				f = g
-			}
-		}
-		return f
-	}
-	every := func(*quicFlow) bool { return true }
-	var f *quicFlow
-	if isLong {
-		f = newest(func(g *quicFlow) bool { return !g.confirmed.Load() })
-		if f == nil {
-			f = only(every)
-		}
-		if f != nil && len(long.DCID) > 0 {
-			f.addCID(long.DCID)
-		}
-		return f
-	}
-	f = newest(func(g *quicFlow) bool {
-		return g.confirmed.Load() && !g.switched && now.Sub(g.opened) < quicSwitchWindow
-	})
-	if f == nil {
-		f = only(every)
-	}
-	if f == nil {
-		f = only(func(g *quicFlow) bool { return g.confirmed.Load() })
-	}
-	if f != nil && f.cidLen > 0 && len(d) > f.cidLen {
-		f.addCID(d[1 : 1+f.cidLen])
-		f.switched = true
-	}
-	return f
-}
-
-// open connects a UDP socket to an upstream of rt for a new flow. Called
-// with the router's mu held.
-func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicFlow, error) {
+// open connects a UDP socket to an upstream of rt for a new flow, whose
+// client's first flight began with first. Called with the router's mu
+// held.
+func (r *quicRouter) open(rt *route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
 	var last error = errors.New("every upstream is backing off")
 	for range rt.ups {
 		u := rt.pick(time.Now().UnixNano())
@@ -505,10 +507,9 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 			last = err
 			continue
 		}
-		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, cids: [][]byte{bytes.Clone(dcid)},
-			idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap)}
-		f.opened = time.Now()
-		f.last.Store(f.opened.UnixNano())
+		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap),
+			version: first.Version, scid: bytes.Clone(first.SCID), cids: []flowCID{{id: bytes.Clone(first.DCID)}}}
+		f.opened = r.now()
 		u.active.Add(1)
 		go f.fromUpstream()
 		return f, nil
@@ -519,9 +520,31 @@ func (r *quicRouter) open(rt *route, client netip.AddrPort, dcid []byte) (*quicF
 // toUpstream sends a client's datagram on.
 func (f *quicFlow) toUpstream(d []byte) {
 	if _, err := f.up.Write(d); err == nil {
-		f.last.Store(time.Now().UnixNano())
+		f.clientLast.Store(f.r.now().UnixNano())
 		f.r.px.stats.quicBytesUp.Add(int64(len(d)))
 	}
+}
+
+// oneSided is how long the flow's client went on sending after its
+// upstream last sent anything: the time from the upstream's last
+// datagram to the client's last one, or 0 when the upstream spoke last
+// (or never has: see confirmed). A live upstream answers a client that
+// talks within a round trip and its ack delay, so a flow one-sided for
+// seconds is dead from the upstream's side (it closed the connection,
+// or never had one: a client that keeps sending garbage to it); a
+// connection that both sides leave idle is not one-sided, however long
+// it stays so.
+func (f *quicFlow) oneSided() time.Duration {
+	c, u := f.clientLast.Load(), f.upLast.Load()
+	if u == 0 || c <= u {
+		return 0
+	}
+	return time.Duration(c - u)
+}
+
+// idleFor is how long nothing has moved either way.
+func (f *quicFlow) idleFor(now time.Time) time.Duration {
+	return time.Duration(now.UnixNano() - max(f.clientLast.Load(), f.upLast.Load(), f.opened.UnixNano()))
 }
 
 // fromUpstream sends the upstream's datagrams to the client until the
@@ -536,6 +559,7 @@ func (f *quicFlow) fromUpstream() {
 	gso := gro
 	for {
 		err := readUDP(f.up, func(d, oob []byte) {
+			f.upLast.Store(r.now().UnixNano())
 			n, seg := len(d), len(d)
 			if gro {
 				if s := groSegment(oob); s > 0 && s < n {
@@ -546,6 +570,7 @@ func (f *quicFlow) fromUpstream() {
 				if p, ok := quicinitial.Long(d[off:min(off+seg, n)]); ok && len(p.SCID) > 0 {
 					f.learn(p.SCID)
 				}
+				f.established.Store(d[off]&0x80 == 0)
 			}
 			var err error
 			if seg < n && gso {
@@ -560,7 +585,6 @@ func (f *quicFlow) fromUpstream() {
 				}
 			}
 			if err == nil {
-				f.last.Store(time.Now().UnixNano())
 				f.answered.Store(true)
 				r.px.stats.quicBytesDown.Add(int64(n))
 			}
@@ -584,34 +608,6 @@ func (f *quicFlow) fromUpstream() {
 	}
 }
 
-// learn notes a connection ID the upstream chose, which the client's
-// packets will carry from now on.
-func (f *quicFlow) learn(id []byte) {
-	r := f.r
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if f.cidLen == 0 {
-		f.cidLen = len(id) // the length of the IDs the upstream issues, for short headers
-	}
-	f.addCID(id)
-}
-
-// addCID notes a connection ID of this flow; past maxFlowCIDs the oldest
-// learned one goes (the client's first DCID stays). Called with the
-// router's mu held.
-func (f *quicFlow) addCID(id []byte) {
-	for _, c := range f.cids {
-		if bytes.Equal(c, id) {
-			return
-		}
-	}
-	if len(f.cids) == maxFlowCIDs {
-		copy(f.cids[1:], f.cids[2:])
-		f.cids = f.cids[:maxFlowCIDs-1]
-	}
-	f.cids = append(f.cids, bytes.Clone(id))
-}
-
 // sweep expires quiet flows and ClientHellos that never completed, once
 // a second, until the router closes.
 func (r *quicRouter) sweep() {
@@ -621,8 +617,8 @@ func (r *quicRouter) sweep() {
 		select {
 		case <-r.stop:
 			return
-		case now := <-t.C:
-			r.expire(now)
+		case <-t.C:
+			r.expire(r.now())
 		}
 	}
 }
@@ -648,12 +644,18 @@ func (r *quicRouter) expire(now time.Time) {
 	for addr, cl := range r.clients {
 		kept := cl.flows[:0]
 		for _, f := range cl.flows {
-			if now.UnixNano()-f.last.Load() > int64(f.idle) {
+			if f.idleFor(now) > f.idle {
 				dead = append(dead, f)
 				continue
 			}
-			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait {
+			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait ||
+				!f.established.Load() && now.Sub(f.opened) > quicHandshakeMax {
 				r.px.stats.quicUnconfirmed.Add(1)
+				dead = append(dead, f)
+				continue
+			}
+			if f.oneSided() > quicOneSidedMax {
+				r.px.stats.quicOneSided.Add(1)
 				dead = append(dead, f)
 				continue
 			}
@@ -684,14 +686,7 @@ func (f *quicFlow) close() {
 // drop removes a flow from the tables and closes it.
 func (r *quicRouter) drop(f *quicFlow) {
 	r.mu.Lock()
-	if cl := r.clients[f.client]; cl != nil {
-		n := len(cl.flows)
-		cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
-		r.flows -= n - len(cl.flows)
-		if len(cl.flows) == 0 {
-			delete(r.clients, f.client)
-		}
-	}
+	r.unlink(f)
 	r.mu.Unlock()
 	f.close()
 }

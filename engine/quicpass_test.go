@@ -3,7 +3,11 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -13,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +80,64 @@ func TestQUICRouterGuess(t *testing.T) {
 			{do: func(h *routerHarness) { h.open("A", "b.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
 			{do: func(h *routerHarness) { h.open("forged", "b.test"); h.answer("forged") }, send: id("x2"), to: []string{"A"}},
 		}},
+		{"a forged first flight in a client's handshake: its Initial to a new ID", false, []step{
+			// quic-go's client, once its handshake is complete, moves to an
+			// ID from the upstream's 0.5-RTT NEW_CONNECTION_ID at once:
+			// its first datagram after the upstream's flight begins with
+			// an Initial to that ID. Its Source Connection ID is empty, as
+			// the forger's can be.
+			{do: func(h *routerHarness) {
+				h.open("A", "a.test")
+				h.open("forged", "b.test") // spoofed from A's address, a moment later
+				h.answer("A")
+				h.answer("forged")
+			}, send: func(h *routerHarness) []byte { return h.initial("A", h.id("n")) }, to: []string{"A"}},
+			{send: func(h *routerHarness) []byte { return h.hs("A", h.id("n")) }, to: []string{"A"}},
+			{send: id("n"), to: []string{"A"}},
+		}},
+		{"a forged first flight in a client's handshake: its Handshake packets to a new ID", false, []step{
+			// Its Initial acknowledgement went to the upstream's ID first
+			// (it was sent before the handshake completed), then it moved.
+			{do: func(h *routerHarness) {
+				h.open("A", "a.test")
+				h.open("forged", "b.test")
+				h.answer("A")
+				h.answer("forged")
+				h.send("A", h.initial("A", h.id("A/up")))
+			}, send: func(h *routerHarness) []byte { return h.hs("A", h.id("n")) }, to: []string{"A"}},
+			{send: id("n"), to: []string{"A"}},
+		}},
+		{"a forged first flight in the handshake of a client with Source Connection IDs", false, []step{
+			{do: func(h *routerHarness) {
+				h.openShared("A", "a.test")
+				h.openShared("forged", "b.test")
+				h.answer("A")
+				h.answer("forged")
+			}, send: func(h *routerHarness) []byte { return h.hs("A", h.id("n")) }, to: []string{"A"}},
+			{send: id("n"), to: []string{"A"}},
+		}},
+		{"two connections on one socket in their handshakes at once", false, []step{
+			{do: func(h *routerHarness) {
+				h.openShared("A", "a.test")
+				h.openShared("B", "b.test")
+				h.answer("A")
+				h.answer("B")
+			}, send: func(h *routerHarness) []byte { return h.hs("A", h.id("n1")) }, to: []string{"A"}},
+			{send: func(h *routerHarness) []byte { return h.hs("B", h.id("n2")) }, to: []string{"B"}},
+		}},
+		{"a forged flow its sender confirmed beside a client making its first switch", false, []step{
+			// The forger answers its own flow (it knows its own Source
+			// Connection ID) and sends it 1-RTT packets, but never to the
+			// upstream's ID, which it never sees.
+			{do: func(h *routerHarness) {
+				h.openShared("A", "a.test")
+				h.handshake("A")
+				h.openShared("forged", "b.test")
+				h.answer("forged")
+			}, send: func(h *routerHarness) []byte { return h.short(h.named["forged"]) }, to: []string{"forged"}}, // 1-RTT, but to an ID of its own
+			{send: id("x"), to: []string{"A"}},
+			{send: func(h *routerHarness) []byte { return h.hs("forged", h.id("g")) }, to: []string{"forged"}},
+		}},
 		{"two settled flows: no telling", false, []step{
 			{do: func(h *routerHarness) { h.open("A", "a.test"); h.handshake("A") }, send: id("x1"), to: []string{"A"}},
 			{do: func(h *routerHarness) { h.open("B", "b.test"); h.handshake("B") }, send: id("x2"), to: []string{"B"}},
@@ -106,7 +169,7 @@ func TestQUICRouterGuess(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newRouterHarness(t, tt.own)
+			h := newRouterHarness(t, tt.own, 16)
 			for i, s := range tt.steps {
 				if s.do != nil {
 					s.do(h)
@@ -121,11 +184,119 @@ func TestQUICRouterGuess(t *testing.T) {
 	}
 }
 
+// TestQUICRouterOneSided: a flow whose client keeps sending while its
+// upstream says nothing (one answer to a forged first flight, then
+// garbage every few seconds to an upstream that closed) is dead from the
+// upstream's side. At max_connections a new client takes the place of
+// the one that has been so longest, one second at least; never of a flow
+// both sides leave idle, nor of one whose upstream answers. The sweep
+// closes one past 15 s. The router's clock is moved by hand.
+func TestQUICRouterOneSided(t *testing.T) {
+	t.Run("a new flow at max_connections", func(t *testing.T) {
+		h := newRouterHarness(t, false, 4)
+		for _, l := range []string{"idle", "active", "one-sided 3s", "one-sided 6s"} {
+			h.open(l, "a.test")
+			h.handshake(l)
+		}
+		h.advance(3 * time.Second)
+		h.talk("one-sided 3s")
+		h.advance(3 * time.Second)
+		h.talk("one-sided 6s")
+		h.exchange("active")
+		h.open("new", "a.test")
+		h.wantOpen("the longest one-sided flow makes room", "idle", "active", "one-sided 3s", "new")
+		h.handshake("new")
+		h.open("new 2", "b.test")
+		h.wantOpen("the other one-sided flow makes room", "idle", "active", "new", "new 2")
+		h.handshake("new 2")
+		h.advance(500 * time.Millisecond)
+		h.talk("new") // its upstream has said nothing for half a second: not yet one-sided enough
+		if h.tryOpen("refused", "a.test") {
+			t.Fatal("a flow opened in place of an idle, an active or a briefly one-sided one")
+		}
+		h.wantOpen("no flow makes room", "idle", "active", "new", "new 2")
+		if st := &h.r.px.stats; st.quicOneSided.Load() != 2 || st.quicUnconfirmed.Load() != 0 || st.quicFailures[reasonTableFull].Load() != 1 {
+			t.Errorf("closed one-sided %d, unconfirmed %d, refused %d; want 2, 0 and 1",
+				st.quicOneSided.Load(), st.quicUnconfirmed.Load(), st.quicFailures[reasonTableFull].Load())
+		}
+	})
+	t.Run("the sweep", func(t *testing.T) {
+		h := newRouterHarness(t, false, 16)
+		for _, l := range []string{"idle", "active", "one-sided"} {
+			h.open(l, "a.test")
+			h.handshake(l)
+		}
+		for i := 1; i <= 4; i++ {
+			h.advance(5 * time.Second)
+			h.talk("one-sided")
+			h.exchange("active")
+			h.r.expire(h.now())
+			if i*5 <= int(quicOneSidedMax/time.Second) {
+				h.wantOpen(fmt.Sprintf("one-sided for %d s", i*5), "idle", "active", "one-sided")
+			}
+		}
+		h.wantOpen("one-sided for 20 s", "idle", "active")
+		if n := h.r.px.stats.quicOneSided.Load(); n != 1 {
+			t.Errorf("closed one-sided: %d; want 1", n)
+		}
+	})
+}
+
+// TestQUICRouterUnfinished: a flow whose client answered its upstream but
+// never finished the handshake, kept two-sided by sending its first
+// flight again (which the upstream answers as a new connection) beside
+// its garbage, may be closed for a new flow 10 s after its opening, and
+// is closed by the sweep past 15 s, though its upstream sent 0.5-RTT
+// data alone (as quic-go does) before its Handshake packets again; a
+// flow whose handshake is done (its upstream sends 1-RTT packets only)
+// is not. The router's clock is moved by hand.
+func TestQUICRouterUnfinished(t *testing.T) {
+	h := newRouterHarness(t, false, 3)
+	h.open("done", "a.test")
+	h.handshake("done")
+	for _, l := range []string{"stuck", "stuck 2"} {
+		h.open(l, "b.test")
+		h.answer(l)
+		h.down(l, h.short(h.id("c/"+l))) // 0.5-RTT
+		h.talk(l)                        // confirmed
+		h.answer(l)                      // the upstream's Handshake again
+	}
+	step := func(d time.Duration) {
+		h.advance(d)
+		for _, l := range []string{"stuck", "stuck 2"} {
+			if h.isOpen(l) {
+				h.talk(l)
+				h.answer(l) // never one-sided
+			}
+		}
+	}
+	step(5 * time.Second)
+	if h.tryOpen("refused", "a.test") {
+		t.Fatal("a flow opened in place of one 5 s into its handshake")
+	}
+	step(5 * time.Second)
+	h.open("new", "a.test")
+	h.wantOpen("a new flow at max_connections, 10 s on", "done", "stuck 2", "new")
+	h.handshake("new")
+	step(4 * time.Second)
+	h.r.expire(h.now())
+	h.wantOpen("the sweep, 14 s on", "done", "stuck 2", "new")
+	step(2 * time.Second)
+	h.r.expire(h.now())
+	h.wantOpen("the sweep, 16 s on", "done", "new")
+	if st := &h.r.px.stats; st.quicUnconfirmed.Load() != 2 || st.quicOneSided.Load() != 0 {
+		t.Errorf("closed unconfirmed %d, one-sided %d; want 2 and 0", st.quicUnconfirmed.Load(), st.quicOneSided.Load())
+	}
+}
+
 // routerHarness is a quicRouter fed by hand: one client address, fake
-// upstreams for "a.test" and "b.test" that record what they receive.
+// upstreams for "a.test" and "b.test" that record what they receive, and
+// a clock that moves only when the test moves it (nothing sweeps but
+// the test, by expire).
 type routerHarness struct {
 	t     *testing.T
 	r     *quicRouter
+	clock atomic.Int64 // unix ns
 	ids   *ownCIDs
 	cli   *net.UDPConn // the client's socket: from there, by route
 	from  netip.AddrPort
@@ -144,7 +315,7 @@ type upDatagram struct {
 	b    []byte
 }
 
-func newRouterHarness(t *testing.T, own bool) *routerHarness {
+func newRouterHarness(t *testing.T, own bool, maxFlows int) *routerHarness {
 	h := &routerHarness{t: t, ups: map[string]*fakeUpstream{}, flows: map[string]*quicFlow{}, named: map[string][]byte{}}
 	toml := "[reverse_proxy]\nenabled = true\ntls_termination = false\n"
 	for _, name := range []string{"a.test", "b.test"} {
@@ -185,7 +356,8 @@ func newRouterHarness(t *testing.T, own bool) *routerHarness {
 	if own {
 		h.ids = newOwnCIDs()
 	}
-	h.r = newQUICRouter(px, udp, h.ids, 16, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.clock.Store(time.Now().UnixNano())
+	h.r = newQUICRouterOn(h.now, px, udp, h.ids, maxFlows, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.cli, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +371,31 @@ func newRouterHarness(t *testing.T, own bool) *routerHarness {
 // address, and names the flow it opens.
 func (h *routerHarness) open(label, sni string) {
 	h.t.Helper()
-	flight := helloFlight(h.t, sni)
+	if !h.tryOpen(label, sni) {
+		h.t.Fatalf("the first flight for %s opened no flow", sni)
+	}
+}
+
+// openShared is open for a client whose socket may carry several
+// connections, so whose Source Connection IDs are not empty.
+func (h *routerHarness) openShared(label, sni string) {
+	h.t.Helper()
+	if !h.openFlight(label, sni, helloFlight(h.t, sni, true)) {
+		h.t.Fatalf("the first flight for %s opened no flow", sni)
+	}
+}
+
+// tryOpen is open, and reports whether the first flight opened a flow.
+func (h *routerHarness) tryOpen(label, sni string) bool {
+	h.t.Helper()
+	return h.openFlight(label, sni, helloFlight(h.t, sni, false))
+}
+
+// openFlight routes flight, a first flight for sni, names the flow it
+// opens, and reports whether it opened one.
+func (h *routerHarness) openFlight(label, sni string, flight [][]byte) bool {
+	h.t.Helper()
+	h.advance(time.Millisecond) // a flow opened later is newer
 	for _, d := range flight {
 		h.r.route(d, h.from)
 	}
@@ -214,22 +410,31 @@ func (h *routerHarness) open(label, sni string) {
 	}
 	if f != nil {
 		h.flows[label] = f
-		h.named[label] = f.cids[0]
+		h.named[label] = f.cids[0].id
 	}
 	h.r.mu.Unlock()
 	if f == nil {
-		h.t.Fatalf("the first flight for %s opened no flow", sni)
+		return false
 	}
 	for range flight {
 		h.recv(h.ups[sni]) // the held hello, replayed
 	}
+	return true
+}
+
+// isOpen reports whether the flow is still in the router's tables.
+func (h *routerHarness) isOpen(label string) bool {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	f := h.flows[label]
+	return h.r.clients[f.client] != nil && slices.Contains(h.r.clients[f.client].flows, f)
 }
 
 // release routes a first flight for a name no route has: the engine's
 // own HTTP/3's. The flight's DCID is named label.
 func (h *routerHarness) release(label, sni string) {
 	h.t.Helper()
-	flight := helloFlight(h.t, sni)
+	flight := helloFlight(h.t, sni, false)
 	for _, d := range flight {
 		h.r.route(d, h.from)
 	}
@@ -241,14 +446,36 @@ func (h *routerHarness) release(label, sni string) {
 	h.r.ready = nil
 }
 
+// wantOpen fails unless the flows open are those named, of those the
+// test opened.
+func (h *routerHarness) wantOpen(when string, labels ...string) {
+	h.t.Helper()
+	var open []string
+	for _, l := range slices.Sorted(maps.Keys(h.flows)) {
+		if h.isOpen(l) {
+			open = append(open, l)
+		}
+	}
+	slices.Sort(labels)
+	if !slices.Equal(open, labels) {
+		h.t.Fatalf("%s: flows open %q; want %q", when, open, labels)
+	}
+}
+
 // answer has the flow's upstream send the client a Handshake packet from
 // a connection ID of its own (named label+"/up"), and waits until it is
 // passed on.
 func (h *routerHarness) answer(label string) {
 	h.t.Helper()
+	h.down(label, h.long(0x2, h.id("c/"+label), h.id(label+"/up")))
+}
+
+// down has the flow's upstream send the client d, and waits until it is
+// passed on.
+func (h *routerHarness) down(label string, d []byte) {
+	h.t.Helper()
 	f := h.flows[label]
 	up := h.ups[f.rt.cfg.Domain]
-	d := h.long(0x2, h.id("c/"+label), h.id(label+"/up"))
 	if _, err := up.c.WriteToUDPAddrPort(d, f.up.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
 		h.t.Fatal(err)
 	}
@@ -264,18 +491,52 @@ func (h *routerHarness) answer(label string) {
 	}
 }
 
-// handshake answers the flow's client, and has the client answer back
-// (a Handshake packet to the upstream's ID), as a real one does.
+// handshake answers the flow's client, has the client answer back (a
+// Handshake packet to the upstream's ID), the upstream send a 1-RTT
+// packet (HANDSHAKE_DONE), and the client its first 1-RTT packet to the
+// upstream's ID (before it moves to an ID from NEW_CONNECTION_ID), as
+// real ones do.
 func (h *routerHarness) handshake(label string) {
 	h.t.Helper()
 	h.answer(label)
-	f := h.flows[label]
-	h.r.route(h.long(0x2, h.id(label+"/up"), h.id("c/"+label)), h.from)
-	h.recv(h.ups[f.rt.cfg.Domain])
-	if !f.confirmed.Load() {
-		h.t.Fatalf("the flow %s is not confirmed after its client answered", label)
+	h.talk(label)
+	h.down(label, h.short(h.id("c/"+label)))
+	h.send(label, h.short(h.id(label+"/up")))
+	if f := h.flows[label]; !f.confirmed.Load() || !f.established.Load() {
+		h.t.Fatalf("the flow %s after its handshake: confirmed %v, established %v", label, f.confirmed.Load(), f.established.Load())
 	}
 }
+
+// talk has the flow's client send a Handshake packet to its upstream's
+// ID, and waits until the upstream has it.
+func (h *routerHarness) talk(label string) {
+	h.t.Helper()
+	h.send(label, h.long(0x2, h.id(label+"/up"), h.flows[label].scid))
+}
+
+// exchange has the flow's upstream send its client a 1-RTT packet, and
+// the client answer with one, as on an established connection.
+func (h *routerHarness) exchange(label string) {
+	h.t.Helper()
+	h.down(label, h.short(h.id("c/"+label)))
+	h.send(label, h.short(h.id(label+"/up")))
+}
+
+// send routes d, from the client, which must reach the flow's upstream,
+// and waits until it has.
+func (h *routerHarness) send(label string, d []byte) {
+	h.t.Helper()
+	f := h.flows[label]
+	h.r.route(d, h.from)
+	if g := h.recvFrom(h.ups[f.rt.cfg.Domain], f.up.LocalAddr().(*net.UDPAddr).AddrPort()); !bytes.Equal(g, d) {
+		h.t.Fatalf("the upstream of %s got % x…, not what its client sent", label, g[:min(len(g), 12)])
+	}
+}
+
+func (h *routerHarness) now() time.Time { return time.Unix(0, h.clock.Load()) }
+
+// advance moves the router's clock on by d.
+func (h *routerHarness) advance(d time.Duration) { h.clock.Add(int64(d)) }
 
 // age moves the opening of a flow back by d.
 func (h *routerHarness) age(label string, d time.Duration) {
@@ -361,6 +622,68 @@ func (h *routerHarness) ownID() []byte {
 	return id.Bytes()
 }
 
+// initial is an Initial packet from the flow's client to dcid, under its
+// Initial keys (those of its first DCID), as the client sends to
+// acknowledge its upstream's Initial once it moved to the upstream's ID
+// or to a newer one.
+func (h *routerHarness) initial(label string, dcid []byte) []byte {
+	h.t.Helper()
+	d := sealInitial(h.t, h.named[label], dcid, h.flows[label].scid)
+	if k, err := quicinitial.NewKeys(quicinitial.Version1, h.named[label]); err != nil || !k.Opens(d) {
+		h.t.Fatalf("the Initial sealed for %s does not open under its keys (%v)", label, err)
+	}
+	return d
+}
+
+// hs is a Handshake packet from the flow's client (its Source Connection
+// ID) to dcid, its payload random.
+func (h *routerHarness) hs(label string, dcid []byte) []byte {
+	return h.long(0x2, dcid, h.flows[label].scid)
+}
+
+// sealInitial is a QUIC v1 client Initial to dcid from scid protected
+// under the Initial keys of first, a client's first DCID (RFC 9001 §5.2,
+// §5.3, §5.4), its payload a PING and PADDING: no ClientHello.
+func sealInitial(t *testing.T, first, dcid, scid []byte) []byte {
+	t.Helper()
+	salt := []byte{0x38, 0x76, 0x2c, 0xf7, 0xf5, 0x59, 0x34, 0xb3, 0x4d, 0x17, 0x9a, 0xe6, 0xa4, 0xc8, 0x0c, 0xad, 0xcc, 0xbb, 0x7f, 0x0a}
+	label := func(secret []byte, l string, n int) []byte {
+		full := "tls13 " + l
+		info := append([]byte{byte(n >> 8), byte(n), byte(len(full))}, full...)
+		b, err := hkdf.Expand(sha256.New, secret, string(append(info, 0)), n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	initial, err := hkdf.Extract(sha256.New, first, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := label(initial, "client in", 32)
+	block, _ := aes.NewCipher(label(secret, "quic key", 16))
+	aead, _ := cipher.NewGCM(block)
+	hp, _ := aes.NewCipher(label(secret, "quic hp", 16))
+	iv := label(secret, "quic iv", 12)
+
+	const pn, size = 2, 1100
+	hdr := append([]byte{0xc0, 0, 0, 0, 1, byte(len(dcid))}, dcid...)
+	hdr = append(append(hdr, byte(len(scid))), scid...)
+	length := 1 + size + aead.Overhead() // a one-byte packet number
+	hdr = append(hdr, 0, 0x40|byte(length>>8), byte(length))
+	pnOff := len(hdr)
+	hdr = append(hdr, pn)
+	payload := make([]byte, size)
+	payload[0] = 0x01 // PING
+	iv[len(iv)-1] ^= pn
+	d := aead.Seal(bytes.Clone(hdr), iv, payload, hdr)
+	mask := make([]byte, aes.BlockSize)
+	hp.Encrypt(mask, d[pnOff+4:pnOff+4+aes.BlockSize])
+	d[0] ^= mask[0] & 0x0f
+	d[pnOff] ^= mask[1]
+	return d
+}
+
 // short is a 1-RTT packet (short header) to dcid, its payload random.
 func (h *routerHarness) short(dcid []byte) []byte {
 	d := append([]byte{0x40}, dcid...)
@@ -383,7 +706,10 @@ func (h *routerHarness) long(typ byte, dcid, scid []byte) []byte {
 
 // helloFlight is a quic-go client's first flight for sni: its datagrams
 // until the ClientHello is whole, sent to a socket that never answers.
-func helloFlight(t *testing.T, sni string) [][]byte {
+// With shared, the client dials from a quic.Transport, whose Source
+// Connection IDs are 4 bytes as it may carry several connections
+// (quic.DialAddr's, a socket per connection, are empty).
+func helloFlight(t *testing.T, sni string, shared bool) [][]byte {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -392,7 +718,18 @@ func helloFlight(t *testing.T, sni string) [][]byte {
 	defer pc.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go quic.DialAddr(ctx, pc.LocalAddr().String(), &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}, nil)
+	tc := &tls.Config{ServerName: sni, NextProtos: []string{"h3"}}
+	if shared {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &quic.Transport{Conn: c}
+		defer tr.Close()
+		go tr.Dial(ctx, pc.LocalAddr(), tc, nil)
+	} else {
+		go quic.DialAddr(ctx, pc.LocalAddr().String(), tc, nil)
+	}
 	var hello quicinitial.Hello
 	var flight [][]byte
 	buf := make([]byte, 2048)

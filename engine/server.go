@@ -164,7 +164,8 @@ type Stats struct {
 	QUICPassRelayed, QUICPassActive    int64
 	QUICPassBytesUp, QUICPassBytesDown int64
 	QUICPassDropped                    int64
-	QUICPassUnconfirmed                int64 // flows dropped after header_timeout (at most 10 s) because the client never answered the upstream
+	QUICPassUnconfirmed                int64 // flows dropped because the client never answered the upstream (after header_timeout, at most 10 s) or never finished its handshake (15 s)
+	QUICPassOneSided                   int64 // flows closed because their upstream had said nothing for a while as their client kept sending (for a new flow at max_connections after 1 s, otherwise after 15 s)
 	QUICPassFailures                   map[string]int64
 }
 
@@ -681,6 +682,7 @@ func (s *Server) counters() Stats {
 		st.QUICPassRelayed, st.QUICPassActive = p.stats.quicRelayed.Load(), p.stats.quicActive.Load()
 		st.QUICPassBytesUp, st.QUICPassBytesDown = p.stats.quicBytesUp.Load(), p.stats.quicBytesDown.Load()
 		st.QUICPassDropped, st.QUICPassUnconfirmed = p.stats.quicDropped.Load(), p.stats.quicUnconfirmed.Load()
+		st.QUICPassOneSided = p.stats.quicOneSided.Load()
 	}
 	s.h3Stats(&st)
 	return st

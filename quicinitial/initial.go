@@ -227,6 +227,42 @@ func (k *keys) open(d []byte, h header) ([]byte, error) {
 	return plain, nil
 }
 
+// Keys are the client Initial packet protection of one connection: its
+// version's keys, derived from the Destination Connection ID of its
+// client's first Initial. They stay the same when the client moves to
+// the server's connection ID (RFC 9001 §5.2), so an Initial that opens
+// under them, whatever Destination Connection ID it carries, was made by
+// that client, or by one that saw its first flight.
+type Keys struct {
+	version uint32
+	k       *keys
+}
+
+// NewKeys derives the client Initial keys of version for the connection
+// whose client sent its first Initial to dcid.
+func NewKeys(version uint32, dcid []byte) (*Keys, error) {
+	if version != Version1 && version != Version2 {
+		return nil, ErrNotInitial
+	}
+	k, err := clientKeys(version, dcid)
+	if err != nil {
+		return nil, err
+	}
+	return &Keys{version: version, k: k}, nil
+}
+
+// Opens reports whether d begins with an Initial packet of the keys'
+// version that opens under them: header protection removed, payload
+// authenticated. It reads d and never changes it.
+func (k *Keys) Opens(d []byte) bool {
+	h, err := parseHeader(d)
+	if err != nil || h.version != k.version || h.end > len(d) {
+		return false
+	}
+	_, err = k.k.open(d, h)
+	return err == nil
+}
+
 // Hello gathers one client's ClientHello from its Initial packets: the
 // CRYPTO data by offset, up to clienthello.MaxBytes. Not safe for
 // concurrent use.

@@ -107,6 +107,78 @@ func TestQUICGoClient(t *testing.T) {
 	}
 }
 
+// TestKeysOpen: an Initial protected under the keys of a client's first
+// DCID opens under them whatever DCID it carries (the server's, once the
+// client heard from it), and under no other connection's keys, no other
+// version's, nor once a byte of it changed; a real client's first flight
+// opens under its own.
+func TestKeysOpen(t *testing.T) {
+	first, moved, other := []byte("first-dcid"), []byte("srv1"), []byte("other-dcid")
+	for _, v := range []uint32{Version1, Version2} {
+		k, err := clientKeys(v, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := sealInitial(k, v, moved, []byte("cli"), 7, 100)
+		mine, _ := NewKeys(v, first)
+		theirs, _ := NewKeys(v, other)
+		if !mine.Opens(d) || theirs.Opens(d) {
+			t.Errorf("version %x: opens under its first DCID's keys %v (want true), another's %v (want false)", v, mine.Opens(d), theirs.Opens(d))
+		}
+		wrongVersion, _ := NewKeys(Version1^Version2^v, first)
+		if wrongVersion.Opens(d) {
+			t.Errorf("version %x: opens under the other version's keys", v)
+		}
+		for _, i := range []int{0, 9, len(d) - 1} {
+			bad := slices.Clone(d)
+			bad[i] ^= 0x40
+			if mine.Opens(bad) {
+				t.Errorf("version %x: opens with byte %d changed", v, i)
+			}
+		}
+		if !bytes.Equal(d, sealInitial(k, v, moved, []byte("cli"), 7, 100)) {
+			t.Errorf("version %x: Opens changed the datagram", v)
+		}
+	}
+	if _, err := NewKeys(0xbabababa, first); err == nil {
+		t.Error("keys of an unknown version")
+	}
+	ds := clientDatagrams(t, "a.example", quic.Version1, 300*time.Millisecond)
+	p, _ := Peek(ds[0])
+	k, _ := NewKeys(Version1, p.DCID)
+	if !k.Opens(ds[0]) {
+		t.Error("quic-go's first Initial does not open under its own keys")
+	}
+}
+
+// sealInitial is a client Initial packet of version, to dcid from scid,
+// numbered pn, with size bytes of payload (PING, then PADDING),
+// protected under k (RFC 9001 §5.3, §5.4).
+func sealInitial(k *keys, version uint32, dcid, scid []byte, pn byte, size int) []byte {
+	typ := byte(0)
+	if version == Version2 {
+		typ = 1
+	}
+	hdr := []byte{0xc0 | typ<<4, byte(version >> 24), byte(version >> 16), byte(version >> 8), byte(version), byte(len(dcid))}
+	hdr = append(hdr, dcid...)
+	hdr = append(hdr, byte(len(scid)))
+	hdr = append(hdr, scid...)
+	length := 1 + size + 16 // a one-byte packet number, the payload, the tag
+	hdr = append(hdr, 0, 0x40|byte(length>>8), byte(length))
+	pnOff := len(hdr)
+	hdr = append(hdr, pn)
+	payload := make([]byte, size)
+	payload[0] = 0x01 // PING
+	nonce := slices.Clone(k.iv)
+	nonce[len(nonce)-1] ^= pn
+	d := k.aead.Seal(slices.Clone(hdr), nonce, payload, hdr)
+	mask := make([]byte, 16)
+	k.hp.Encrypt(mask, d[pnOff+4:pnOff+20])
+	d[0] ^= mask[0] & 0x0f
+	d[pnOff] ^= mask[1]
+	return d
+}
+
 // TestLong: connection IDs from long headers of any type and version,
 // and nothing from a short header or a truncated one.
 func TestLong(t *testing.T) {
