@@ -764,7 +764,9 @@ func TestACMEOCSPStaple(t *testing.T) {
 	}
 }
 
-// TestACMERestartServesStored: an engine restarted with a valid
+// TestACMERestartServesStored (its own name: certmagic keeps the
+// challenges under way in one table per process, shared by the ACME
+// tests that run in parallel): an engine restarted with a valid
 // certificate in storage serves it on the very first handshake, over TCP
 // and over HTTP/3, restart after restart, and asks the CA for nothing.
 // (certmagic loads stored certificates on goroutines of its own; a
@@ -775,13 +777,13 @@ func TestACMERestartServesStored(t *testing.T) {
 	p := newPebble(t, dns, freeTCPPort(t), freeTCPPort(t))
 	p.start()
 	root, body := acmeSite(t)
-	cfg := acmeConfig(p, t.TempDir(), root, []string{"a.example.com"}, "tls-alpn-01")
+	cfg := acmeConfig(p, t.TempDir(), root, []string{"r.example.com"}, "tls-alpn-01")
 	roots := pool(p.root())
 	srv := startLog(t, cfg, nil)
 	var leaf *x509.Certificate
 	var err error
 	if !waitFor(scale(30*time.Second), func() bool {
-		_, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots)
+		_, leaf, err = tlsGet(srv.addr, "r.example.com", "/file.txt", roots)
 		return err == nil
 	}) {
 		t.Fatalf("no certificate obtained: %v\n%s", err, p.logText())
@@ -794,10 +796,10 @@ func TestACMERestartServesStored(t *testing.T) {
 		proto := "HTTP/1.1"
 		var got []byte
 		if i%2 == 0 {
-			got, leaf, err = tlsGet(srv.addr, "a.example.com", "/file.txt", roots)
+			got, leaf, err = tlsGet(srv.addr, "r.example.com", "/file.txt", roots)
 		} else {
 			proto = "HTTP/3"
-			got, leaf, err = h3Get(srv.addr, "a.example.com", "/file.txt", roots)
+			got, leaf, err = h3Get(srv.addr, "r.example.com", "/file.txt", roots)
 		}
 		srv.stop()
 		if err != nil || !bytes.Equal(got, body) {
