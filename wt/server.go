@@ -196,23 +196,26 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		return nil, err
 	}
 	ss := newSession(s, conn, str, r)
-	if !s.register(ss) {
-		ss.end(CodeShutdown, "server is shutting down", false, false)
-		return ss, nil
-	}
+	draining = !s.register(ss)
 	s.stat.Sessions.Add(1)
 	go ss.readCapsules()
+	if draining {
+		// The server began to stop after the 200 went out: this
+		// session is told so as the others were, and ends with them.
+		go ss.sendDrain()
+	}
 	return ss, nil
 }
 
 // register adds ss to its connection's sessions and wakes the streams
-// waiting for it. It reports false once the server is draining.
+// waiting for it. It reports false when the server is draining: the
+// session is among those CloseAll ends all the same. The server's lock
+// is held throughout, so that a drain lists every session registered
+// before it and none registered after it misses that it is draining.
 func (s *Server) register(ss *Session) bool {
 	s.mu.Lock()
-	if s.drain {
-		s.mu.Unlock()
-		return false
-	}
+	defer s.mu.Unlock()
+	draining := s.drain
 	cs := s.conns[ss.conn]
 	if cs == nil {
 		cs = &connSess{sessions: map[quic.StreamID]*Session{}, changed: make(chan struct{})}
@@ -224,13 +227,12 @@ func (s *Server) register(ss *Session) bool {
 			s.mu.Unlock()
 		})
 	}
-	s.mu.Unlock()
 	cs.mu.Lock()
 	cs.sessions[ss.id] = ss
 	close(cs.changed)
 	cs.changed = make(chan struct{})
 	cs.mu.Unlock()
-	return true
+	return !draining
 }
 
 // unregister removes an ended session.
