@@ -17,22 +17,16 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// TestRequestWithoutHost: a request on a TLS connection that names no
-// host (HTTP/1.0 without Host, an empty, "." or port-only Host, an
-// HTTP/2 request without :authority) is routed and judged by the name
-// its handshake was for, never handed to the first site past the
-// certificate and minimum version its connection had; one on a
-// connection whose handshake named nothing either gets 421. The first
-// site (a.test) is TLS 1.3 only with a certificate of its own; b.test
-// takes TLS 1.2 with another.
-func TestRequestWithoutHost(t *testing.T) {
+// twoSites is a config of two TLS sites with certificates of their own,
+// a.test (first) and b.test, each serving file with its body; extraA and
+// extraB are more keys of each [[sites]] and [sites.tls] table.
+func twoSites(t *testing.T, file, bodyA, bodyB, extraA, extraB string) string {
 	rootA, rootB := t.TempDir(), t.TempDir()
-	writeFile(t, filepath.Join(rootA, "secret.txt"), "secret-a")
-	writeFile(t, filepath.Join(rootB, "secret.txt"), "site-b")
+	writeFile(t, filepath.Join(rootA, file), bodyA)
+	writeFile(t, filepath.Join(rootB, file), bodyB)
 	a := newPKI(t, t.TempDir(), "a.test")
 	b := newPKI(t, t.TempDir(), "b.test")
-	conf := func(def string) string {
-		return fmt.Sprintf(ktlsAuto+`
+	return fmt.Sprintf(ktlsAuto+`
 [[sites]]
 domain = "a.test"
 root = %q
@@ -46,8 +40,21 @@ root = %q
 [sites.tls]
 cert = %q
 key = %q
-min_version = "1.2"
-`, rootA, def, a.certFile, a.keyFile, rootB, b.certFile, b.keyFile)
+%s
+`, rootA, extraA, a.certFile, a.keyFile, rootB, b.certFile, b.keyFile, extraB)
+}
+
+// TestRequestWithoutHost: a request on a TLS connection that names no
+// host (HTTP/1.0 without Host, an empty, "." or port-only Host, an
+// HTTP/2 request without :authority) is routed and judged by the name
+// its handshake was for, never handed to the first site past the
+// certificate and minimum version its connection had; one on a
+// connection whose handshake named nothing either gets 421. The first
+// site (a.test) is TLS 1.3 only with a certificate of its own; b.test
+// takes TLS 1.2 with another.
+func TestRequestWithoutHost(t *testing.T) {
+	conf := func(def string) string {
+		return twoSites(t, "secret.txt", "secret-a", "site-b", def, `min_version = "1.2"`)
 	}
 	ts := start(t, conf(""))
 	dial := func(sni string, v12 bool) *tls.Conn {

@@ -2,10 +2,8 @@ package engine_test
 
 import (
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -41,25 +39,7 @@ func (c *anyNameCache) Put(_ string, cs *tls.ClientSessionState) {
 // a.test's certificate, not a resumed session that never showed it; the
 // ticket resumes for b.test.
 func TestTicketsBoundToName(t *testing.T) {
-	rootA, rootB := t.TempDir(), t.TempDir()
-	writeFile(t, filepath.Join(rootA, "f.txt"), "site-a")
-	writeFile(t, filepath.Join(rootB, "f.txt"), "site-b")
-	a := newPKI(t, t.TempDir(), "a.test")
-	b := newPKI(t, t.TempDir(), "b.test")
-	ts := start(t, fmt.Sprintf(ktlsAuto+`
-[[sites]]
-domain = "a.test"
-root = %q
-[sites.tls]
-cert = %q
-key = %q
-[[sites]]
-domain = "b.test"
-root = %q
-[sites.tls]
-cert = %q
-key = %q
-`, rootA, a.certFile, a.keyFile, rootB, b.certFile, b.keyFile))
+	ts := start(t, twoSites(t, "f.txt", "site-a", "site-b", "", ""))
 	for _, proto := range []string{"h1", "h3"} {
 		cache := &anyNameCache{}
 		get := func(name string) (body string, resumed bool, subject string) {
