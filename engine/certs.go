@@ -290,12 +290,15 @@ func (t *certTable) pick(name string) *tls.Certificate {
 // passthrough route relays. Otherwise a client could reach a 1.3-only
 // site or route over 1.2, or a site or route under a certificate that is
 // not its own, by naming another in SNI. host is tlsHost's: the SNI
-// when the request names no host; empty when neither names one, which is
-// refused too (the default site is never reached past its connection's
-// facts).
+// when the request names no host; empty when neither names one. Such a
+// request goes to whatever takes unnamed names, the very default whose
+// facts its handshake was given (one that names nothing is refused at
+// the handshake when nothing takes such names), so it is never
+// misdirected: nginx's default server answers it too, and HTTP/1.0
+// clients that send no Host and no SNI (openssl s_time, probes) work.
 func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
 	if len(host) == 0 {
-		return true
+		return false
 	}
 	h, sni := string(host), serverName(sniName)
 	if s.pass != nil && s.pass.route(h) != nil && sni != h {

@@ -173,9 +173,10 @@ func (t *siteTable) byName(name []byte) *site {
 // tlsHost is the name a request on a TLS connection is routed and judged
 // by, normalized into buf: its Host (or :authority), or, when that names
 // no host (HTTP/1.0 without one, an empty or port-only Host), the name
-// its handshake was for (SNI). "" when neither names one (misdirected
-// refuses it): a request never falls to the default site past the
-// certificate, version and key exchanges its connection was given.
+// its handshake was for (SNI). "" when neither names one: the request
+// goes to the default, whose certificate, version and key exchanges the
+// handshake that named nothing was given. A request never falls to the
+// default site past the facts its connection was given.
 func tlsHost(host []byte, sni string, buf []byte) []byte {
 	buf = normHost(host, buf)
 	if len(buf) == 0 {
