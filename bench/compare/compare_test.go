@@ -40,7 +40,7 @@ func TestQuick(t *testing.T) {
 	}
 	for _, want := range []string{"| large file, 1 connection, h1 plain | MiB/s |", "| 1 KiB, 64 keep-alive connections, h1 plain | req/s |",
 		"| large file, 1 connection, h2 TLS | MiB/s |",
-		"## The client's ceiling", "Quick mode", "- **engine**: built by this run at ", "`engine version`: `engine dev", "(commit ", "The harness ran from that same tree",
+		"## The client's ceiling", "Quick mode", "- **engine**: built by this run at ", "`engine version`: `engine ", "(commit ", "The harness ran from that same tree",
 		"Kernel TLS: ", "Key exchanges: every side at its default", "## What this page does not measure"} {
 		if !strings.Contains(string(doc), want) {
 			t.Errorf("report lacks %q:\n%s", want, doc)
