@@ -254,7 +254,7 @@ func TestBigDatagram(t *testing.T) {
 
 func TestSessions(t *testing.T) {
 	ts := startServer(t)
-	ts.maxSessions = 1
+	ts.maxSessions.Store(1)
 	var m MultiResult
 	client(t, &m, "-url", ts.url("mode=source&bytes=10"), "-ca", ts.caFile, "-timeout", "10s", "-op", "source", "-sessions", "3")
 	if m.OK || len(m.Sessions) != 3 {

@@ -41,7 +41,7 @@ type testServer struct {
 	addr   string // host:port
 	caFile string // PEM of the self-signed certificate
 
-	maxSessions int64 // 0: no limit; else 503 with Retry-After: 1 beyond it
+	maxSessions atomic.Int64 // 0: no limit; else 503 with Retry-After: 1 beyond it (atomic: a test sets it while the server runs)
 	active      atomic.Int64
 
 	mu       sync.Mutex
@@ -127,8 +127,8 @@ func (ts *testServer) handle(s *webtransport.Server, w http.ResponseWriter, r *h
 
 	q := r.URL.Query()
 	mode := q.Get("mode")
-	if ts.maxSessions > 0 {
-		if ts.active.Add(1) > ts.maxSessions {
+	if limit := ts.maxSessions.Load(); limit > 0 {
+		if ts.active.Add(1) > limit {
 			ts.active.Add(-1)
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
