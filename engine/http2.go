@@ -273,7 +273,10 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	st.User = hs
 	hc.beginRecord(hs)
 	r := &st.Req
-	host := r.Get("host") // :authority, else a Host field
+	host := r.Authority
+	if len(host) == 0 {
+		host = r.Get("host") // a Host field (h2 refuses one that differs from a :authority)
+	}
 	sess := hc.s.Session()
 	if sess != nil {
 		hh.h1.hostBuf = tlsHost(host, sess.ServerName, hh.h1.hostBuf)
