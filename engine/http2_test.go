@@ -519,6 +519,21 @@ func TestH2ALPNPerSite(t *testing.T) {
 		}
 		c.Close()
 	}
+	// A ClientHello naming nothing, or a name no site names, is offered
+	// what the default allows, as it is given the default's certificate.
+	def := start(t, fmt.Sprintf("[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n"+
+		"[[sites]]\ndomain = \"old.example\"\nroot = %q\ndefault = true\n[sites.protocols]\nh2 = false\n[sites.tls]\ncert = %q\nkey = %q\n%s",
+		root, pki.certFile, pki.keyFile, root, pki.certFile, pki.keyFile, ktlsAuto))
+	for _, tt := range []struct{ name, want string }{{"localhost", "h2"}, {"", "http/1.1"}, {"unknown.example", "http/1.1"}} {
+		c, err := tls.Dial("tcp", def.addr, &tls.Config{InsecureSkipVerify: true, ServerName: tt.name, NextProtos: []string{"h2", "http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.ConnectionState().NegotiatedProtocol; got != tt.want {
+			t.Errorf("default site without h2, SNI %q: ALPN %q, want %q", tt.name, got, tt.want)
+		}
+		c.Close()
+	}
 	// Reusing the h2 connection for the other site is refused with 421.
 	r := dialH2(t, ts.addr, pki)
 	r.eb.Reset()

@@ -431,7 +431,7 @@ func (s *Server) setupTLS() error {
 	s.certs.cur.Store(t)
 	base := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
-		NextProtos:     s.alpn(""),
+		NextProtos:     s.alpnAll(),
 		GetCertificate: s.certs.getCertificate,
 	}
 	allow12 := t.allow12()
@@ -525,27 +525,40 @@ func (s *Server) tickets(serverName string) bool {
 	return st == nil || st.tickets
 }
 
-// alpn lists the protocols to offer in ALPN for a server name ("" for
-// all sites together): h2 before http/1.1, as each site allows.
-func (s *Server) alpn(sni string) []string {
+// alpnAll lists every protocol some site or route offers in ALPN: the
+// base configuration's, which each handshake narrows with alpn.
+func (s *Server) alpnAll() []string {
 	var h1, h2 bool
-	if sni == "" || s.sites == nil {
-		for _, sc := range s.cfg.Sites {
-			h1, h2 = h1 || config.On(sc.Protocols.H1), h2 || config.On(sc.Protocols.H2)
-		}
-		if len(s.cfg.Sites) == 0 || s.cfg.Root != "" {
-			h1, h2 = true, true
-		}
-		if s.proxy != nil {
-			h1, h2 = h1 || s.proxy.h1, h2 || s.proxy.h2
-		}
-	} else if name := serverName(sni); s.proxy != nil && !s.sites.names(name) && s.proxy.hasDomain(name) {
-		// A domain only routes name: what the proxy answers.
-		h1, h2 = s.proxy.h1, s.proxy.h2
-	} else {
-		st, _ := s.sites.lookup([]byte(sni), nil)
-		h1, h2 = st.h1, st.h2
+	for _, sc := range s.cfg.Sites {
+		h1, h2 = h1 || config.On(sc.Protocols.H1), h2 || config.On(sc.Protocols.H2)
 	}
+	if len(s.cfg.Sites) == 0 || s.cfg.Root != "" {
+		h1, h2 = true, true
+	}
+	if s.proxy != nil {
+		h1, h2 = h1 || s.proxy.h1, h2 || s.proxy.h2
+	}
+	return alpnList(h1, h2)
+}
+
+// alpn lists the protocols to offer in ALPN to a client naming sni: what
+// the site or route that takes the name allows. A ClientHello naming
+// nothing is offered what the default allows, as for a name nothing
+// names (the rule of "Names on TLS").
+func (s *Server) alpn(sni string) []string {
+	if s.sites == nil {
+		return s.alpnAll()
+	}
+	if name := serverName(sni); s.proxy != nil && !s.sites.names(name) && s.proxy.hasDomain(name) {
+		// A domain only routes name: what the proxy answers.
+		return alpnList(s.proxy.h1, s.proxy.h2)
+	}
+	st, _ := s.sites.lookup([]byte(sni), nil)
+	return alpnList(st.h1, st.h2)
+}
+
+// alpnList is h2 before http/1.1, as allowed.
+func alpnList(h1, h2 bool) []string {
 	switch {
 	case h2 && h1:
 		return []string{"h2", "http/1.1"}
