@@ -183,16 +183,14 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc.host = h3Host(r, sc.host)
-	if px := srv.proxy; px != nil && len(path) > 0 && path[0] == '/' {
+	// An authority or target that HTTP/1.1's parser and HTTP/2's request
+	// checks refuse is refused here too (RFC 9114 §4.3.1: malformed), so
+	// the three protocols route the same names: "a.test:abc" or
+	// "*.w.test" reach no site or upstream. (quic-go keeps no :scheme.)
+	malformed := !httpsyntax.ValidHost([]byte(r.Host)) || !httpsyntax.ValidPath([]byte(r.RequestURI))
+	if px := srv.proxy; px != nil && !malformed {
 		if rt := px.match(sc.host, path); rt != nil {
 			status, sent := proxyRefuse(path, px.h3, r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, sc.host)), int64(0)
-			if status == 0 && (!httpsyntax.ValidHost([]byte(r.Host)) || !httpsyntax.ValidPath([]byte(r.RequestURI)) ||
-				r.URL.Scheme != "" && r.URL.Scheme != "https") {
-				// What HTTP/2's request checks refuse (RFC 9114 §4.3.1):
-				// an authority, path or scheme an HTTP/1.1 upstream must
-				// not be handed.
-				status = 400
-			}
 			sc.rec.setSite(srv.siteProxy(), rt.cfg.Domain)
 			if status != 0 {
 				sent = writeH3Error(w, status)
@@ -207,11 +205,11 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp := &sc.files.Resp
 	isHead := r.Method == "HEAD"
 	switch {
+	case malformed:
+		files.ErrorResponse(resp, 400)
 	case r.Method != "GET" && !isHead:
 		files.ErrorResponse(resp, 405)
 		resp.Allow = true
-	case len(path) == 0 || path[0] != '/':
-		files.ErrorResponse(resp, 400)
 	case !s.h3 || r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, hb):
 		files.ErrorResponse(resp, 421)
 	default:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,6 +339,30 @@ upstreams = [%[4]q]
 		} {
 			if code, body, err := namedGet(t, ts.addr, a.pool, p, c.sni, c.host, "/alpha.txt", false); err != nil || code != c.want {
 				t.Errorf("default site: %s SNI %s Host %s: %d %.60q %v, want %d", p, c.sni, c.host, code, body, err, c.want)
+			}
+		}
+	}
+}
+
+// TestMalformedHost: an authority HTTP/1.1's parser refuses (a port that
+// is no number, a "port" that is a name, a wildcard) is refused on every
+// protocol, never served from the connection's site: 400 on HTTP/1.1 and
+// HTTP/3, the stream reset on HTTP/2 (RFC 9113 §8.1.1: malformed).
+func TestMalformedHost(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "secret.txt"), "secret-a")
+	pki := newPKI(t, t.TempDir(), "a.test")
+	ts := start(t, fmt.Sprintf(ktlsAuto+"[[sites]]\ndomain = \"a.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+		root, pki.certFile, pki.keyFile))
+	for _, host := range []string{"a.test:abc", "a.test:99999", "a.test:b.test", ":b.test", "*.a.test"} {
+		for _, proto := range []string{"h1", "h2", "h3"} {
+			code, body, err := namedGet(t, ts.addr, pki.pool, proto, "a.test", host, "/secret.txt", false)
+			switch {
+			case proto == "h2" && err != nil && strings.Contains(err.Error(), "PROTOCOL_ERROR"):
+			case err != nil:
+				t.Errorf("%s Host %q: %v", proto, host, err)
+			case code != 400:
+				t.Errorf("%s Host %q: %d %q; want 400", proto, host, code, body)
 			}
 		}
 	}
