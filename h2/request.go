@@ -73,10 +73,22 @@ func (r *Request) validate() error {
 	if !httpsyntax.ValidHost(r.Authority) {
 		return errors.New("invalid :authority")
 	}
-	if h := r.field("host"); h != nil && !httpsyntax.ValidHost(h) {
+	// At most one Host field, as HTTP/1.1 requires (RFC 9112 §3.2):
+	// with two, servers and proxies could each route by another.
+	var host []byte
+	for i := range r.Fields {
+		if string(r.Fields[i].Name) != "host" {
+			continue
+		}
+		if host != nil {
+			return errors.New("repeated host")
+		}
+		host = r.Fields[i].Value
+	}
+	if host != nil && !httpsyntax.ValidHost(host) {
 		return errors.New("invalid host")
 	}
-	if h := r.field("host"); len(r.Authority) > 0 && h != nil && !strings.EqualFold(string(h), string(r.Authority)) {
+	if len(r.Authority) > 0 && host != nil && !strings.EqualFold(string(host), string(r.Authority)) {
 		return errors.New("host differs from :authority")
 	}
 	return nil
