@@ -1069,3 +1069,45 @@ func TestProxyStopClosesUpstreams(t *testing.T) {
 		t.Fatal("the engine stopped, and its pooled upstream connection is still open")
 	}
 }
+
+// TestProxyHostNamesNothing: a request whose Host names no host ("." or
+// a port alone) goes to the upstream as one without Host: with the
+// route's Host and no X-Forwarded-Host, never with the client's "." (an
+// upstream's own virtual hosts would take it for another name); a Host
+// with a port is quoted in Forwarded (RFC 7239 §4: not a token).
+func TestProxyHostNamesNothing(t *testing.T) {
+	seen := make(chan http.Header, 4)
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("X-Test-Host", r.Host)
+		seen <- h
+	}))
+	ts := start(t, proxyConfig(t, "/api/", "", b.hostPort()))
+	for _, tt := range []struct{ host, want, xfh, fwd string }{
+		{".", b.hostPort(), "", "for=127.0.0.1;proto=http"},
+		{":8080", b.hostPort(), "", "for=127.0.0.1;proto=http"},
+		{"a.test:8080", "a.test:8080", "a.test:8080", `for=127.0.0.1;host="a.test:8080";proto=http`},
+		{"a.test", "a.test", "a.test", "for=127.0.0.1;host=a.test;proto=http"},
+	} {
+		c := dial(t, ts.addr)
+		c.send("GET /api/x HTTP/1.1\r\nHost: " + tt.host + "\r\n\r\n")
+		if r := c.head("GET"); r.StatusCode != 200 {
+			t.Fatalf("Host %q: %d", tt.host, r.StatusCode)
+		}
+		var h http.Header
+		select {
+		case h = <-seen:
+		case <-time.After(scale(10 * time.Second)):
+			t.Fatalf("Host %q: the upstream saw no request", tt.host)
+		}
+		if got := h.Get("X-Test-Host"); got != tt.want {
+			t.Errorf("Host %q: the upstream saw Host %q, want %q", tt.host, got, tt.want)
+		}
+		if got := h.Get("X-Forwarded-Host"); got != tt.xfh {
+			t.Errorf("Host %q: X-Forwarded-Host %q, want %q", tt.host, got, tt.xfh)
+		}
+		if got := h.Get("Forwarded"); got != tt.fwd {
+			t.Errorf("Host %q: Forwarded %q, want %q", tt.host, got, tt.fwd)
+		}
+	}
+}

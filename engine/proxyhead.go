@@ -124,6 +124,10 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 	// target's wins over the Host field, RFC 9112 §3.2.2), so the upstream
 	// never sees a host the route did not match; a request with none
 	// (HTTP/1.0) names the upstream.
+	// (So does one whose Host names no host: ".", a port alone.)
+	if namesNoHost(u.host) {
+		u.host = nil
+	}
 	host := u.host
 	if len(host) == 0 {
 		host = []byte(u.upstream)
@@ -200,8 +204,12 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 	} else {
 		b = peer.AppendTo(b)
 	}
-	if u.host != nil && httpToken(u.host) {
+	switch {
+	case u.host == nil:
+	case httpToken(u.host):
 		b = append(append(b, ";host="...), u.host...)
+	case quotable(u.host): // a port, an IPv6 literal
+		b = append(append(append(b, ";host=\""...), u.host...), '"')
 	}
 	b = append(append(append(b, ";proto="...), proto...), "\r\n"...)
 	b = append(append(append(b, "Via: "...), u.via...), " engine\r\n"...)
@@ -213,6 +221,29 @@ func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// namesNoHost reports whether a Host value names no host: empty, ".",
+// or a port alone (what normHost makes "").
+func namesNoHost(h []byte) bool {
+	if len(h) > 0 && h[0] == '[' {
+		return false // an IPv6 literal
+	}
+	if i := indexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	return len(h) == 0 || len(h) == 1 && h[0] == '.'
+}
+
+// quotable reports whether v can be written as a quoted-string without
+// escapes (RFC 9110 §5.6.4): no '"', '\\' or control character.
+func quotable(v []byte) bool {
+	for _, c := range v {
+		if c == '"' || c == '\\' || c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // untrustedForward reports whether a field from a client that is not a
