@@ -271,7 +271,8 @@ upstreams = [%[4]q]
 	// has no certificate of its own to check.
 	insecure := func(sni string) *tls.Config { return &tls.Config{ServerName: sni, InsecureSkipVerify: true} }
 
-	ts := start(t, conf(false))
+	logs := &syncBuffer{}
+	ts := startLog(t, conf(false), logs)
 	for _, sni := range []string{"nothing.test", ""} {
 		c, err := tls.Dial("tcp", ts.addr, insecure(sni))
 		if err == nil {
@@ -287,6 +288,9 @@ upstreams = [%[4]q]
 		} else if !strings.Contains(err.Error(), "unrecognized name") {
 			t.Errorf("TLS 1.2 handshake with SNI %q: %v; want unrecognized_name", sni, err)
 		}
+	}
+	if !waitFor(scale(5*time.Second), func() bool { return strings.Contains(logs.String(), "no site or route serves the server name") }) {
+		t.Errorf("the refused handshakes' log lines do not say why:\n%s", logs)
 	}
 	tr := &http3.Transport{TLSClientConfig: insecure("nothing.test")}
 	if resp, err := (&http.Client{Transport: tr, Timeout: scale(20 * time.Second)}).Get("https://" + ts.addr + "/alpha.txt"); err == nil {

@@ -146,12 +146,21 @@ func (h hsIO) Done(out []byte, sess *ktls.Session, err error) {
 	})
 }
 
+// errUnservedName is logged for a handshake refused because no
+// certificate answers the name the client asked for (or for no name).
+var errUnservedName = errors.New("no site or route serves the server name the client asked for (SNI), and none takes unknown names; alert unrecognized_name sent")
+
 func (s *Stream) handshakeDone(sess *ktls.Session, err error) {
 	t, env := s.tls, s.env
 	t.hs = nil
 	if err != nil {
 		// crypto/tls has already queued its alert through Send.
 		env.Stats.HandshakeErrors.Add(1)
+		if err.Error() == "tls: no certificates configured" {
+			// crypto/tls's words when GetCertificate has none for the
+			// name: the alert it sent was unrecognized_name.
+			err = errUnservedName
+		}
 		env.Note("TLS handshake failed", "peer", s.c.Peer(), "err", err)
 		s.c.CloseAfterFlush()
 		return
