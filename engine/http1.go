@@ -271,14 +271,14 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	// Methods are case-sensitive (RFC 9110 §9.1): "get" is not GET.
 	isHead := string(r.Method) == "HEAD"
 	switch {
+	case !s.h1 || sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, hb):
+		files.ErrorResponse(resp, 421)
 	case !isHead && string(r.Method) != "GET":
 		files.ErrorResponse(resp, 405)
 		resp.Allow = true
 	case r.Path == nil || r.Path[0] != '/':
 		files.ErrorResponse(resp, 400)
 		st.closeAfter = true
-	case !s.h1 || sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, hb):
-		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}
 		if !h.srv.cache.Serve(&s.files, &fr, &st.files) {

@@ -309,13 +309,13 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	method := string(r.Method)
 	path, query := splitTarget(r.Path)
 	switch {
+	case !s.h2 || sess == nil && !s.h2c || sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hb):
+		files.ErrorResponse(resp, 421)
 	case method != "GET" && method != "HEAD":
 		files.ErrorResponse(resp, 405)
 		resp.Allow = true
 	case len(path) == 0 || path[0] != '/':
 		files.ErrorResponse(resp, 400)
-	case !s.h2 || sess == nil && !s.h2c || sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hb):
-		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: method == "HEAD", Path: path, Query: query, Header: r}
 		if !hh.srv.cache.Serve(&s.files, &fr, &hs.files) {

@@ -207,11 +207,11 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case malformed:
 		files.ErrorResponse(resp, 400)
+	case !s.h3 || r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, hb):
+		files.ErrorResponse(resp, 421)
 	case r.Method != "GET" && !isHead:
 		files.ErrorResponse(resp, 405)
 		resp.Allow = true
-	case !s.h3 || r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, hb):
-		files.ErrorResponse(resp, 421)
 	default:
 		fr := files.Request{Head: isHead, Path: path, Query: query, Header: h3Headers(r.Header)}
 		for !srv.cache.Serve(&s.files, &fr, &sc.files) {

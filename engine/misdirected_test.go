@@ -32,6 +32,12 @@ func countingBackend(t *testing.T) (*backend, *atomic.Int64) {
 // "h3". It returns the status and body.
 func namedGet(t *testing.T, addr string, pool *x509.CertPool, proto, sni, host, path string, v12 bool) (int, string, error) {
 	t.Helper()
+	return namedRequest(t, addr, pool, proto, "GET", sni, host, path, v12)
+}
+
+// namedRequest is namedGet with another method.
+func namedRequest(t *testing.T, addr string, pool *x509.CertPool, proto, method, sni, host, path string, v12 bool) (int, string, error) {
+	t.Helper()
 	cfg := &tls.Config{RootCAs: pool, ServerName: sni}
 	if v12 {
 		cfg.MaxVersion = tls.VersionTLS12
@@ -51,7 +57,7 @@ func namedGet(t *testing.T, addr string, pool *x509.CertPool, proto, sni, host, 
 		defer tr.Close()
 		rt = tr
 	}
-	req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
+	req, _ := http.NewRequest(method, "https://"+addr+path, nil)
 	req.Host = host
 	resp, err := (&http.Client{Transport: rt, Timeout: scale(20 * time.Second)}).Do(req)
 	if err != nil {
@@ -368,6 +374,30 @@ func TestMalformedHost(t *testing.T) {
 			case code != 400:
 				t.Errorf("%s Host %q: %d %q; want 400", proto, host, code, body)
 			}
+		}
+	}
+}
+
+// TestMisdirectedFirst: a request whose Host the connection's facts do
+// not serve is answered 421 whatever its method, on every protocol, not
+// 405 as if the other site had judged it.
+func TestMisdirectedFirst(t *testing.T) {
+	rootA, rootB := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(rootA, "f.txt"), "a")
+	writeFile(t, filepath.Join(rootB, "f.txt"), "b")
+	a := newPKI(t, t.TempDir(), "a.test")
+	b := newPKI(t, t.TempDir(), "b.test")
+	ts := start(t, fmt.Sprintf(ktlsAuto+"[[sites]]\ndomain = \"a.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n"+
+		"[[sites]]\ndomain = \"b.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+		rootA, a.certFile, a.keyFile, rootB, b.certFile, b.keyFile))
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		for _, method := range []string{"POST", "DELETE", "GET"} {
+			if code, body, err := namedRequest(t, ts.addr, a.pool, proto, method, "a.test", "b.test", "/f.txt", false); err != nil || code != 421 {
+				t.Errorf("%s %s with Host b.test on a.test's connection: %d %q %v; want 421", proto, method, code, body, err)
+			}
+		}
+		if code, _, err := namedRequest(t, ts.addr, a.pool, proto, "POST", "a.test", "a.test", "/f.txt", false); err != nil || code != 405 {
+			t.Errorf("%s POST to a.test: %d %v; want 405", proto, code, err)
 		}
 	}
 }
