@@ -16,6 +16,7 @@ type connHandler struct {
 	// Immutable after construction.
 	srv *Server
 	env *transport.Env
+	lc  *loopCtx
 	h1  *h1Handler
 	h2  *h2Handler
 	// redirect: the [redirect_http] listener (plain HTTP/1.1 only).
@@ -37,7 +38,7 @@ type httpConn struct {
 // newConnHandler returns loop l's handler; redirect makes it the
 // [redirect_http] listener's: plain HTTP/1.1 answered by handleRedirect.
 func newConnHandler(srv *Server, l *reactor.Loop, redirect bool) *connHandler {
-	h1 := newH1Handler(srv, l, redirect)
+	lc := newLoopCtx(srv, l, redirect)
 	cfg := srv.cfg
 	tlsConf := srv.tlsConfig
 	if redirect {
@@ -52,11 +53,11 @@ func newConnHandler(srv *Server, l *reactor.Loop, redirect bool) *connHandler {
 		PromoteAfter:  int64(*cfg.Kernel.PromoteAfter),
 		KernelTLS:     srv.ktlsOK,
 		KernelRekey:   srv.ktlsRekey,
-		Stats:         &h1.metrics.tls,
-		Log:           h1.log,
-		Note:          func(msg string, args ...any) { h1.limiter.log(h1.log, msg, args...) },
+		Stats:         &lc.metrics.tls,
+		Log:           lc.log,
+		Note:          lc.note,
 	}
-	return &connHandler{srv: srv, env: env, h1: h1, h2: h1.h2, redirect: redirect}
+	return &connHandler{srv: srv, env: env, lc: lc, h1: newH1Handler(lc, redirect), h2: newH2Handler(lc), redirect: redirect}
 }
 
 func (h *connHandler) Open(c *reactor.Conn) {
@@ -90,7 +91,8 @@ func (h *connHandler) Closed(c *reactor.Conn) {
 
 func (h *connHandler) Tick() bool {
 	h.expireRelays()
-	return h.h1.Tick()
+	h.h2.tick()
+	return h.lc.tick()
 }
 
 // Drain keeps HTTP/2 connections open at shutdown until they have sent
@@ -132,7 +134,7 @@ func (h *connHandler) choose(c *reactor.Conn, hc *httpConn) {
 		// listener where a site allows it.
 		in := s.Input()
 		if len(in) == 0 {
-			if s.EOF() || h.h1.loop.Draining() {
+			if s.EOF() || h.lc.loop.Draining() {
 				c.Close()
 			}
 			return // stateFirst: the header_timeout set at accept runs

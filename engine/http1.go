@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/mediaship/engine/engine/files"
@@ -12,29 +11,19 @@ import (
 )
 
 // h1Handler drives HTTP/1.1 on one loop. Its scratch state is shared by
-// the loop's connections, which it serves one at a time.
+// the loop's connections, which it serves one at a time; what every
+// driver on the loop shares is its loop context.
 type h1Handler struct {
 	// Immutable after construction.
-	srv     *Server
-	loop    *reactor.Loop
-	log     *slog.Logger
-	metrics *respMetrics // the loop's (HTTP/2 on the loop counts here too)
+	srv *Server
+	lc  *loopCtx
 
 	// Owned by the loop goroutine.
-	parser   *h1.Parser
-	req      h1.Request
-	head     []byte
-	hostBuf  []byte
-	date     []byte
-	dateSec  int64
-	logBuf   []byte
-	logClock logClock
-	fields   h1Fields
-	limiter  logLimiter
-	warnedCC bool
-	h2       *h2Handler
-	proxy    *proxyPool // nil without reverse proxy routes
-	locBuf   []byte     // a redirect's Location
+	parser *h1.Parser
+	req    h1.Request
+	head   []byte
+	fields h1Fields
+	locBuf []byte // a redirect's Location
 
 	// Immutable: the [redirect_http] listener's handler answers every
 	// request with handleRedirect.
@@ -67,31 +56,17 @@ type h1Conn struct {
 // a larger one closes the connection after the answer instead.
 const maxSkipBody = 1 << 20
 
-func newH1Handler(s *Server, l *reactor.Loop, redirect bool) *h1Handler {
+func newH1Handler(lc *loopCtx, redirect bool) *h1Handler {
+	s := lc.srv
 	h := &h1Handler{
 		srv:      s,
-		loop:     l,
-		log:      s.log.With("loop", l.ID()),
+		lc:       lc,
 		parser:   h1.NewParser(s.limits),
 		head:     make([]byte, 0, 512),
-		limiter:  logLimiter{perSecond: 20},
 		redirect: redirect,
-		metrics:  newRespMetrics(len(s.sites.all)),
 	}
-	s.loopMu.Lock()
-	s.loopMetrics = append(s.loopMetrics, h.metrics)
-	s.loopMu.Unlock()
-	h.h2 = newH2Handler(h)
 	if redirect {
-		h.log = s.log.With("listener", "redirect_http")
 		h.redirectPort = redirectPort(s)
-		return h
-	}
-	if s.proxy != nil {
-		h.proxy = newProxyPool(h)
-		s.loopMu.Lock()
-		s.loopH1 = append(s.loopH1, h)
-		s.loopMu.Unlock()
 	}
 	return h
 }
@@ -108,22 +83,6 @@ func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 		h.finishResponse(st)
 	}
 	st.files.Reset()
-}
-
-func (h *h1Handler) Tick() (more bool) {
-	h.flushLog()
-	h.limiter.flush(h.log)
-	h.h2.tick()
-	waiting := h.proxy != nil && h.proxy.expire(h.loop.Now().UnixNano())
-	return h.limiter.suppressed > 0 || waiting
-}
-
-// flushLog writes the buffered access log lines.
-func (h *h1Handler) flushLog() {
-	if len(h.logBuf) > 0 {
-		h.srv.alog.write(h.logBuf)
-		h.logBuf = h.logBuf[:0]
-	}
 }
 
 // serve runs HTTP/1.1 over st's stream as far as it can go.
@@ -164,7 +123,7 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			n, err := st.skip.Skip(s.Input())
 			s.Consume(n)
 			if err != nil {
-				h.limiter.log(h.log, "bad request body framing; closing", "peer", c.Peer(), "err", err)
+				h.lc.note("bad request body framing; closing", "peer", c.Peer(), "err", err)
 				c.Close()
 				return
 			}
@@ -189,7 +148,7 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 				s.End() // close_notify answered on TLS
 				return
 			}
-			if h.loop.Draining() {
+			if h.lc.loop.Draining() {
 				c.Close()
 				return
 			}
@@ -219,7 +178,7 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 			var pe *h1.Error
 			errors.As(err, &pe)
 			h.srv.stats.badRequests.Add(1)
-			h.limiter.log(h.log, "bad request", "peer", c.Peer(), "status", pe.Status, "reason", pe.Reason)
+			h.lc.note("bad request", "peer", c.Peer(), "status", pe.Status, "reason", pe.Reason)
 			st.closeAfter = true
 			files.ErrorResponse(&st.files.Resp, pe.Status)
 			h.send(c, st, nil, nil)
@@ -240,15 +199,15 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	r := &h.req
 	sess := st.s.Session()
 	if sess != nil {
-		h.hostBuf = tlsHost(r.Host, sess.ServerName, h.hostBuf)
+		h.lc.hostBuf = tlsHost(r.Host, sess.ServerName, h.lc.hostBuf)
 	}
 	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
 		if sess == nil {
-			h.hostBuf = normHost(r.Host, h.hostBuf)
+			h.lc.hostBuf = normHost(r.Host, h.lc.hostBuf)
 		}
-		if rt := px.match(h.hostBuf, r.Path); rt != nil {
-			if status := proxyRefuse(r.Path, px.h1, sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, h.hostBuf)); status != 0 {
-				h.limiter.log(h.log, "proxy: request refused", "status", status, "path", string(r.Path), "peer", c.Peer())
+		if rt := px.match(h.lc.hostBuf, r.Path); rt != nil {
+			if status := proxyRefuse(r.Path, px.h1, sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, h.lc.hostBuf)); status != 0 {
+				h.lc.note("proxy: request refused", "status", status, "path", string(r.Path), "peer", c.Peer())
 				st.closeAfter = true
 				files.ErrorResponse(&st.files.Resp, status)
 				st.s.Consume(n)
@@ -260,12 +219,12 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		}
 	}
 	var s *site
-	hb := h.hostBuf
+	hb := h.lc.hostBuf
 	if sess != nil {
 		s = h.srv.sites.byName(hb)
 	} else {
-		s, hb = h.srv.sites.lookup(r.Host, h.hostBuf)
-		h.hostBuf = hb
+		s, hb = h.srv.sites.lookup(r.Host, h.lc.hostBuf)
+		h.lc.hostBuf = hb
 	}
 	resp := &st.files.Resp
 	// Methods are case-sensitive (RFC 9110 §9.1): "get" is not GET.
@@ -284,7 +243,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		if !h.srv.cache.Serve(&s.files, &fr, &st.files) {
 			if !st.files.Pending() {
 				// Nothing to fetch yet no answer: a bug, not a loop.
-				h.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
+				h.lc.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
 				files.ErrorResponse(resp, 500)
 				break
 			}
@@ -326,22 +285,22 @@ func (h *h1Handler) answer(c *reactor.Conn, st *h1Conn, n int, s *site) {
 func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	resp := &st.files.Resp
 	st.s.StartResponse(&st.resp)
-	if h.loop.Draining() || st.s.Retiring() {
+	if h.lc.loop.Draining() || st.s.Retiring() {
 		st.closeAfter = true
 	}
 	switch {
 	case resp.Status >= 500 && r != nil: // parse errors (501, 505) are the client's
 		h.srv.stats.serverErrors.Add(1)
-		h.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "err", resp.Err)
+		h.lc.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "err", resp.Err)
 	case resp.Status == 404:
 		h.srv.stats.notFound.Add(1)
 	case (resp.Status == 400 || resp.Status == 403) && r != nil && resp.Err != nil:
-		h.limiter.log(h.log, "refused path", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "reason", resp.Err)
+		h.lc.note("refused path", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "reason", resp.Err)
 	}
 	h.srv.stats.requests.Add(1)
 
 	h.fields.b = h1.AppendStatusLine(h.head[:0], resp.Status)
-	writeFields(&h.fields, resp, s, h.httpDate())
+	writeFields(&h.fields, resp, s, h.lc.httpDate())
 	b := h.fields.b
 	switch {
 	case st.closeAfter:
@@ -360,7 +319,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 		}
 	}
 	if s != nil && !resp.NoBody {
-		h.bulkPolicy(c, resp, s)
+		h.lc.bulkPolicy(c, resp, s)
 	}
 	if resp.NeedDigest != nil && s != nil {
 		h.srv.digests.request(s.files.Root, resp.NeedDigest)
@@ -374,37 +333,6 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	st.rec.respond(resp.Status, resp.ReprDigest != "")
 	st.sending = true
 	st.requests++
-}
-
-// bulkPolicy switches a socket carrying a large body to the bulk
-// congestion control, and applies the site's pacing rate.
-func (h *h1Handler) bulkPolicy(c *reactor.Conn, resp *files.Response, s *site) {
-	k := &h.srv.cfg.Kernel
-	if resp.Bulk >= int64(k.BulkThreshold) && k.BulkCongestion != "off" {
-		h.srv.stats.bulk.Add(1)
-		if err := c.SetCongestion(k.BulkCongestion); err != nil {
-			h.srv.stats.congestionErrors.Add(1)
-			if !h.warnedCC {
-				h.warnedCC = true
-				h.log.Warn("cannot set bulk congestion control; bulk responses use the system default",
-					"congestion", k.BulkCongestion, "err", err)
-			}
-		}
-	}
-	if err := c.SetPacingRate(s.limitRate); err != nil && !h.warnedCC {
-		h.warnedCC = true
-		h.log.Warn("cannot set pacing rate", "err", err)
-	}
-}
-
-// httpDate returns the Date header value, formatted once a second.
-func (h *h1Handler) httpDate() []byte {
-	now := h.loop.Now()
-	if sec := now.Unix(); sec != h.dateSec || h.date == nil {
-		h.dateSec = sec
-		h.date = now.UTC().AppendFormat(h.date[:0], "Mon, 02 Jan 2006 15:04:05 GMT")
-	}
-	return h.date
 }
 
 // beginRecord starts the record of request r (nil: one that could not
@@ -434,42 +362,5 @@ func (h *h1Handler) finishResponse(st *h1Conn) {
 	if st.rec.status == 0 {
 		sent = 0 // no head went out: logStart is the last response's
 	}
-	h.logBuf = st.rec.finish(h.metrics, h.srv.alog, &h.logClock, h.logBuf, sent, st.s.KernelTLS())
-	if a := h.srv.alog; a != nil && len(h.logBuf) >= a.batch {
-		h.flushLog()
-	}
-}
-
-// logLimiter keeps a flood of bad requests from flooding the log: past
-// perSecond lines in a second, lines are counted and summarised.
-type logLimiter struct {
-	perSecond  int
-	sec        int64
-	n          int
-	suppressed int
-}
-
-func (l *logLimiter) log(log *slog.Logger, msg string, args ...any) {
-	sec := time.Now().Unix()
-	if sec != l.sec {
-		// Lines held back in an earlier second are said before the
-		// next one, for loggers nobody flushes (HTTP/3's).
-		if l.suppressed > 0 {
-			log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
-			l.suppressed = 0
-		}
-		l.sec, l.n = sec, 0
-	}
-	if l.n++; l.n > l.perSecond {
-		l.suppressed++
-		return
-	}
-	log.Info(msg, args...)
-}
-
-func (l *logLimiter) flush(log *slog.Logger) {
-	if l.suppressed > 0 && time.Now().Unix() != l.sec {
-		log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
-		l.suppressed = 0
-	}
+	h.lc.logResponse(&st.rec, sent, st.s.KernelTLS())
 }

@@ -16,7 +16,7 @@ import (
 // connections.
 type h2Handler struct {
 	// Immutable after construction.
-	h1  *h1Handler
+	lc  *loopCtx
 	srv *Server
 
 	// Owned by the loop goroutine.
@@ -55,8 +55,8 @@ type h2Strm struct {
 	proxy    *h2Client // a proxied request; nil for files
 }
 
-func newH2Handler(h1 *h1Handler) *h2Handler {
-	return &h2Handler{h1: h1, srv: h1.srv, conns: map[*h2Conn]struct{}{}}
+func newH2Handler(lc *loopCtx) *h2Handler {
+	return &h2Handler{lc: lc, srv: lc.srv, conns: map[*h2Conn]struct{}{}}
 }
 
 // start makes c an HTTP/2 connection over s.
@@ -85,7 +85,7 @@ func (hc *h2Conn) event(e h2.Event, err error) {
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	hc.h.h1.limiter.log(hc.h.h1.log, "HTTP/2 limit or protocol error", args...)
+	hc.h.lc.note("HTTP/2 limit or protocol error", args...)
 }
 
 // serve runs the connection as far as it can go.
@@ -100,7 +100,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 		if len(in) == 0 {
 			break
 		}
-		n, err := hc.conn.Feed(in, int64(hh.h1.loop.Now().UnixNano()))
+		n, err := hc.conn.Feed(in, int64(hh.lc.loop.Now().UnixNano()))
 		s.Consume(n)
 		if err != nil {
 			var ce *h2.ConnError
@@ -123,7 +123,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 		s.End() // HTTP/2 clients do not half-close: the client is gone
 		return
 	}
-	if hh.h1.loop.Draining() && !hc.shut {
+	if hh.lc.loop.Draining() && !hc.shut {
 		hc.shut = true
 		hc.conn.Shutdown()
 	}
@@ -146,7 +146,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 	case hc.idleSince == 0:
 		// tick sends GOAWAY once idle_timeout has passed; the deadline
 		// closes a connection whose client does not take it.
-		hc.idleSince = hh.h1.loop.Now().UnixNano()
+		hc.idleSince = hh.lc.loop.Now().UnixNano()
 		c.SetReadDeadline(hh.srv.cfg.Limits.IdleTimeout.D() + idleGoAwayGrace)
 	}
 }
@@ -213,7 +213,7 @@ func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 		// The file shrank under the length this response promised: h2
 		// resets this stream alone (INTERNAL_ERROR).
 		hc.h.srv.stats.h2BodyFailures.Add(1)
-		hc.h.h1.limiter.log(hc.h.h1.log, "file shrank while being sent; HTTP/2 stream reset",
+		hc.h.lc.note("file shrank while being sent; HTTP/2 stream reset",
 			"peer", hc.c.Peer(), "path", string(st.Req.Path), "stream", st.ID)
 		return false
 	}
@@ -227,7 +227,7 @@ func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 // present reports whether hs's file still holds its bytes up to end,
 // asking the file once per loop iteration per stream (a batch of frames).
 func (hc *h2Conn) present(hs *h2Strm, resp *files.Response, end int64) bool {
-	now := hc.h.h1.loop.Now().UnixNano()
+	now := hc.h.lc.loop.Now().UnixNano()
 	if hs.sizeAt == now && end <= hs.size {
 		return true
 	}
@@ -279,15 +279,15 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	}
 	sess := hc.s.Session()
 	if sess != nil {
-		hh.h1.hostBuf = tlsHost(host, sess.ServerName, hh.h1.hostBuf)
+		hh.lc.hostBuf = tlsHost(host, sess.ServerName, hh.lc.hostBuf)
 	}
 	if px := hh.srv.proxy; px != nil && len(r.Path) > 0 && r.Path[0] == '/' {
 		path, _ := splitTarget(r.Path)
 		if sess == nil {
-			hh.h1.hostBuf = normHost(host, hh.h1.hostBuf)
+			hh.lc.hostBuf = normHost(host, hh.lc.hostBuf)
 		}
-		if rt := px.match(hh.h1.hostBuf, path); rt != nil {
-			if status := proxyRefuse(path, px.h2, sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hh.h1.hostBuf)); status != 0 {
+		if rt := px.match(hh.lc.hostBuf, path); rt != nil {
+			if status := proxyRefuse(path, px.h2, sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hh.lc.hostBuf)); status != 0 {
 				files.ErrorResponse(&hs.files.Resp, status)
 				hc.respond(hs)
 				return
@@ -297,12 +297,12 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		}
 	}
 	var s *site
-	hb := hh.h1.hostBuf
+	hb := hh.lc.hostBuf
 	if sess != nil {
 		s = hh.srv.sites.byName(hb)
 	} else {
-		s, hb = hh.srv.sites.lookup(host, hh.h1.hostBuf)
-		hh.h1.hostBuf = hb
+		s, hb = hh.srv.sites.lookup(host, hh.lc.hostBuf)
+		hh.lc.hostBuf = hb
 	}
 	hs.site = s
 	resp := &hs.files.Resp
@@ -320,7 +320,7 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		fr := files.Request{Head: method == "HEAD", Path: path, Query: query, Header: r}
 		if !hh.srv.cache.Serve(&s.files, &fr, &hs.files) {
 			if !hs.files.Pending() {
-				hh.h1.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
+				hh.lc.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
 				files.ErrorResponse(resp, 500)
 				break
 			}
@@ -335,7 +335,7 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 func (hc *h2Conn) fetch(hs *h2Strm) {
 	hs.fetching = true
 	hc.conn.MarkBusy(hs.st)
-	l := hc.h.h1.loop
+	l := hc.h.lc.loop
 	cache, site := hc.h.srv.cache, &hs.site.files
 	l.HandedOff()
 	l.Pool().Submit(func() {
@@ -387,23 +387,23 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	switch {
 	case resp.Status >= 500:
 		srv.stats.serverErrors.Add(1)
-		hh.h1.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", hc.c.Peer(), "err", resp.Err)
+		hh.lc.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", hc.c.Peer(), "err", resp.Err)
 	case resp.Status == 404:
 		srv.stats.notFound.Add(1)
 	case (resp.Status == 400 || resp.Status == 403) && resp.Err != nil:
-		hh.h1.limiter.log(hh.h1.log, "refused path", "status", resp.Status, "path", string(r.Path), "peer", hc.c.Peer(), "reason", resp.Err)
+		hh.lc.note("refused path", "status", resp.Status, "path", string(r.Path), "peer", hc.c.Peer(), "reason", resp.Err)
 	}
 	srv.stats.requests.Add(1)
 	srv.stats.h2Streams.Add(1)
 
 	hh.fields.f = hh.fields.f[:0]
-	writeFields(&hh.fields, resp, hs.site, hh.h1.httpDate())
+	writeFields(&hh.fields, resp, hs.site, hh.lc.httpDate())
 	f := hh.fields.f
 	var body int64
 	if !resp.NoBody {
 		body = resp.ContentLength
 		if hs.site != nil {
-			hh.h1.bulkPolicy(hc.c, resp, hs.site)
+			hh.lc.bulkPolicy(hc.c, resp, hs.site)
 		}
 	}
 	if resp.NeedDigest != nil && hs.site != nil {
@@ -464,7 +464,7 @@ func (hh *h2Handler) tick() {
 	if hh.ticks++; hh.ticks%4 != 0 || len(hh.conns) == 0 {
 		return
 	}
-	now := hh.h1.loop.Now().UnixNano()
+	now := hh.lc.loop.Now().UnixNano()
 	timeout := int64(hh.srv.cfg.Limits.SendTimeout.D())
 	idle := int64(hh.srv.cfg.Limits.IdleTimeout.D())
 	header := int64(hh.srv.cfg.Limits.HeaderTimeout.D())
@@ -509,9 +509,5 @@ func (hc *h2Conn) beginRecord(hs *h2Strm) {
 
 // logStream counts hs's response and logs it, once.
 func (hc *h2Conn) logStream(hs *h2Strm) {
-	h1 := hc.h.h1
-	h1.logBuf = hs.rec.finish(h1.metrics, hc.h.srv.alog, &h1.logClock, h1.logBuf, hs.st.Sent(), hc.s.KernelTLS())
-	if a := hc.h.srv.alog; a != nil && len(h1.logBuf) >= a.batch {
-		h1.flushLog()
-	}
+	hc.h.lc.logResponse(&hs.rec, hs.st.Sent(), hc.s.KernelTLS())
 }

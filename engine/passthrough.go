@@ -175,7 +175,7 @@ func (pc *passConn) refuse(why passReason, desc byte, msg string) {
 	if pc.sni != "" || why == reasonNoRoute {
 		args = append(args, "sni", pc.sni)
 	}
-	h.h1.limiter.log(h.h1.log, "passthrough: "+msg, args...)
+	h.lc.note("passthrough: "+msg, args...)
 	if desc != 0 {
 		c.Write(ktls.ClearAlert(desc))
 	}
@@ -193,7 +193,7 @@ func (pc *passConn) dial() {
 		if u == nil {
 			break
 		}
-		uc, err := h.h1.loop.Dial(u.addr, r.cfg.ConnectTimeout.D(), passUp{h})
+		uc, err := h.lc.loop.Dial(u.addr, r.cfg.ConnectTimeout.D(), passUp{h})
 		if err != nil {
 			pc.upFailed(u, err)
 			continue
@@ -208,7 +208,7 @@ func (pc *passConn) dial() {
 
 func (pc *passConn) upFailed(u *upstream, err error) {
 	backoff := u.failed()
-	pc.h.h1.limiter.log(pc.h.h1.log, "passthrough: upstream connection failed; trying another, and skipping this one for a while",
+	pc.h.lc.note("passthrough: upstream connection failed; trying another, and skipping this one for a while",
 		"route", pc.r.key, "upstream", u.name, "err", err, "backoff", backoff)
 }
 
@@ -330,7 +330,7 @@ func (h *connHandler) expireRelays() {
 	if len(h.relays) == 0 {
 		return
 	}
-	now := h.h1.loop.Now().UnixNano()
+	now := h.lc.loop.Now().UnixNano()
 	var idle []*passConn
 	for _, pc := range h.relays {
 		moved := pc.c.Sent() + pc.u.Sent()
@@ -347,7 +347,7 @@ func (h *connHandler) expireRelays() {
 		}
 	}
 	for _, pc := range idle {
-		h.h1.limiter.log(h.h1.log, "passthrough: relay idle; closing", "peer", pc.c.Peer(), "sni", pc.sni,
+		h.lc.note("passthrough: relay idle; closing", "peer", pc.c.Peer(), "sni", pc.sni,
 			"upstream", pc.up.name, "idle_timeout", pc.r.cfg.IdleTimeout.D())
 		pc.done = true // a quiet end, not an error: both sides get a FIN
 		pc.c.Close()

@@ -23,7 +23,7 @@ import (
 // the requests waiting for a connection to an upstream that has max_conns
 // open from this loop, oldest first.
 type proxyPool struct {
-	h      *h1Handler
+	lc     *loopCtx
 	idle   map[*upstream][]*upConn
 	open   map[*upstream]int // connections open (connecting, busy or idle)
 	wait   map[*upstream][]*exchange
@@ -31,9 +31,9 @@ type proxyPool struct {
 	parser *h1.Parser         // upstream response heads
 }
 
-func newProxyPool(h *h1Handler) *proxyPool {
-	return &proxyPool{h: h, idle: map[*upstream][]*upConn{}, open: map[*upstream]int{}, wait: map[*upstream][]*exchange{}, byIP: map[netip.Addr]int{},
-		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(h.srv.cfg.Limits.MaxHeaderBytes), MaxHeaders: h.srv.cfg.Limits.MaxHeaders * 2})}
+func newProxyPool(lc *loopCtx) *proxyPool {
+	return &proxyPool{lc: lc, idle: map[*upstream][]*upConn{}, open: map[*upstream]int{}, wait: map[*upstream][]*exchange{}, byIP: map[netip.Addr]int{},
+		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(lc.srv.cfg.Limits.MaxHeaderBytes), MaxHeaders: lc.srv.cfg.Limits.MaxHeaders * 2})}
 }
 
 // get returns an idle connection to u, or nil.
@@ -64,7 +64,7 @@ func (p *proxyPool) get(u *upstream) *upConn {
 // share of idle connections is full.
 func (p *proxyPool) put(uc *upConn, r *route) {
 	uc.ex = nil
-	if len(p.idle[uc.up]) >= *r.cfg.MaxIdle || p.h.loop.Draining() {
+	if len(p.idle[uc.up]) >= *r.cfg.MaxIdle || p.lc.loop.Draining() {
 		uc.c.Close()
 		return
 	}
@@ -76,8 +76,8 @@ func (p *proxyPool) put(uc *upConn, r *route) {
 // unsolicited counts and logs a connection closed for bytes its upstream
 // sent that no request asked for; found says when they were seen.
 func (p *proxyPool) unsolicited(uc *upConn, found string) {
-	p.h.srv.proxy.stats.unsolicited.Add(1)
-	p.h.limiter.log(p.h.log, "proxy: upstream sent bytes no request asked for; connection closed, not reused",
+	p.lc.srv.proxy.stats.unsolicited.Add(1)
+	p.lc.note("proxy: upstream sent bytes no request asked for; connection closed, not reused",
 		"upstream", uc.up.name, "found", found)
 }
 
@@ -99,7 +99,7 @@ func (p *proxyPool) overShare(r *route, ip netip.Addr) bool {
 	if limit == 0 || p.byIP[ip] < max(1, limit/2) {
 		return false
 	}
-	for _, t := range p.h.srv.proxy.trusted {
+	for _, t := range p.lc.srv.proxy.trusted {
 		if t.Contains(ip) {
 			return false
 		}
@@ -114,7 +114,7 @@ func (p *proxyPool) admitLater(u *upstream) {
 	if len(p.wait[u]) == 0 {
 		return
 	}
-	p.h.loop.Post(func() {
+	p.lc.loop.Post(func() {
 		l := p.wait[u]
 		for i, ex := range l {
 			if !ex.done && (len(p.idle[u]) == 0 && p.full(u, ex.r) || p.overShare(ex.r, ex.peer.Addr())) {
@@ -246,7 +246,7 @@ var errClientGone = errors.New("client closed during the request body")
 // exchange is one proxied request and its response. It lives on the
 // client's loop; so does its upstream connection.
 type exchange struct {
-	h    *h1Handler // the loop's handlers: pool, log, stats
+	lc   *loopCtx // the client's loop: pool, log, stats
 	cl   proxyClient
 	peer reactor.Addr
 	path string // for logs
@@ -323,7 +323,7 @@ func (ex *exchange) start() {
 // fresh is set, else a new one. It returns false when it answered the
 // client instead (every upstream down).
 func (ex *exchange) connect(fresh bool) bool {
-	pool := ex.h.proxy
+	pool := ex.lc.proxy
 	now := time.Now().UnixNano()
 	for {
 		u := ex.r.pick(now) // one that failed for this request backs off: not picked again
@@ -337,7 +337,7 @@ func (ex *exchange) connect(fresh bool) bool {
 			uc = pool.get(u)
 		}
 		if uc != nil {
-			ex.h.srv.proxy.stats.reused.Add(1)
+			ex.lc.srv.proxy.stats.reused.Add(1)
 		} else {
 			if share || pool.full(u, ex.r) {
 				// Every connection this loop may open to u is busy, or
@@ -345,16 +345,16 @@ func (ex *exchange) connect(fresh bool) bool {
 				// up to response_timeout (expire).
 				ex.waitSince = now
 				pool.wait[u] = append(pool.wait[u], ex)
-				ex.h.srv.proxy.stats.queued.Add(1)
+				ex.lc.srv.proxy.stats.queued.Add(1)
 				return false
 			}
 			uc = &upConn{up: u, pool: pool, ex: ex}
-			if _, err := ex.h.loop.Dial(u.addr, ex.r.cfg.ConnectTimeout.D(), uc); err != nil {
+			if _, err := ex.lc.loop.Dial(u.addr, ex.r.cfg.ConnectTimeout.D(), uc); err != nil {
 				ex.upstreamFailed(u, err)
 				continue
 			}
 			pool.open[u]++
-			ex.h.srv.proxy.stats.opened.Add(1)
+			ex.lc.srv.proxy.stats.opened.Add(1)
 		}
 		uc.ex = ex
 		uc.used++
@@ -372,7 +372,7 @@ func (ex *exchange) connect(fresh bool) bool {
 func (ex *exchange) holdUp(uc *upConn) {
 	ex.up = uc
 	uc.up.active.Add(1)
-	ex.h.proxy.byIP[ex.peer.Addr()]++
+	ex.lc.proxy.byIP[ex.peer.Addr()]++
 }
 
 // dropUp takes the exchange's upstream connection from it, uncounted; the
@@ -384,7 +384,7 @@ func (ex *exchange) dropUp() *upConn {
 	}
 	ex.up = nil
 	uc.up.active.Add(-1)
-	p, ip := ex.h.proxy, ex.peer.Addr()
+	p, ip := ex.lc.proxy, ex.peer.Addr()
 	if p.byIP[ip]--; p.byIP[ip] <= 0 {
 		delete(p.byIP, ip)
 	}
@@ -394,9 +394,9 @@ func (ex *exchange) dropUp() *upConn {
 // upstreamFailed marks u down for a while after a failed connection
 // (upstream.failed) and says so.
 func (ex *exchange) upstreamFailed(u *upstream, err error) {
-	ex.h.srv.proxy.stats.failed.Add(1)
+	ex.lc.srv.proxy.stats.failed.Add(1)
 	backoff := u.failed()
-	ex.h.limiter.log(ex.h.log, "upstream connection failed; trying another, and skipping this one for a while",
+	ex.lc.note("upstream connection failed; trying another, and skipping this one for a while",
 		"route", ex.r.key, "upstream", u.name, "err", err, "backoff", backoff)
 }
 
@@ -494,7 +494,7 @@ func (ex *exchange) readHead() bool {
 	uc := ex.up.c
 	for {
 		in := uc.Input()
-		n, err := ex.h.proxy.parser.ParseResponse(in, &ex.resp)
+		n, err := ex.lc.proxy.parser.ParseResponse(in, &ex.resp)
 		if err == h1.ErrIncomplete {
 			if uc.EOF() {
 				ex.upstreamClosed()
@@ -502,7 +502,7 @@ func (ex *exchange) readHead() bool {
 			return false
 		}
 		if err != nil {
-			ex.h.srv.proxy.stats.badResponses.Add(1)
+			ex.lc.srv.proxy.stats.badResponses.Add(1)
 			ex.fail(502, "bad response from upstream", err)
 			return false
 		}
@@ -521,7 +521,7 @@ func (ex *exchange) readHead() bool {
 			// sent the whole body may stop sending it; nginx stops, and
 			// never keeps a connection whose request was not all sent.
 			ex.early = true
-			ex.h.log.Debug("proxy: upstream answered before the whole request went up; the rest of the body is not sent, and the connection closes after the response",
+			ex.lc.log.Debug("proxy: upstream answered before the whole request went up; the rest of the body is not sent, and the connection closes after the response",
 				"route", ex.r.key, "upstream", ex.up.up.name, "body_sent", ex.reqSent)
 		}
 		r := &ex.resp
@@ -533,7 +533,7 @@ func (ex *exchange) readHead() bool {
 		} else {
 			ex.respDone = true
 		}
-		ex.h.srv.stats.requests.Add(1)
+		ex.lc.srv.stats.requests.Add(1)
 		ex.cl.writeHead(r, r.Get("connection"), bodyLen, hasBody)
 		ex.respHead = true
 		uc.SetReadDeadline(0)
@@ -602,7 +602,7 @@ func (ex *exchange) pumpResponse(headNow bool) {
 					ex.respDone = true
 					break
 				}
-				ex.h.limiter.log(ex.h.log, "upstream closed in the middle of a response body; resetting the client's response",
+				ex.lc.note("upstream closed in the middle of a response body; resetting the client's response",
 					"route", ex.r.key, "upstream", ex.up.up.name)
 				ex.abort("upstream closed mid-body")
 				return
@@ -612,8 +612,8 @@ func (ex *exchange) pumpResponse(headNow bool) {
 		}
 		n, data, err := ex.respBody.Read(in)
 		if err != nil {
-			ex.h.srv.proxy.stats.badResponses.Add(1)
-			ex.h.limiter.log(ex.h.log, "bad body framing from upstream; resetting the client's response",
+			ex.lc.srv.proxy.stats.badResponses.Add(1)
+			ex.lc.note("bad body framing from upstream; resetting the client's response",
 				"route", ex.r.key, "upstream", ex.up.up.name, "err", err)
 			ex.abort("bad upstream body framing")
 			return
@@ -649,10 +649,10 @@ func (ex *exchange) finish() {
 	reusable := ex.reqDone && !ex.early && !ex.resp.Close && !ex.respBody.UntilEOF() && !uc.c.EOF() && len(uc.c.Input()) == 0 && !uc.c.Pending()
 	uc.c.SetBulkInput(false)
 	if len(uc.c.Input()) > 0 {
-		ex.h.proxy.unsolicited(uc, "behind the response")
+		ex.lc.proxy.unsolicited(uc, "behind the response")
 	}
 	if reusable {
-		ex.h.proxy.put(uc, ex.r)
+		ex.lc.proxy.put(uc, ex.r)
 	} else {
 		uc.ex = nil
 		uc.c.Close()
@@ -698,16 +698,16 @@ func (ex *exchange) upstreamClosed() {
 	case uc.c.TimedOut() && ex.awaitClient:
 		ex.fail(408, "the client's request body stopped (body_timeout)", nil)
 	case uc.c.TimedOut() && ex.waitingResp:
-		ex.h.srv.proxy.stats.timeouts.Add(1)
+		ex.lc.srv.proxy.stats.timeouts.Add(1)
 		ex.fail(504, "upstream response_timeout", nil)
 	case uc.c.TimedOut():
-		ex.h.srv.proxy.stats.timeouts.Add(1)
+		ex.lc.srv.proxy.stats.timeouts.Add(1)
 		ex.fail(504, "upstream timed out taking the request", nil)
 	case uc.used > 1 && ex.idempotent && ex.reqSent == 0 && !ex.retried:
 		// A pooled connection the upstream closed as it was reused:
 		// safe to send again on a fresh one.
 		ex.retried = true
-		ex.h.srv.proxy.stats.retried.Add(1)
+		ex.lc.srv.proxy.stats.retried.Add(1)
 		ex.headSent, ex.waitingResp = false, false
 		if ex.connect(true) {
 			ex.pump()
@@ -743,7 +743,7 @@ func (ex *exchange) fail(status int, cause string, err error) {
 		ex.abort(cause)
 		return
 	}
-	h := ex.h
+	lc := ex.lc
 	ex.done = true
 	up := ex.release(false)
 	args := []any{"status", status, "route", ex.r.key, "path", ex.path, "peer", ex.peer}
@@ -754,9 +754,9 @@ func (ex *exchange) fail(status int, cause string, err error) {
 		args = append(args, "err", err)
 	}
 	if status >= 500 {
-		h.log.Warn("proxy: "+cause, args...)
+		lc.log.Warn("proxy: "+cause, args...)
 	} else {
-		h.limiter.log(h.log, "proxy: "+cause, args...)
+		lc.note("proxy: "+cause, args...)
 	}
 	ex.cl.fail(status)
 	ex.cl.wake()
@@ -771,7 +771,7 @@ func (ex *exchange) abort(cause string) {
 	}
 	ex.done = true
 	ex.release(true)
-	ex.h.log.Debug("proxy exchange aborted", "route", ex.r.key, "cause", cause, "peer", ex.peer)
+	ex.lc.log.Debug("proxy exchange aborted", "route", ex.r.key, "cause", cause, "peer", ex.peer)
 	ex.cl.abort()
 }
 
@@ -791,7 +791,7 @@ func (ex *exchange) clientGone() {
 	if ex.up != nil && ex.reqDone && !ex.early && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
-		ex.h.srv.proxy.stats.drained.Add(1)
+		ex.lc.srv.proxy.stats.drained.Add(1)
 		if !ex.respHead {
 			d := drainWait
 			if rt := ex.r.cfg.ResponseTimeout.D(); rt > 0 && rt < d {

@@ -33,7 +33,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
 	h.beginRecord(c, st, r)
 	st.rec.setSite(h.srv.siteProxy(), rt.cfg.Domain)
-	ex := &exchange{h: h, cl: cl, peer: c.Peer(), path: string(r.Path), r: rt, isHead: string(r.Method) == "HEAD",
+	ex := &exchange{lc: h.lc, cl: cl, peer: c.Peer(), path: string(r.Path), r: rt, isHead: string(r.Method) == "HEAD",
 		idempotent: idempotentMethods[string(r.Method)] && !r.HasBody()}
 	st.s.Consume(n)
 	st.headStarted = false
@@ -56,7 +56,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	if r.Minor == 0 {
 		via = "1.0"
 	}
-	ex.head = h.upstreamHead(&upstreamRequest{method: r.Method, path: r.Path, query: r.Query, host: r.Host,
+	ex.head = h.lc.upstreamHead(&upstreamRequest{method: r.Method, path: r.Path, query: r.Query, host: r.Host,
 		fields: r.Headers, connection: r.Get("connection"), via: via, peer: c.Peer().Addr(),
 		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked, upstream: rt.defaultHost()})
 	ex.start()
@@ -139,7 +139,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		st.closeAfter = true
 		cl.c.SetReadDeadline(0)
 	}
-	if h.loop.Draining() || st.s.Retiring() {
+	if h.lc.loop.Draining() || st.s.Retiring() {
 		st.closeAfter = true
 	}
 	switch {

@@ -39,7 +39,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 	hs.proxy = cl
 	hs.rec.setSite(hh.srv.siteProxy(), rt.cfg.Domain)
 	path, query := splitTarget(r.Path)
-	ex := &exchange{h: hh.h1, cl: cl, peer: hc.c.Peer(), path: string(path), r: rt, isHead: string(r.Method) == "HEAD",
+	ex := &exchange{lc: hh.lc, cl: cl, peer: hc.c.Peer(), path: string(path), r: rt, isHead: string(r.Method) == "HEAD",
 		idempotent: idempotentMethods[string(r.Method)] && st.RemoteDone()}
 	cl.ex = ex
 	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
@@ -58,7 +58,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 	}
 	ex.reqDone = st.RemoteDone()
 	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
-	ex.head = hh.h1.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Authority,
+	ex.head = hh.lc.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Authority,
 		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
 		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.defaultHost()})
 	hc.conn.MarkBusy(st)

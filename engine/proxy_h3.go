@@ -50,7 +50,7 @@ type h3Event struct {
 // h3Client is the HTTP/3 side of an exchange. Loop-owned fields are
 // touched only on the loop; events and more cross to the goroutine.
 type h3Client struct {
-	h      *h1Handler
+	lc     *loopCtx
 	ex     *exchange
 	events chan h3Event  // loop -> goroutine
 	more   chan struct{} // loop -> goroutine: the last request body chunk went up
@@ -78,21 +78,21 @@ func (cl *h3Client) flush() {
 	cl.pend = nil
 }
 
-// loopHandler returns the HTTP/1.1 handler (and so the upstream pool) of
-// one of the loops, chosen in turn.
-func (s *Server) loopHandler() *h1Handler {
+// nextLoop returns the context (and so the upstream pool) of one of the
+// loops, chosen in turn.
+func (s *Server) nextLoop() *loopCtx {
 	s.loopMu.Lock()
 	defer s.loopMu.Unlock()
 	s.loopNext++
-	return s.loopH1[s.loopNext%len(s.loopH1)]
+	return s.loops[s.loopNext%len(s.loops)]
 }
 
 // serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
 // goroutine, until the response is sent or abandoned.
 func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *route, path, query []byte) (int, int64) {
 	srv := hh.srv
-	h := srv.loopHandler()
-	cl := &h3Client{h: h, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
+	lc := srv.nextLoop()
+	cl := &h3Client{lc: lc, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 	hasBody := r.ContentLength > 0
 	var first []byte // the request body's first bytes, when its length is not given
@@ -131,14 +131,14 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	if !hasBody {
 		reqLen = -1
 	}
-	head := h.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
+	head := lc.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
 		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: reqLen, chunked: hasBody && r.ContentLength < 0, upstream: rt.defaultHost()})
-	ex := &exchange{h: h, cl: cl, peer: peer, path: string(path), r: rt, isHead: r.Method == "HEAD",
+	ex := &exchange{lc: lc, cl: cl, peer: peer, path: string(path), r: rt, isHead: r.Method == "HEAD",
 		idempotent: idempotentMethods[r.Method] && !hasBody, head: head, reqDone: !hasBody, reqChunked: hasBody && r.ContentLength < 0}
 	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
-		h.loop.Post(func() { ex.fail(413, "request body over max_body", nil) })
+		lc.loop.Post(func() { ex.fail(413, "request body over max_body", nil) })
 	} else {
-		h.loop.Post(func() { cl.ex = ex; ex.start() })
+		lc.loop.Post(func() { cl.ex = ex; ex.start() })
 	}
 	ctx := r.Context()
 	if hasBody {
@@ -152,7 +152,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 		select {
 		case ev = <-cl.events:
 		case <-ctx.Done():
-			h.loop.Post(cl.clientGone)
+			lc.loop.Post(cl.clientGone)
 			if body != nil {
 				return status, body.Sent()
 			}
@@ -170,7 +170,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 			}
 			b, err := h3.TakeOver(w, nil, srv.cfg.Limits.SendTimeout.D())
 			if err != nil {
-				h.loop.Post(cl.clientGone)
+				lc.loop.Post(cl.clientGone)
 				return status, 0
 			}
 			body = b
@@ -178,7 +178,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 			err := body.WriteFrame(ev.data)
 			cl.queued.Add(-1)
 			if err != nil {
-				h.loop.Post(cl.clientGone)
+				lc.loop.Post(cl.clientGone)
 				if h3.ClientGone(err) {
 					srv.stats.h3Resets.Add(1)
 				} else {
@@ -186,12 +186,12 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 				}
 				return status, body.Sent()
 			}
-			h.loop.Post(cl.wakeUpstream)
+			lc.loop.Post(cl.wakeUpstream)
 		case h3End:
 			if body != nil {
 				if len(ev.trailers) > 0 {
 					if err := body.WriteTrailers(ev.trailers); err != nil {
-						h.loop.Post(cl.clientGone)
+						lc.loop.Post(cl.clientGone)
 						body.Abort(http3.ErrCodeRequestCanceled)
 						return status, body.Sent()
 					}
@@ -257,7 +257,7 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 				}
 			}
 		}
-		cl.h.loop.Post(func() {
+		cl.lc.loop.Post(func() {
 			if failed {
 				cl.clientGone()
 				return
@@ -274,7 +274,7 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 		case <-cl.more:
 		case <-done:
 			return
-		case <-time.After(cl.h.srv.cfg.Limits.BodyTimeout.D() + time.Minute):
+		case <-time.After(cl.lc.srv.cfg.Limits.BodyTimeout.D() + time.Minute):
 			return // the loop side gave up on this exchange long ago
 		}
 	}
@@ -303,7 +303,7 @@ func (cl *h3Client) send(ev h3Event) {
 	default:
 		// room() keeps data events within the channel's capacity; only a
 		// bug gets here. Never block the loop.
-		cl.h.log.Error("HTTP/3 proxy: response event dropped; resetting the stream")
+		cl.lc.log.Error("HTTP/3 proxy: response event dropped; resetting the stream")
 		cl.gone = true
 	}
 }
@@ -316,7 +316,7 @@ func (cl *h3Client) pullBody() ([]byte, bool, error) {
 		if ex := cl.ex; ex != nil {
 			ex.awaitClient = true
 			if ex.up != nil {
-				ex.up.c.SetReadDeadline(cl.h.srv.cfg.Limits.BodyTimeout.D())
+				ex.up.c.SetReadDeadline(cl.lc.srv.cfg.Limits.BodyTimeout.D())
 			}
 		}
 		return nil, false, nil
@@ -356,7 +356,7 @@ func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	if !hasBody {
 		n = 0
 	}
-	cl.h.srv.stats.h3Streams.Add(1)
+	cl.lc.srv.stats.h3Streams.Add(1)
 	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n})
 }
 

@@ -97,10 +97,10 @@ type upstreamRequest struct {
 // client's method, path and fields, minus hop-by-hop fields and the
 // forwarding fields of untrusted clients, plus X-Forwarded-For,
 // X-Forwarded-Proto, X-Forwarded-Host, Forwarded and Via.
-func (h *h1Handler) upstreamHead(u *upstreamRequest) []byte {
+func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
 	peer := u.peer.Unmap()
 	trusted := false
-	for _, p := range h.srv.proxy.trusted {
+	for _, p := range lc.srv.proxy.trusted {
 		if p.Contains(peer) {
 			trusted = true
 			break

@@ -50,8 +50,8 @@ func redirectPort(s *Server) string {
 func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 	r := &h.req
 	resp := &st.files.Resp
-	h.hostBuf = normHost(r.Host, h.hostBuf)
-	host := string(h.hostBuf)
+	h.lc.hostBuf = normHost(r.Host, h.lc.hostBuf)
+	host := string(h.lc.hostBuf)
 	isGet := string(r.Method) == "GET" || string(r.Method) == "HEAD"
 	switch {
 	case r.Path == nil || r.Path[0] != '/':
@@ -83,7 +83,7 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 			Parts: []files.Part{{Mem: b, Len: int64(len(b))}}}
 		st.closeAfter = true
 	case !h.srv.servesName(host):
-		h.limiter.log(h.log, "redirect_http: Host names no configured site; 421", "host", host, "peer", c.Peer())
+		h.lc.note("redirect_http: Host names no configured site; 421", "host", host, "peer", c.Peer())
 		files.ErrorResponse(resp, 421)
 	default:
 		loc := append(h.locBuf[:0], "https://"...)

@@ -48,10 +48,10 @@ type Server struct {
 	quicUDP *net.UDPConn   // its socket when the engine serves no HTTP/3 itself
 	redir   *reactor.Group // the [redirect_http] listener; nil without it
 
-	// The loops' HTTP/1.1 handlers (and upstream pools), for HTTP/3
-	// requests proxied on them.
+	// The loops' contexts (and so upstream pools), for HTTP/3 requests
+	// proxied on them.
 	loopMu      sync.Mutex
-	loopH1      []*h1Handler
+	loops       []*loopCtx // every serving loop's, when proxy routes need their pools
 	loopNext    int
 	loopMetrics []*respMetrics // every loop's, the redirect listener's too
 	h3Metrics   *respMetrics   // nil without HTTP/3
