@@ -11,7 +11,6 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
@@ -45,8 +44,7 @@ type admin struct {
 	hosts adminHosts
 	log   *slog.Logger
 
-	mu      sync.Mutex // guards limiter: requests run on goroutines of their own
-	limiter logLimiter // refused Hosts
+	limiter *logLimiter // refused Hosts
 }
 
 // adminHosts are the Host values the admin listener answers. A page in
@@ -128,10 +126,8 @@ func (a *admin) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		a.mu.Lock()
-		a.limiter.log(a.log, "admin: request refused: its Host is not a loopback address, localhost or the listen address",
+		a.limiter.note("admin: request refused: its Host is not a loopback address, localhost or the listen address",
 			"peer", r.RemoteAddr, "host", r.Host, "path", r.URL.Path)
-		a.mu.Unlock()
 		h := w.Header()
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -179,7 +175,7 @@ func (s *Server) listenAdmin() error {
 		ln:      netutil.LimitListener(ln, adminMaxConns),
 		hosts:   newAdminHosts(a.Listen, ln.Addr().String()),
 		log:     s.log,
-		limiter: logLimiter{perSecond: adminRefusalLogs},
+		limiter: newLogLimiter(s.log, adminRefusalLogs),
 	}
 	s.admin.srv = &http.Server{
 		Handler:           s.admin.guard(mux),

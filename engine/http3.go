@@ -37,8 +37,7 @@ type h3Handler struct {
 	scratch sync.Pool    // *h3Scratch
 	metrics *respMetrics // shared by HTTP/3's goroutines
 
-	mu      sync.Mutex // guards limiter
-	limiter logLimiter
+	limiter *logLimiter
 }
 
 // h3Scratch is one request's working memory, reused.
@@ -85,7 +84,7 @@ func (s *Server) listenH3() error {
 			return routedConn{udp: udp, r: s.quic}
 		}
 	}
-	hh := &h3Handler{srv: s, limiter: logLimiter{perSecond: 20}, metrics: newRespMetrics(len(s.sites.all))}
+	hh := &h3Handler{srv: s, limiter: newLogLimiter(s.log, clientLogsPerSecond), metrics: newRespMetrics(len(s.sites.all))}
 	s.h3Metrics = hh.metrics
 	hh.scratch.New = func() any { return &h3Scratch{} }
 	c := &s.cfg.H3
@@ -242,9 +241,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 	case resp.Status == 404:
 		srv.stats.notFound.Add(1)
 	case (resp.Status == 400 || resp.Status == 403) && resp.Err != nil:
-		hh.mu.Lock()
-		hh.limiter.log(srv.log, "refused path", "status", resp.Status, "path", r.RequestURI, "peer", r.RemoteAddr, "reason", resp.Err)
-		hh.mu.Unlock()
+		hh.limiter.note("refused path", "status", resp.Status, "path", r.RequestURI, "peer", r.RemoteAddr, "reason", resp.Err)
 	}
 	srv.stats.requests.Add(1)
 	srv.stats.h3Streams.Add(1)

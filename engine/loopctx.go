@@ -2,6 +2,7 @@ package engine
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/mediaship/engine/engine/files"
@@ -24,8 +25,9 @@ type loopCtx struct {
 	metrics *respMetrics // the loop's responses, every protocol on it
 	proxy   *proxyPool   // nil without reverse proxy routes
 
+	limiter *logLimiter
+
 	// Owned by the loop goroutine.
-	limiter  logLimiter
 	hostBuf  []byte // the request's normalized host
 	date     []byte
 	dateSec  int64
@@ -41,15 +43,17 @@ func newLoopCtx(s *Server, l *reactor.Loop, redirect bool) *loopCtx {
 	lc := &loopCtx{
 		srv:     s,
 		loop:    l,
-		log:     s.log.With("loop", l.ID()),
-		limiter: logLimiter{perSecond: 20},
 		metrics: newRespMetrics(len(s.sites.all)),
 	}
+	lc.log = s.log.With("loop", l.ID())
 	s.loopMu.Lock()
 	defer s.loopMu.Unlock()
 	s.loopMetrics = append(s.loopMetrics, lc.metrics)
 	if redirect {
 		lc.log = s.log.With("listener", "redirect_http")
+	}
+	lc.limiter = newLogLimiter(lc.log, clientLogsPerSecond)
+	if redirect {
 		return lc
 	}
 	if s.proxy != nil {
@@ -61,16 +65,20 @@ func newLoopCtx(s *Server, l *reactor.Loop, redirect bool) *loopCtx {
 
 // note logs a line through the loop's rate limiter: for what clients can
 // cause at will.
-func (lc *loopCtx) note(msg string, args ...any) { lc.limiter.log(lc.log, msg, args...) }
+func (lc *loopCtx) note(msg string, args ...any) { lc.limiter.note(msg, args...) }
+
+// clientLogsPerSecond bounds the lines a loop (or HTTP/3, or the QUIC
+// router) logs a second about what clients did.
+const clientLogsPerSecond = 20
 
 // tick runs once a second or so: buffered log lines go out, and proxy
 // requests waiting too long for a connection are answered. more reports
 // whether ticks are still needed while the loop is idle.
 func (lc *loopCtx) tick() (more bool) {
 	lc.flushLog()
-	lc.limiter.flush(lc.log)
+	held := lc.limiter.flush()
 	waiting := lc.proxy != nil && lc.proxy.expire(lc.loop.Now().UnixNano())
-	return lc.limiter.suppressed > 0 || waiting
+	return held || waiting
 }
 
 // flushLog writes the buffered access log lines.
@@ -121,36 +129,58 @@ func (lc *loopCtx) httpDate() []byte {
 	return lc.date
 }
 
-// logLimiter keeps a flood of bad requests from flooding the log: past
-// perSecond lines in a second, lines are counted and summarised.
+// logLimiter keeps what clients can cause at will from flooding the
+// log: past perSecond lines in a second, lines are counted, and their
+// number is said once the second is over. Safe for concurrent use (HTTP/3
+// handlers, the QUIC router, the admin listener); a loop's is used by its
+// goroutine alone, so its lock is never contended.
 type logLimiter struct {
-	perSecond  int
+	// Immutable after construction.
+	log       *slog.Logger
+	perSecond int
+
+	mu         sync.Mutex // guards the rest
 	sec        int64
 	n          int
 	suppressed int
 }
 
-func (l *logLimiter) log(log *slog.Logger, msg string, args ...any) {
+func newLogLimiter(log *slog.Logger, perSecond int) *logLimiter {
+	return &logLimiter{log: log, perSecond: perSecond}
+}
+
+// note logs a line unless perSecond were logged this second.
+func (l *logLimiter) note(msg string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	sec := time.Now().Unix()
 	if sec != l.sec {
 		// Lines held back in an earlier second are said before the
-		// next one, for loggers nobody flushes (HTTP/3's).
-		if l.suppressed > 0 {
-			log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
-			l.suppressed = 0
-		}
+		// next one, for limiters nobody flushes.
+		l.sayHeld()
 		l.sec, l.n = sec, 0
 	}
 	if l.n++; l.n > l.perSecond {
 		l.suppressed++
 		return
 	}
-	log.Info(msg, args...)
+	l.log.Info(msg, args...)
 }
 
-func (l *logLimiter) flush(log *slog.Logger) {
-	if l.suppressed > 0 && time.Now().Unix() != l.sec {
-		log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
+// flush says how many lines were held back, once their second is over;
+// held reports whether some still wait to be said.
+func (l *logLimiter) flush() (held bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Now().Unix() != l.sec {
+		l.sayHeld()
+	}
+	return l.suppressed > 0
+}
+
+func (l *logLimiter) sayHeld() {
+	if l.suppressed > 0 {
+		l.log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
 		l.suppressed = 0
 	}
 }

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"errors"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,17 +21,6 @@ type passthrough struct {
 	// Immutable after construction.
 	routes *proxyRoutes
 	stats  passCounters
-
-	mu      sync.Mutex // guards limiter
-	limiter logLimiter // for the QUIC router's goroutines
-}
-
-// limited logs a line at most 20 times a second, from any goroutine.
-func (p *passthrough) limited(log *slog.Logger, msg string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.limiter.flush(log)
-	p.limiter.log(log, msg, args...)
 }
 
 // passCounters count what passthrough did. Failures are counted by
@@ -75,7 +62,7 @@ func newPassthrough(cfg *config.Config) (*passthrough, error) {
 	if rt == nil || err != nil {
 		return nil, err
 	}
-	return &passthrough{routes: rt, limiter: logLimiter{perSecond: 20}}, nil
+	return &passthrough{routes: rt}, nil
 }
 
 // route is the passthrough route for a server name ("" for none: only a

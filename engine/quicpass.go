@@ -69,6 +69,7 @@ type quicRouter struct {
 	px        *passthrough
 	udp       *net.UDPConn
 	log       *slog.Logger
+	limiter   *logLimiter      // what clients cause at will
 	own       bool             // quic-go reads what is not relayed
 	ids       *ownCIDs         // the IDs of the engine's own HTTP/3; nil unless own
 	maxFlows  int              // flows open at once
@@ -225,7 +226,7 @@ func newQUICRouter(px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int
 // tests call expire when they have moved their clock.
 func newQUICRouterOn(now func() time.Time, px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
 	return &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, now: now, log: log,
-		clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
+		limiter: newLogLimiter(log, clientLogsPerSecond), clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
 		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
 }
 
@@ -483,7 +484,7 @@ func (r *quicRouter) fail(why passReason, from netip.AddrPort, sni, msg string) 
 	if sni != "" {
 		args = append(args, "sni", sni)
 	}
-	r.px.limited(r.log, "passthrough: "+msg, args...)
+	r.limiter.note("passthrough: "+msg, args...)
 }
 
 func pendingKey(from netip.AddrPort, dcid []byte) string {
@@ -597,13 +598,13 @@ func (f *quicFlow) fromUpstream() {
 			// backs off as a refused TCP connect does, and the flow goes;
 			// the client's next Initial opens one to another upstream.
 			backoff := f.ups.failed()
-			r.px.limited(r.log, "passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.name, "backoff", backoff)
+			r.limiter.note("passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.name, "backoff", backoff)
 			r.drop(f)
 			return
 		}
 		// Other errors: the flow stays until it is idle; the client's
 		// next datagrams may get through.
-		r.px.limited(r.log, "passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
+		r.limiter.note("passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
 		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -141,9 +141,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	s, hb := srv.sites.byName(sc.host), sc.host
 	sc.rec.setSite(s.idx, s.label())
 	refuse := func(status int, reason string) {
-		hh.mu.Lock()
-		hh.limiter.log(srv.log, "webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
-		hh.mu.Unlock()
+		hh.limiter.note("webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
 		if status == 503 && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}
