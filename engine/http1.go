@@ -197,49 +197,33 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		return h.handleRedirect(c, st, n)
 	}
 	r := &h.req
-	sess := st.s.Session()
-	if sess != nil {
-		h.lc.hostBuf = tlsHost(r.Host, sess.ServerName, h.lc.hostBuf)
+	f := reqFacts{proto: protoH1, host: r.Host, method: r.Method, path: r.Path}
+	if sess := st.s.Session(); sess != nil {
+		f.tls, f.sni, f.version = true, sess.ServerName, sess.Version
 	}
-	if px := h.srv.proxy; px != nil && r.Path != nil && r.Path[0] == '/' {
-		if sess == nil {
-			h.lc.hostBuf = normHost(r.Host, h.lc.hostBuf)
-		}
-		if rt := px.match(h.lc.hostBuf, r.Path); rt != nil {
-			if status := proxyRefuse(r.Path, px.h1, sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, h.lc.hostBuf)); status != 0 {
-				h.lc.note("proxy: request refused", "status", status, "path", string(r.Path), "peer", c.Peer())
-				st.closeAfter = true
-				files.ErrorResponse(&st.files.Resp, status)
-				st.s.Consume(n)
-				h.send(c, st, r, nil)
-				return true
-			}
-			h.startProxy(c, st, rt, n)
-			return true
-		}
-	}
-	var s *site
-	hb := h.lc.hostBuf
-	if sess != nil {
-		s = h.srv.sites.byName(hb)
-	} else {
-		s, hb = h.srv.sites.lookup(r.Host, h.lc.hostBuf)
-		h.lc.hostBuf = hb
-	}
+	var d decision
+	d, h.lc.hostBuf = h.srv.decide(&f, h.lc.hostBuf)
 	resp := &st.files.Resp
-	// Methods are case-sensitive (RFC 9110 §9.1): "get" is not GET.
-	isHead := string(r.Method) == "HEAD"
 	switch {
-	case !s.h1 || sess != nil && h.srv.misdirected(sess.ServerName, sess.Version, hb):
-		files.ErrorResponse(resp, 421)
-	case !isHead && string(r.Method) != "GET":
-		files.ErrorResponse(resp, 405)
-		resp.Allow = true
-	case r.Path == nil || r.Path[0] != '/':
-		files.ErrorResponse(resp, 400)
+	case d.route != nil && d.status == 0:
+		h.startProxy(c, st, d.route, n)
+		return true
+	case d.route != nil:
+		// Refused: its body, meant for the upstream, is not read.
 		st.closeAfter = true
+		files.ErrorResponse(resp, d.status)
+		st.s.Consume(n)
+		h.send(c, st, r, &d)
+		return true
+	case d.status != 0:
+		files.ErrorResponse(resp, d.status)
+		resp.Allow = d.status == 405
+		if d.status == 400 {
+			st.closeAfter = true // a target that is no path: the rest of the stream is suspect
+		}
 	default:
-		fr := files.Request{Head: isHead, Path: r.Path, Query: r.Query, Header: r}
+		s := d.site
+		fr := files.Request{Head: string(r.Method) == "HEAD", Path: r.Path, Query: r.Query, Header: r}
 		if !h.srv.cache.Serve(&s.files, &fr, &st.files) {
 			if !st.files.Pending() {
 				// Nothing to fetch yet no answer: a bug, not a loop.
@@ -252,16 +236,17 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 			return false
 		}
 	}
-	if isHead {
+	// Methods are case-sensitive (RFC 9110 §9.1): "head" is not HEAD.
+	if string(r.Method) == "HEAD" {
 		resp.NoBody = true
 	}
-	h.answer(c, st, n, s)
+	h.answer(c, st, n, &d)
 	return true
 }
 
 // answer consumes the request head h.req (n bytes), arranges for its body
-// to be discarded, and sends st.files.Resp. s may be nil.
-func (h *h1Handler) answer(c *reactor.Conn, st *h1Conn, n int, s *site) {
+// to be discarded, and sends st.files.Resp, as decided by d.
+func (h *h1Handler) answer(c *reactor.Conn, st *h1Conn, n int, d *decision) {
 	r := &h.req
 	st.s.Consume(n)
 	st.headStarted = false
@@ -277,27 +262,27 @@ func (h *h1Handler) answer(c *reactor.Conn, st *h1Conn, n int, s *site) {
 	if r.Close {
 		st.closeAfter = true
 	}
-	h.send(c, st, r, s)
+	h.send(c, st, r, d)
 }
 
-// send writes the head of st.files.Resp and queues its body. r and s are
-// nil for requests that could not be parsed.
-func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
+// send writes the head of st.files.Resp and queues its body. r is nil
+// for a request that could not be parsed, d for one the decision did not
+// answer (a proxy exchange's own failure).
+func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision) {
 	resp := &st.files.Resp
 	st.s.StartResponse(&st.resp)
 	if h.lc.loop.Draining() || st.s.Retiring() {
 		st.closeAfter = true
 	}
-	switch {
-	case resp.Status >= 500 && r != nil: // parse errors (501, 505) are the client's
-		h.srv.stats.serverErrors.Add(1)
-		h.lc.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "err", resp.Err)
-	case resp.Status == 404:
-		h.srv.stats.notFound.Add(1)
-	case (resp.Status == 400 || resp.Status == 403) && r != nil && resp.Err != nil:
-		h.lc.note("refused path", "status", resp.Status, "path", string(r.Path), "peer", c.Peer(), "reason", resp.Err)
+	var s *site
+	if d != nil {
+		s = d.site
 	}
-	h.srv.stats.requests.Add(1)
+	var path []byte
+	if r != nil {
+		path = r.Path
+	}
+	h.srv.outcome(h.lc.log, h.lc.limiter, d, resp.Status, resp.Err, path, c.Peer())
 
 	h.fields.b = h1.AppendStatusLine(h.head[:0], resp.Status)
 	writeFields(&h.fields, resp, s, h.lc.httpDate())
@@ -327,7 +312,10 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, s *site) {
 	if st.rec.at.IsZero() { // a proxied request's record began with it
 		h.beginRecord(c, st, r)
 	}
-	if s != nil {
+	switch {
+	case d != nil && d.route != nil:
+		st.rec.setSite(h.srv.siteProxy(), d.route.cfg.Domain)
+	case s != nil:
 		st.rec.setSite(s.idx, s.label())
 	}
 	st.rec.respond(resp.Status, resp.ReprDigest != "")

@@ -47,8 +47,8 @@ type h2Strm struct {
 	st       *h2.Stream
 	resp     transport.Response // the transport's tally of its body
 	files    files.Scratch
-	site     *site
-	fetching bool // a worker is opening its files
+	d        decision // where the request goes
+	fetching bool     // a worker is opening its files
 	rec      reqRecord
 	size     int64 // the file's size at loop time sizeAt (present)
 	sizeAt   int64
@@ -277,47 +277,23 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 	if len(host) == 0 {
 		host = r.Get("host") // a Host field (h2 refuses one that differs from a :authority)
 	}
-	sess := hc.s.Session()
-	if sess != nil {
-		hh.lc.hostBuf = tlsHost(host, sess.ServerName, hh.lc.hostBuf)
-	}
-	if px := hh.srv.proxy; px != nil && len(r.Path) > 0 && r.Path[0] == '/' {
-		path, _ := splitTarget(r.Path)
-		if sess == nil {
-			hh.lc.hostBuf = normHost(host, hh.lc.hostBuf)
-		}
-		if rt := px.match(hh.lc.hostBuf, path); rt != nil {
-			if status := proxyRefuse(path, px.h2, sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hh.lc.hostBuf)); status != 0 {
-				files.ErrorResponse(&hs.files.Resp, status)
-				hc.respond(hs)
-				return
-			}
-			hc.startProxyH2(hs, rt)
-			return
-		}
-	}
-	var s *site
-	hb := hh.lc.hostBuf
-	if sess != nil {
-		s = hh.srv.sites.byName(hb)
-	} else {
-		s, hb = hh.srv.sites.lookup(host, hh.lc.hostBuf)
-		hh.lc.hostBuf = hb
-	}
-	hs.site = s
-	resp := &hs.files.Resp
-	method := string(r.Method)
 	path, query := splitTarget(r.Path)
-	switch {
-	case !s.h2 || sess == nil && !s.h2c || sess != nil && hh.srv.misdirected(sess.ServerName, sess.Version, hb):
-		files.ErrorResponse(resp, 421)
-	case method != "GET" && method != "HEAD":
-		files.ErrorResponse(resp, 405)
-		resp.Allow = true
-	case len(path) == 0 || path[0] != '/':
-		files.ErrorResponse(resp, 400)
+	f := reqFacts{proto: protoH2, host: host, method: r.Method, path: path}
+	if sess := hc.s.Session(); sess != nil {
+		f.tls, f.sni, f.version = true, sess.ServerName, sess.Version
+	}
+	hs.d, hh.lc.hostBuf = hh.srv.decide(&f, hh.lc.hostBuf)
+	resp := &hs.files.Resp
+	switch d := &hs.d; {
+	case d.route != nil && d.status == 0:
+		hc.startProxyH2(hs, d.route)
+		return
+	case d.status != 0:
+		files.ErrorResponse(resp, d.status)
+		resp.Allow = d.status == 405
 	default:
-		fr := files.Request{Head: method == "HEAD", Path: path, Query: query, Header: r}
+		s := d.site
+		fr := files.Request{Head: string(r.Method) == "HEAD", Path: path, Query: query, Header: r}
 		if !hh.srv.cache.Serve(&s.files, &fr, &hs.files) {
 			if !hs.files.Pending() {
 				hh.lc.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
@@ -336,7 +312,7 @@ func (hc *h2Conn) fetch(hs *h2Strm) {
 	hs.fetching = true
 	hc.conn.MarkBusy(hs.st)
 	l := hc.h.lc.loop
-	cache, site := hc.h.srv.cache, &hs.site.files
+	cache, site := hc.h.srv.cache, &hs.d.site.files
 	l.HandedOff()
 	l.Pool().Submit(func() {
 		hs.files.Fetch(cache, site)
@@ -384,33 +360,28 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	if isHead {
 		resp.NoBody = true
 	}
-	switch {
-	case resp.Status >= 500:
-		srv.stats.serverErrors.Add(1)
-		hh.lc.log.Warn("server error", "status", resp.Status, "path", string(r.Path), "peer", hc.c.Peer(), "err", resp.Err)
-	case resp.Status == 404:
-		srv.stats.notFound.Add(1)
-	case (resp.Status == 400 || resp.Status == 403) && resp.Err != nil:
-		hh.lc.note("refused path", "status", resp.Status, "path", string(r.Path), "peer", hc.c.Peer(), "reason", resp.Err)
-	}
-	srv.stats.requests.Add(1)
+	path, _ := splitTarget(r.Path)
+	srv.outcome(hh.lc.log, hh.lc.limiter, &hs.d, resp.Status, resp.Err, path, hc.c.Peer())
 	srv.stats.h2Streams.Add(1)
 
 	hh.fields.f = hh.fields.f[:0]
-	writeFields(&hh.fields, resp, hs.site, hh.lc.httpDate())
+	writeFields(&hh.fields, resp, hs.d.site, hh.lc.httpDate())
 	f := hh.fields.f
 	var body int64
 	if !resp.NoBody {
 		body = resp.ContentLength
-		if hs.site != nil {
-			hh.lc.bulkPolicy(hc.c, resp, hs.site)
+		if hs.d.site != nil {
+			hh.lc.bulkPolicy(hc.c, resp, hs.d.site)
 		}
 	}
-	if resp.NeedDigest != nil && hs.site != nil {
-		srv.digests.request(hs.site.files.Root, resp.NeedDigest)
+	if resp.NeedDigest != nil && hs.d.site != nil {
+		srv.digests.request(hs.d.site.files.Root, resp.NeedDigest)
 	}
-	if hs.site != nil {
-		hs.rec.setSite(hs.site.idx, hs.site.label())
+	switch {
+	case hs.d.route != nil:
+		hs.rec.setSite(srv.siteProxy(), hs.d.route.cfg.Domain)
+	case hs.d.site != nil:
+		hs.rec.setSite(hs.d.site.idx, hs.d.site.label())
 	}
 	hs.rec.respond(resp.Status, resp.ReprDigest != "")
 	hc.conn.Respond(st, resp.Status, f, body)

@@ -50,16 +50,6 @@ type h3Scratch struct {
 	clock logClock
 }
 
-// h3Host is the name an HTTP/3 request is routed and judged by (tlsHost):
-// every HTTP/3 connection is a TLS one.
-func h3Host(r *http.Request, buf []byte) []byte {
-	sni := ""
-	if r.TLS != nil {
-		sni = r.TLS.ServerName
-	}
-	return tlsHost([]byte(r.Host), sni, buf)
-}
-
 // listenH3 binds the UDP side of the listen address when some TLS site
 // serves HTTP/3, and has those sites advertise it.
 func (s *Server) listenH3() error {
@@ -177,42 +167,34 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	hh.beginRecord(r, sc)
 	path, query := splitTarget([]byte(r.RequestURI))
-	if srv.wt != nil && r.Method == "CONNECT" && string(path) == srv.cfg.WebTransport.Path {
-		hh.serveWebTransport(w, r, query, sc)
-		return
-	}
-	sc.host = h3Host(r, sc.host)
 	// An authority or target that HTTP/1.1's parser and HTTP/2's request
 	// checks refuse is refused here too (RFC 9114 §4.3.1: malformed), so
 	// the three protocols route the same names: "a.test:abc" or
 	// "*.w.test" reach no site or upstream. (quic-go keeps no :scheme.)
-	malformed := !httpsyntax.ValidHost([]byte(r.Host)) || !httpsyntax.ValidPath([]byte(r.RequestURI))
-	if px := srv.proxy; px != nil && !malformed {
-		if rt := px.match(sc.host, path); rt != nil {
-			status, sent := proxyRefuse(path, px.h3, r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, sc.host)), int64(0)
-			sc.rec.setSite(srv.siteProxy(), rt.cfg.Domain)
-			if status != 0 {
-				sent = writeH3Error(w, status)
-			} else {
-				status, sent = hh.serveProxyH3(w, r, rt, path, query)
-			}
-			hh.logRequest(status, sent, sc)
-			return
-		}
+	// (A CONNECT's target is an authority: no path to check.)
+	f := reqFacts{proto: protoH3, host: []byte(r.Host), method: []byte(r.Method), path: path,
+		malformed: !httpsyntax.ValidHost([]byte(r.Host)) || len(path) > 0 && path[0] == '/' && !httpsyntax.ValidPath([]byte(r.RequestURI))}
+	if r.TLS != nil {
+		f.tls, f.sni, f.version = true, r.TLS.ServerName, r.TLS.Version
 	}
-	s, hb := srv.sites.byName(sc.host), sc.host
+	var d decision
+	d, sc.host = srv.decide(&f, sc.host)
 	resp := &sc.files.Resp
-	isHead := r.Method == "HEAD"
 	switch {
-	case malformed:
-		files.ErrorResponse(resp, 400)
-	case !s.h3 || r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, hb):
-		files.ErrorResponse(resp, 421)
-	case r.Method != "GET" && !isHead:
-		files.ErrorResponse(resp, 405)
-		resp.Allow = true
+	case d.webTransport:
+		hh.serveWebTransport(w, r, query, &d, sc)
+		return
+	case d.route != nil && d.status == 0:
+		sc.rec.setSite(srv.siteProxy(), d.route.cfg.Domain)
+		status, sent := hh.serveProxyH3(w, r, d.route, path, query)
+		hh.logRequest(status, sent, sc)
+		return
+	case d.status != 0:
+		files.ErrorResponse(resp, d.status)
+		resp.Allow = d.status == 405
 	default:
-		fr := files.Request{Head: isHead, Path: path, Query: query, Header: h3Headers(r.Header)}
+		s := d.site
+		fr := files.Request{Head: r.Method == "HEAD", Path: path, Query: query, Header: h3Headers(r.Header)}
 		for !srv.cache.Serve(&s.files, &fr, &sc.files) {
 			if !sc.files.Pending() {
 				srv.log.Error("file layer gave no answer and asked for nothing", "path", r.RequestURI)
@@ -222,33 +204,32 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			sc.files.Fetch(srv.cache, &s.files)
 		}
 	}
-	if isHead {
+	if r.Method == "HEAD" {
 		resp.NoBody = true
 	}
-	sc.rec.setSite(s.idx, s.label())
-	sent := hh.respond(w, r, s, sc)
+	sent := hh.respond(w, r, path, &d, sc)
 	hh.logRequest(resp.Status, sent, sc)
 }
 
-// respond sends sc's response and returns the body bytes sent.
-func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc *h3Scratch) int64 {
+// respond sends sc's response, as decided by d, and returns the body
+// bytes sent.
+func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte, d *decision, sc *h3Scratch) int64 {
 	srv := hh.srv
 	resp := &sc.files.Resp
-	switch {
-	case resp.Status >= 500:
-		srv.stats.serverErrors.Add(1)
-		srv.log.Warn("server error", "status", resp.Status, "path", r.RequestURI, "peer", r.RemoteAddr, "err", resp.Err)
-	case resp.Status == 404:
-		srv.stats.notFound.Add(1)
-	case (resp.Status == 400 || resp.Status == 403) && resp.Err != nil:
-		hh.limiter.note("refused path", "status", resp.Status, "path", r.RequestURI, "peer", r.RemoteAddr, "reason", resp.Err)
-	}
-	srv.stats.requests.Add(1)
+	srv.outcome(srv.log, hh.limiter, d, resp.Status, resp.Err, path, r.RemoteAddr)
 	srv.stats.h3Streams.Add(1)
+	s := d.site
+	switch {
+	case d.route != nil:
+		s = nil // a refusal: no site's fields or pacing
+		sc.rec.setSite(srv.siteProxy(), d.route.cfg.Domain)
+	case s != nil:
+		sc.rec.setSite(s.idx, s.label())
+	}
 
 	h := w.Header() // quic-go adds Date
 	writeFields(headerFields(h), resp, s, nil)
-	if resp.NeedDigest != nil {
+	if resp.NeedDigest != nil && s != nil {
 		srv.digests.request(s.files.Root, resp.NeedDigest)
 	}
 	w.WriteHeader(resp.Status)
@@ -261,7 +242,10 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, s *site, sc
 	// the bulk ones.
 	k := &srv.cfg.Kernel
 	bulk := resp.Bulk >= int64(k.BulkThreshold)
-	rate := int64(s.limitRate)
+	var rate int64
+	if s != nil {
+		rate = int64(s.limitRate)
+	}
 	if bulk {
 		srv.stats.bulk.Add(1)
 		if p := int64(srv.cfg.H3.BulkPaceRate); p > 0 && (rate == 0 || p < rate) {

@@ -341,21 +341,6 @@ func httpToken(v []byte) bool {
 	return len(v) > 0
 }
 
-// proxyRefuse is the status a request for a route is refused with, or 0:
-// 421 when the proxy does not answer the client's protocol
-// ([reverse_proxy.protocols]) or the request came on a TLS connection
-// made for another name's facts (Server.misdirected), 400 for a path the
-// route cannot vouch for.
-func proxyRefuse(path []byte, protoOn, misdirected bool) int {
-	switch {
-	case !protoOn || misdirected:
-		return 421
-	case unsafeProxyPath(path):
-		return 400
-	}
-	return 0
-}
-
 // unsafeProxyPath reports whether a request path would mean something
 // else to an upstream than to the route that matched it: dot segments,
 // or an encoded slash, dot or backslash (a path that "/api/../admin"

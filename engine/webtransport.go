@@ -134,11 +134,10 @@ func originAllowed(cfg *config.WebTransport, h http.Header) bool {
 
 // serveWebTransport answers an extended CONNECT on the diagnostics path:
 // a refusal, or a session run to its end.
-func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, query []byte, sc *h3Scratch) {
+func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, query []byte, d *decision, sc *h3Scratch) {
 	srv := hh.srv
 	cfg := &srv.cfg.WebTransport
-	sc.host = h3Host(r, sc.host)
-	s, hb := srv.sites.byName(sc.host), sc.host
+	s := d.site
 	sc.rec.setSite(s.idx, s.label())
 	refuse := func(status int, reason string) {
 		hh.limiter.note("webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
@@ -149,12 +148,12 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 		sc.rec.respond(status, false)
 		hh.logRequest(status, 0, sc)
 	}
-	if !wt.IsProtocol(r.Proto) {
-		refuse(400, "not an extended CONNECT with :protocol webtransport-h3 or webtransport")
+	if d.status != 0 {
+		refuse(d.status, d.reason)
 		return
 	}
-	if !s.h3 || r.TLS != nil && srv.misdirected(r.TLS.ServerName, r.TLS.Version, hb) {
-		refuse(421, "the host is not served over HTTP/3 here")
+	if !wt.IsProtocol(r.Proto) {
+		refuse(400, "not an extended CONNECT with :protocol webtransport-h3 or webtransport")
 		return
 	}
 	if !originAllowed(cfg, r.Header) {

@@ -1,0 +1,155 @@
+package engine
+
+import "log/slog"
+
+// One decision per request. Every driver (HTTP/1.1, HTTP/2, HTTP/3) hands
+// decide what it knows of a request, and decide says where it goes: a
+// proxy route, a site's files, or a status the engine answers itself,
+// with its reason. Drivers keep only their own threading; none matches a
+// host, judges a name against its connection or orders the checks.
+//
+// The order, the same for every protocol:
+//
+//  1. a request the driver found malformed (HTTP/3: quic-go does not check
+//     the authority or the target's syntax) is 400;
+//  2. the host it is routed by: on TLS its Host (or :authority), else the
+//     name its handshake was for (tlsHost); on plain HTTP its Host;
+//  3. an extended CONNECT on the WebTransport diagnostics path (HTTP/3):
+//     421 as for a site (step 4), else the endpoint judges the session;
+//  4. a proxy route for that host and path: 421 when the proxy does not
+//     speak the protocol or the connection's TLS facts are not the host's,
+//     400 for a path the upstream could read otherwise; else proxied;
+//  5. the site for that host: 421 when it does not speak the protocol or
+//     the connection's TLS facts are not the host's, then 405 for a
+//     method other than GET and HEAD, 400 for a target that is no path;
+//     else its files answer.
+
+// reqFacts is what the decision needs of a request, whatever its protocol.
+type reqFacts struct {
+	proto     uint8  // protoH1, protoH2, protoH3
+	host      []byte // Host or :authority as sent; nil when none
+	method    []byte
+	path      []byte // the target's path, without its query
+	malformed bool   // the driver found the authority or target malformed
+	// The connection's TLS facts; tls false on a plain connection.
+	tls     bool
+	sni     string
+	version uint16
+}
+
+// decision is where a request goes. With route set, status 0 proxies it
+// and any other refuses it; otherwise site is set, and status 0 has its
+// files answer.
+type decision struct {
+	route  *route
+	site   *site
+	status int
+	reason string // why status, for the log
+	// webTransport: an extended CONNECT on the diagnostics path, to the
+	// WebTransport endpoint under site's name.
+	webTransport bool
+}
+
+// Reasons a request is refused by the decision.
+const (
+	reasonMalformed   = "malformed authority or target"
+	reasonMisdirected = "the connection's TLS facts are not the host's, or the host is not served over this protocol"
+	reasonProxyPath   = "a path the upstream could read as another"
+	reasonMethod      = "method not allowed"
+	reasonTarget      = "the target is not a path"
+)
+
+// decide routes and judges request f. buf is scratch for the normalized
+// host; it is returned, holding the host the request was routed by.
+func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
+	var d decision
+	switch {
+	case f.tls:
+		buf = tlsHost(f.host, f.sni, buf)
+	case s.proxy != nil || len(s.sites.all) > 1 || s.sites.normalize:
+		buf = normHost(f.host, buf)
+	default:
+		buf = buf[:0] // one site answers every name
+	}
+	if f.malformed {
+		d.site, d.status, d.reason = s.sites.byName(buf), 400, reasonMalformed
+		return d, buf
+	}
+	misdirected := f.tls && s.misdirected(f.sni, f.version, buf)
+	if s.wt != nil && f.proto == protoH3 && string(f.method) == "CONNECT" && string(f.path) == s.cfg.WebTransport.Path {
+		st := s.sites.byName(buf)
+		d.site, d.webTransport = st, true
+		if !st.h3 || misdirected {
+			d.status, d.reason = 421, reasonMisdirected
+		}
+		return d, buf
+	}
+	if px := s.proxy; px != nil && len(f.path) > 0 && f.path[0] == '/' {
+		if rt := px.match(buf, f.path); rt != nil {
+			d.route = rt
+			switch {
+			case !px.speaks(f.proto) || misdirected:
+				d.status, d.reason = 421, reasonMisdirected
+			case unsafeProxyPath(f.path):
+				d.status, d.reason = 400, reasonProxyPath
+			}
+			return d, buf
+		}
+	}
+	st := s.sites.byName(buf)
+	d.site = st
+	switch m := string(f.method); {
+	case !st.speaks(f.proto, f.tls) || misdirected:
+		d.status, d.reason = 421, reasonMisdirected
+	case m != "GET" && m != "HEAD":
+		d.status, d.reason = 405, reasonMethod
+	case len(f.path) == 0 || f.path[0] != '/':
+		d.status, d.reason = 400, reasonTarget
+	}
+	return d, buf
+}
+
+// speaks reports whether the site answers protocol proto; plain HTTP/2
+// is h2c (prior knowledge), which a site allows apart.
+func (s *site) speaks(proto uint8, tls bool) bool {
+	switch proto {
+	case protoH1:
+		return s.h1
+	case protoH2:
+		return s.h2 && (tls || s.h2c)
+	}
+	return s.h3
+}
+
+// speaks reports whether the proxy answers protocol proto
+// ([reverse_proxy.protocols]).
+func (t *proxyRoutes) speaks(proto uint8) bool {
+	switch proto {
+	case protoH1:
+		return t.h1
+	case protoH2:
+		return t.h2
+	}
+	return t.h3
+}
+
+// outcome counts a response the engine answered itself or from files,
+// for every protocol, and logs what an operator must see: a refusal of a
+// request for a route, and a path refused for a reason, through the rate
+// limit; a server error as a warning. A parse error's 5xx (path nil) is
+// the client's, not a server error. Proxied responses are counted as
+// their exchange ends.
+func (s *Server) outcome(log *slog.Logger, lim *logLimiter, d *decision, status int, err error, path []byte, peer any) {
+	switch {
+	case d != nil && d.route != nil && d.status != 0:
+		lim.note("proxy: request refused", "status", status, "route", d.route.key, "reason", d.reason, "path", string(path), "peer", peer)
+	case status >= 500 && path != nil:
+		s.stats.serverErrors.Add(1)
+		log.Warn("server error", "status", status, "path", string(path), "peer", peer, "err", err)
+	case status == 404:
+		s.stats.notFound.Add(1)
+	case (status == 400 || status == 403) && err != nil:
+		lim.note("refused path", "status", status, "path", string(path), "peer", peer, "reason", err)
+	}
+	s.stats.requests.Add(1)
+}
