@@ -287,6 +287,18 @@ type exchange struct {
 	moved    int64 // response body bytes passed to the client
 }
 
+// newExchange is the exchange of a request for route rt, whatever the
+// client's protocol: method and path as the client sent them, hasBody
+// whether a request body follows. tooLarge reports a body the client
+// declared (contentLength, -1 when not) over the route's max_body: the
+// caller answers 413 through the exchange, and sends nothing up.
+func newExchange(lc *loopCtx, cl proxyClient, peer reactor.Addr, rt *route, method, path []byte, hasBody bool, contentLength int64) (ex *exchange, tooLarge bool) {
+	ex = &exchange{lc: lc, cl: cl, peer: peer, path: string(path), r: rt, isHead: string(method) == "HEAD",
+		idempotent: idempotentMethods[string(method)] && !hasBody, reqDone: !hasBody}
+	mb := rt.cfg.MaxBody
+	return ex, mb > 0 && contentLength > int64(mb)
+}
+
 // drainMax is the most response body an exchange whose client went away
 // reads and drops to keep its upstream connection: about what a new
 // connection costs to open. A longer body closes the connection.

@@ -33,8 +33,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
 	h.beginRecord(c, st, r)
 	st.rec.setSite(h.srv.siteProxy(), rt.cfg.Domain)
-	ex := &exchange{lc: h.lc, cl: cl, peer: c.Peer(), path: string(r.Path), r: rt, isHead: string(r.Method) == "HEAD",
-		idempotent: idempotentMethods[string(r.Method)] && !r.HasBody()}
+	ex, tooLarge := newExchange(h.lc, cl, c.Peer(), rt, r.Method, r.Path, r.HasBody(), r.ContentLength)
 	st.s.Consume(n)
 	st.headStarted = false
 	st.requests++
@@ -43,14 +42,13 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 		st.closeAfter = true
 	}
 	st.proxy = ex
-	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
+	if tooLarge {
 		st.closeAfter = true // the body stays unread
 		ex.fail(413, "request body over max_body", nil)
 		return
 	}
 	cl.reqBody.ResetRequest(r)
 	ex.reqChunked = r.Chunked
-	ex.reqDone = !r.HasBody()
 	ex.expect100 = r.HasBody() && r.Minor == 1 && h1.EqualFold(r.Get("expect"), "100-continue")
 	via := "1.1"
 	if r.Minor == 0 {

@@ -39,10 +39,9 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 	hs.proxy = cl
 	hs.rec.setSite(hh.srv.siteProxy(), rt.cfg.Domain)
 	path, query := splitTarget(r.Path)
-	ex := &exchange{lc: hh.lc, cl: cl, peer: hc.c.Peer(), path: string(path), r: rt, isHead: string(r.Method) == "HEAD",
-		idempotent: idempotentMethods[string(r.Method)] && st.RemoteDone()}
+	ex, tooLarge := newExchange(hh.lc, cl, hc.c.Peer(), rt, r.Method, path, !st.RemoteDone(), r.ContentLength)
 	cl.ex = ex
-	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
+	if tooLarge {
 		ex.fail(413, "request body over max_body", nil)
 		return
 	}
@@ -56,9 +55,8 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 		}
 		fields = append(fields, h1.Header{Name: f.Name, Value: f.Value})
 	}
-	ex.reqDone = st.RemoteDone()
 	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
-	ex.head = hh.lc.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Authority,
+	ex.head = hh.lc.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Get("host"),
 		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
 		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.defaultHost()})
 	hc.conn.MarkBusy(st)

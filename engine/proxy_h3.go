@@ -133,9 +133,9 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	}
 	head := lc.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
 		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: reqLen, chunked: hasBody && r.ContentLength < 0, upstream: rt.defaultHost()})
-	ex := &exchange{lc: lc, cl: cl, peer: peer, path: string(path), r: rt, isHead: r.Method == "HEAD",
-		idempotent: idempotentMethods[r.Method] && !hasBody, head: head, reqDone: !hasBody, reqChunked: hasBody && r.ContentLength < 0}
-	if mb := rt.cfg.MaxBody; mb > 0 && r.ContentLength > int64(mb) {
+	ex, tooLarge := newExchange(lc, cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
+	ex.head, ex.reqChunked = head, hasBody && r.ContentLength < 0
+	if tooLarge {
 		lc.loop.Post(func() { ex.fail(413, "request body over max_body", nil) })
 	} else {
 		lc.loop.Post(func() { cl.ex = ex; ex.start() })
