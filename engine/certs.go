@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/internal/selfsigned"
 )
 
@@ -25,62 +26,48 @@ import (
 // handshake fails with unrecognized_name; the first site is no default
 // of its own accord. Requests are held to the same facts (misdirected).
 type certTable struct {
-	exact     map[string]*tls.Certificate
-	wildcards []wildcardCert
-	def       *tls.Certificate // nil: names nothing names are refused
-	// TLS 1.2: whether each name (and wildcard suffix) of the table
-	// accepts it (min_version = "1.2"), and whether the default does.
-	v12   map[string]bool
-	def12 bool
-	// Key exchanges (key_exchanges resolved), keyed as v12 is, and the
-	// default's; nil means crypto/tls's default.
-	groups    map[string][]tls.CurveID
-	defGroups []tls.CurveID
+	names routing.Table[*certFacts] // exact and "*." names; a "*" site is the default
+	def   *certFacts                // nil: names nothing names are refused
 	// acme maps the placeholder certificate of each ACME name to the
 	// name: the handshake asks the ACME manager for the real one.
 	acme map[*tls.Certificate]string
 }
 
-type wildcardCert struct {
-	suffix string // ".example.com"
+// certFacts are what a handshake for a name is given.
+type certFacts struct {
 	cert   *tls.Certificate
+	v12    bool          // accepts TLS 1.2 (min_version = "1.2")
+	groups []tls.CurveID // key_exchanges resolved; nil: crypto/tls's default
 }
 
-// allow12 reports whether any site accepts TLS 1.2.
-func (t *certTable) allow12() bool { return t.def12 || len(t.v12) > 0 }
+// facts returns the TLS facts of a normalized name: its own (exact, then
+// longest wildcard), else the default's; nil when nothing serves it.
+func (t *certTable) facts(name string) *certFacts {
+	if f, ok := t.names.LookupString(name); ok {
+		return f
+	}
+	return t.def
+}
+
+// allow12 reports whether TLS 1.2 ClientHellos are taken as far as the
+// name they ask for, so that one for a TLS 1.3-only name is answered
+// protocol_version and one for a name nothing serves unrecognized_name.
+func (t *certTable) allow12() bool { return t.def != nil && t.def.v12 || t.names.Len() > 0 }
 
 // allows12 reports whether the site a client names in SNI accepts TLS 1.2.
 func (t *certTable) allows12(sni string) bool {
-	if k, ok := t.entry(serverName(sni)); ok {
-		return t.v12[k]
-	}
-	return t.def12
+	f := t.facts(serverName(sni))
+	return f != nil && f.v12
 }
 
 // keyExchanges is the key exchanges of the site a client names in SNI,
 // chosen as its certificate is (exact, wildcard, default); nil means
 // crypto/tls's default.
 func (t *certTable) keyExchanges(sni string) []tls.CurveID {
-	if k, ok := t.entry(serverName(sni)); ok {
-		return t.groups[k]
+	if f := t.facts(serverName(sni)); f != nil {
+		return f.groups
 	}
-	return t.defGroups
-}
-
-// entry is the key a normalized name's facts are kept under in v12 and
-// groups: the name, when a table names it exactly, else the suffix of
-// the first wildcard that matches it (as pick chooses); ok is false when
-// only the default serves it.
-func (t *certTable) entry(name string) (key string, ok bool) {
-	if _, ok := t.exact[name]; ok {
-		return name, true
-	}
-	for _, w := range t.wildcards {
-		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return w.suffix, true
-		}
-	}
-	return "", false
+	return nil
 }
 
 // certStore holds the current table; SIGHUP swaps in a reloaded one, and
@@ -97,7 +84,7 @@ type certStore struct {
 // loadCertTable reads every site's PEM files. Errors name the file and
 // the config key.
 func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable, error) {
-	t := &certTable{exact: map[string]*tls.Certificate{}, v12: map[string]bool{}, groups: map[string][]tls.CurveID{}, acme: map[*tls.Certificate]string{}}
+	t := &certTable{acme: map[*tls.Certificate]string{}}
 	loaded := map[string]*tls.Certificate{} // cert path -> parsed, so tables sharing files share it
 	load := func(key string, c *config.TLS) (*tls.Certificate, error) {
 		if cert := loaded[c.Cert+"\x00"+c.Key]; cert != nil {
@@ -120,18 +107,7 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 	// its minimum version and its key exchanges, unless a table before
 	// it took the name.
 	add := func(d string, cert *tls.Certificate, v12 bool, groups []tls.CurveID) {
-		switch {
-		case strings.HasPrefix(d, "*."):
-			if _, ok := t.v12[d[1:]]; !ok {
-				t.wildcards = append(t.wildcards, wildcardCert{suffix: d[1:], cert: cert})
-				t.v12[d[1:]] = v12
-				t.groups[d[1:]] = groups
-			}
-		case t.exact[d] == nil:
-			t.exact[d] = cert
-			t.v12[d] = v12
-			t.groups[d] = groups
-		}
+		t.names.Add(d, &certFacts{cert: cert, v12: v12, groups: groups})
 	}
 
 	// Each site's own certificate; nil for those without one.
@@ -219,7 +195,7 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 			case d == "*":
 				anyRoute = true
 			case rp.TLS.ACME && !strings.HasPrefix(d, "*."):
-				if t.exact[d] == nil {
+				if !t.names.Names(d) {
 					add(d, placeholder(d), v12, groups)
 				}
 			case proxyCert != nil:
@@ -233,18 +209,21 @@ func loadCertTable(cfg *config.Config, selfSigned *tls.Certificate) (*certTable,
 	// route; none otherwise.
 	switch {
 	case star != nil:
-		t.def, t.def12, t.defGroups = star, star12, starGroups
+		t.def = &certFacts{star, star12, starGroups}
 	case dflt != nil:
-		t.def, t.def12, t.defGroups = dflt, dflt12, dfltGroups
+		t.def = &certFacts{dflt, dflt12, dfltGroups}
 	case cfg.Root != "":
-		t.def, t.def12, t.defGroups = fallback, fallback12, fallbackGroups
+		t.def = &certFacts{fallback, fallback12, fallbackGroups}
 	case anyRoute:
-		t.def, t.def12, t.defGroups = proxyCert, rp.TLS.MinVersion == "1.2", rp.TLS.Groups
-		if t.def == nil {
-			t.def = fallback
+		t.def = &certFacts{proxyCert, rp.TLS.MinVersion == "1.2", rp.TLS.Groups}
+		if t.def.cert == nil {
+			t.def.cert = fallback
 		}
 	}
-	if t.def == nil && len(t.exact) == 0 && len(t.wildcards) == 0 {
+	if t.def != nil && t.def.cert == nil {
+		t.def = nil
+	}
+	if t.def == nil && t.names.Len() == 0 {
 		return nil, &config.Error{File: cfg.File(), Key: "sites", Msg: "no certificate to serve TLS with; add [sites.tls] cert and key, or run serve --self-signed"}
 	}
 	return t, nil
@@ -263,20 +242,15 @@ func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 }
 
 // serverName normalizes an SNI value or a Host: lowercase, no trailing dot.
-func serverName(n string) string { return strings.ToLower(strings.TrimSuffix(n, ".")) }
+func serverName(n string) string { return routing.Normalize(n) }
 
 // pick chooses the certificate for a normalized name: exact, then
-// wildcard, then the default.
+// longest wildcard, then the default; nil when nothing serves it.
 func (t *certTable) pick(name string) *tls.Certificate {
-	if c := t.exact[name]; c != nil {
-		return c
+	if f := t.facts(name); f != nil {
+		return f.cert
 	}
-	for _, w := range t.wildcards {
-		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return w.cert
-		}
-	}
-	return t.def
+	return nil
 }
 
 // misdirected reports whether a request naming host (normalized:

@@ -229,7 +229,7 @@ func namesNoHost(h []byte) bool {
 	if len(h) > 0 && h[0] == '[' {
 		return false // an IPv6 literal
 	}
-	if i := indexByte(h, ':'); i >= 0 {
+	if i := bytes.IndexByte(h, ':'); i >= 0 {
 		h = h[:i]
 	}
 	return len(h) == 0 || len(h) == 1 && h[0] == '.'

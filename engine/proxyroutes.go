@@ -11,27 +11,21 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/routing"
 )
 
 // proxyRoutes are the reverse proxy's routes, shared by every loop.
 // Immutable after construction except the upstreams' health and counts.
 type proxyRoutes struct {
-	exact     map[string][]*route // domain -> its routes, longest prefix first
-	wildcards []wildcardRoutes    // "*.example.com", longest suffix first
-	any       []*route            // domain "*"
-	trusted   []netip.Prefix
-	h1, h2    bool // client protocols the proxy answers
-	h3        bool
-	stats     proxyCounters
+	domains routing.Table[[]*route] // domain -> its routes, longest prefix first
+	trusted []netip.Prefix
+	h1, h2  bool // client protocols the proxy answers
+	h3      bool
+	stats   proxyCounters
 	// h2Buffered is the proxied response bytes every HTTP/2 stream of
 	// the server holds ahead of its client (proxy_h2_tls_total_send_buffer_bytes
 	// bounds it).
 	h2Buffered atomic.Int64
-}
-
-type wildcardRoutes struct {
-	suffix string // ".example.com"
-	routes []*route
 }
 
 // route is one [[reverse_proxy.routes]] table.
@@ -84,10 +78,11 @@ func newProxyRoutes(cfg *config.Config, passthrough bool) (*proxyRoutes, error) 
 	if !cfg.ProxyOn() {
 		return nil, nil
 	}
-	t := &proxyRoutes{exact: map[string][]*route{}, trusted: rp.Trusted,
+	t := &proxyRoutes{trusted: rp.Trusted,
 		h1: config.On(rp.Protocols.H1), h2: config.On(rp.Protocols.H2), h3: config.On(rp.Protocols.H3)}
 	ups := map[string]*upstream{}
-	wild := map[string][]*route{}
+	byDomain := map[string][]*route{}
+	var domains []string // in the order of their first route
 	n := 0
 	for i := range rp.Routes {
 		rc := &rp.Routes[i]
@@ -108,28 +103,17 @@ func newProxyRoutes(cfg *config.Config, passthrough bool) (*proxyRoutes, error) 
 			}
 			r.ups = append(r.ups, u)
 		}
-		d := strings.ToLower(strings.TrimSuffix(rc.Domain, "."))
-		switch {
-		case d == "*":
-			t.any = append(t.any, r)
-		case strings.HasPrefix(d, "*."):
-			wild[d[1:]] = append(wild[d[1:]], r)
-		default:
-			t.exact[d] = append(t.exact[d], r)
+		d := routing.Normalize(rc.Domain)
+		if byDomain[d] == nil {
+			domains = append(domains, d)
 		}
+		byDomain[d] = append(byDomain[d], r)
 	}
-	byPrefix := func(rs []*route) {
+	for _, d := range domains {
+		rs := byDomain[d]
 		sort.SliceStable(rs, func(i, j int) bool { return len(rs[i].prefix) > len(rs[j].prefix) })
+		t.domains.Add(d, rs)
 	}
-	for _, rs := range t.exact {
-		byPrefix(rs)
-	}
-	byPrefix(t.any)
-	for suffix, rs := range wild {
-		byPrefix(rs)
-		t.wildcards = append(t.wildcards, wildcardRoutes{suffix, rs})
-	}
-	sort.Slice(t.wildcards, func(i, j int) bool { return len(t.wildcards[i].suffix) > len(t.wildcards[j].suffix) })
 	if n == 0 {
 		return nil, nil
 	}
@@ -154,32 +138,19 @@ func resolveUpstream(name string) (netip.AddrPort, error) {
 	return ap, err
 }
 
-// hasDomain reports whether some route is for host (normalized).
+// hasDomain reports whether some route is for host (normalized),
+// counting "*" routes.
 func (t *proxyRoutes) hasDomain(host string) bool {
-	if len(t.exact[host]) > 0 || len(t.any) > 0 {
-		return true
-	}
-	for _, w := range t.wildcards {
-		if len(host) > len(w.suffix) && strings.HasSuffix(host, w.suffix) {
-			return true
-		}
-	}
-	return false
+	_, ok := t.domains.LookupString(host)
+	return ok
 }
 
 // match returns the route for host (lowercase, no port) and path, or nil:
 // the longest prefix among the routes of the most specific domain that
 // has routes (exact, then the longest wildcard, then "*").
 func (t *proxyRoutes) match(host, path []byte) *route {
-	if rs, ok := t.exact[string(host)]; ok {
-		return longestPrefix(rs, path)
-	}
-	for _, w := range t.wildcards {
-		if len(host) > len(w.suffix) && string(host[len(host)-len(w.suffix):]) == w.suffix {
-			return longestPrefix(w.routes, path)
-		}
-	}
-	return longestPrefix(t.any, path)
+	rs, _ := t.domains.Lookup(host)
+	return longestPrefix(rs, path)
 }
 
 func longestPrefix(rs []*route, path []byte) *route {

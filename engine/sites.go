@@ -7,6 +7,7 @@ import (
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/routing"
 )
 
 var getenv = os.Getenv
@@ -38,27 +39,20 @@ func (s *site) label() string {
 // siteTable chooses a site by Host.
 type siteTable struct {
 	// Immutable after construction.
-	exact     map[string]*site
-	wildcards []wildcard // "*.example.com": suffix ".example.com"
-	any       *site      // domain "*"
-	def       *site
-	all       []*site
-	h2c       bool // some site accepts HTTP/2 with prior knowledge
-	roots     []*files.Root
-	emptyDir  string // the default site's directory when only proxy routes serve; removed at close
+	domains  routing.Table[*site] // by domain: exact, "*.example.com", "*"
+	def      *site
+	all      []*site
+	h2c      bool // some site accepts HTTP/2 with prior knowledge
+	roots    []*files.Root
+	emptyDir string // the default site's directory when only proxy routes serve; removed at close
 	// normalize has lookup return the normalized host even with one site:
 	// misdirected judges it on TLS, and refuses names passthrough routes
 	// relay.
 	normalize bool
 }
 
-type wildcard struct {
-	suffix string
-	s      *site
-}
-
 func newSiteTable(cfg *config.Config) (*siteTable, error) {
-	t := &siteTable{exact: map[string]*site{}, normalize: cfg.Passthrough() || cfg.HasTLS()}
+	t := &siteTable{normalize: cfg.Passthrough() || cfg.HasTLS()}
 	roots := map[string]*files.Root{}
 	root := func(dir string, follow bool) (*files.Root, error) {
 		key := fmt.Sprintf("%v\x00%s", follow, dir)
@@ -121,15 +115,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 			tickets:   config.On(sc.TLS.SessionTickets),
 		}
 		t.all = append(t.all, s)
-		d := strings.ToLower(strings.TrimSuffix(sc.Domain, "."))
-		switch {
-		case d == "*":
-			t.any = s
-		case strings.HasPrefix(d, "*."):
-			t.wildcards = append(t.wildcards, wildcard{suffix: d[1:], s: s})
-		default:
-			t.exact[d] = s
-		}
+		t.domains.Add(sc.Domain, s) // config refuses a domain given twice
 		if sc.Default {
 			t.def = s
 		}
@@ -156,16 +142,8 @@ func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
 // byName chooses the site for a normalized host: exact, longest
 // wildcard, "*", the default.
 func (t *siteTable) byName(name []byte) *site {
-	if s := t.exact[string(name)]; s != nil {
+	if s, ok := t.domains.Lookup(name); ok {
 		return s
-	}
-	for _, w := range t.wildcards {
-		if len(name) > len(w.suffix) && string(name[len(name)-len(w.suffix):]) == w.suffix {
-			return w.s
-		}
-	}
-	if t.any != nil {
-		return t.any
 	}
 	return t.def
 }
@@ -187,50 +165,11 @@ func tlsHost(host []byte, sni string, buf []byte) []byte {
 
 // names reports whether a site is configured for host (normalized:
 // lowercase, no port): by exact name or wildcard, not as the default.
-func (t *siteTable) names(host string) bool {
-	if t.exact[host] != nil {
-		return true
-	}
-	for _, w := range t.wildcards {
-		if len(host) > len(w.suffix) && strings.HasSuffix(host, w.suffix) {
-			return true
-		}
-	}
-	return false
-}
+func (t *siteTable) names(host string) bool { return t.domains.Names(host) }
 
 // normHost writes host without its port, lowercased and without a
 // trailing dot, into buf.
-func normHost(host, buf []byte) []byte {
-	h := host
-	if len(h) > 0 && h[0] == '[' {
-		if i := indexByte(h, ']'); i >= 0 {
-			h = h[:i+1]
-		}
-	} else if i := indexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	buf = buf[:0]
-	for _, ch := range h {
-		if ch >= 'A' && ch <= 'Z' {
-			ch += 'a' - 'A'
-		}
-		buf = append(buf, ch)
-	}
-	if n := len(buf); n > 0 && buf[n-1] == '.' {
-		buf = buf[:n-1]
-	}
-	return buf
-}
-
-func indexByte(b []byte, c byte) int {
-	for i := range b {
-		if b[i] == c {
-			return i
-		}
-	}
-	return -1
-}
+func normHost(host, buf []byte) []byte { return routing.AppendHost(buf, host) }
 
 func (t *siteTable) describe() string {
 	var names []string

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mediaship/engine/engine/routing"
 )
 
 // ACME is [acme]: the CA that issues and renews the certificates of
@@ -76,7 +78,7 @@ func (c *Config) ACMENames() []string {
 	var names []string
 	seen := map[string]bool{}
 	add := func(d string) {
-		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		d = routing.Normalize(d)
 		if !seen[d] && d != "*" && !strings.HasPrefix(d, "*.") {
 			seen[d] = true
 			names = append(names, d)
@@ -85,7 +87,7 @@ func (c *Config) ACMENames() []string {
 	sites := map[string]bool{}
 	for i := range c.Sites {
 		s := &c.Sites[i]
-		sites[strings.ToLower(strings.TrimSuffix(s.Domain, "."))] = true
+		sites[routing.Normalize(s.Domain)] = true
 		if s.TLS.ACME {
 			add(s.Domain)
 		}
@@ -93,7 +95,7 @@ func (c *Config) ACMENames() []string {
 	if rp := &c.ReverseProxy; rp.Enabled && rp.TLS.ACME {
 		for i := range rp.Routes {
 			r := &rp.Routes[i]
-			if !r.Passthrough && !sites[strings.ToLower(strings.TrimSuffix(r.Domain, "."))] {
+			if !r.Passthrough && !sites[routing.Normalize(r.Domain)] {
 				add(r.Domain)
 			}
 		}

@@ -1,0 +1,150 @@
+package routing
+
+import "strings"
+
+// Table maps host names to values by the names they were added under:
+// exact names, "*.suffix" wildcards and "*".
+//
+// Invariants: names are kept normalized (Normalize); wildcards are
+// ordered longest suffix first, so the first that matches is the most
+// specific; the first value added under a name stays. A Table is built
+// once and then only read, from any goroutine.
+type Table[V any] struct {
+	exact  map[string]V
+	wild   []wildcard[V]
+	any    V
+	hasAny bool
+}
+
+type wildcard[V any] struct {
+	suffix string // ".example.com" for "*.example.com"
+	v      V
+}
+
+// Add gives name ("a.example.com", "*.example.com" or "*", any case, a
+// trailing dot allowed) the value v. It reports false, and changes
+// nothing, when the name has a value already.
+func (t *Table[V]) Add(name string, v V) bool {
+	name = Normalize(name)
+	switch {
+	case name == "*":
+		if t.hasAny {
+			return false
+		}
+		t.any, t.hasAny = v, true
+	case strings.HasPrefix(name, "*."):
+		suffix := name[1:]
+		i := 0
+		for ; i < len(t.wild) && len(t.wild[i].suffix) >= len(suffix); i++ {
+			if t.wild[i].suffix == suffix {
+				return false
+			}
+		}
+		t.wild = append(t.wild, wildcard[V]{})
+		copy(t.wild[i+1:], t.wild[i:])
+		t.wild[i] = wildcard[V]{suffix: suffix, v: v}
+	default:
+		if _, ok := t.exact[name]; ok {
+			return false
+		}
+		if t.exact == nil {
+			t.exact = map[string]V{}
+		}
+		t.exact[name] = v
+	}
+	return true
+}
+
+// Lookup returns the value for a normalized name: its exact name's, else
+// the longest matching wildcard's, else "*"'s. ok is false when none
+// matches.
+func (t *Table[V]) Lookup(name []byte) (v V, ok bool) {
+	if v, ok := t.exact[string(name)]; ok {
+		return v, true
+	}
+	for _, w := range t.wild {
+		if len(name) > len(w.suffix) && string(name[len(name)-len(w.suffix):]) == w.suffix {
+			return w.v, true
+		}
+	}
+	return t.any, t.hasAny
+}
+
+// LookupString is Lookup for a name held as a string.
+func (t *Table[V]) LookupString(name string) (v V, ok bool) {
+	if v, ok := t.exact[name]; ok {
+		return v, true
+	}
+	for _, w := range t.wild {
+		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
+			return w.v, true
+		}
+	}
+	return t.any, t.hasAny
+}
+
+// Names reports whether a normalized name is given by its exact name or
+// a wildcard: "*" names nothing.
+func (t *Table[V]) Names(name string) bool {
+	if _, ok := t.exact[name]; ok {
+		return true
+	}
+	for _, w := range t.wild {
+		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// Any returns "*"'s value, if one was added.
+func (t *Table[V]) Any() (v V, ok bool) { return t.any, t.hasAny }
+
+// Len is the number of names added.
+func (t *Table[V]) Len() int {
+	n := len(t.exact) + len(t.wild)
+	if t.hasAny {
+		n++
+	}
+	return n
+}
+
+// Normalize is a name as tables keep it: lowercase, without a trailing
+// dot. For SNI values and configured names; a Host goes through
+// AppendHost, which drops its port too.
+func Normalize(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
+
+// AppendHost appends host (a Host or :authority value) to buf[:0]
+// without its port, lowercased and without a trailing dot: "" for one
+// that names no host ("", ".", ":443"). An IPv6 literal keeps its
+// brackets.
+func AppendHost(buf, host []byte) []byte {
+	h := host
+	if len(h) > 0 && h[0] == '[' {
+		if i := indexByte(h, ']'); i >= 0 {
+			h = h[:i+1]
+		}
+	} else if i := indexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	buf = buf[:0]
+	for _, c := range h {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	if n := len(buf); n > 0 && buf[n-1] == '.' {
+		buf = buf[:n-1]
+	}
+	return buf
+}
+
+func indexByte(b []byte, c byte) int {
+	for i := range b {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
