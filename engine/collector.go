@@ -151,8 +151,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if s.alog != nil {
 		snap.logWritten, snap.logDrops = s.alog.written.Load(), s.alog.dropped.Load()
 	}
-	snap.digestHits, snap.digestMisses = s.digests.cache.Hits.Load(), s.digests.cache.Misses.Load()
-	snap.digestBacklog = int64(len(s.digests.jobs))
+	snap.digestHits, snap.digestMisses = s.digests.Cache().Hits.Load(), s.digests.Cache().Misses.Load()
+	snap.digestBacklog = int64(s.digests.Backlog())
 	for _, m := range c.simple {
 		if v := m.value(snap); !math.IsNaN(v) {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, v)

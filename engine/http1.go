@@ -307,7 +307,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision
 		h.lc.bulkPolicy(c, resp, s)
 	}
 	if resp.NeedDigest != nil && s != nil {
-		h.srv.digests.request(s.files.Root, resp.NeedDigest)
+		h.srv.digests.Request(s.files.Root, resp.NeedDigest)
 	}
 	if st.rec.at.IsZero() { // a proxied request's record began with it
 		h.beginRecord(c, st, r)

@@ -375,7 +375,7 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 		}
 	}
 	if resp.NeedDigest != nil && hs.d.site != nil {
-		srv.digests.request(hs.d.site.files.Root, resp.NeedDigest)
+		srv.digests.Request(hs.d.site.files.Root, resp.NeedDigest)
 	}
 	switch {
 	case hs.d.route != nil:

@@ -230,7 +230,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	h := w.Header() // quic-go adds Date
 	writeFields(headerFields(h), resp, s, nil)
 	if resp.NeedDigest != nil && s != nil {
-		srv.digests.request(s.files.Root, resp.NeedDigest)
+		srv.digests.Request(s.files.Root, resp.NeedDigest)
 	}
 	w.WriteHeader(resp.Status)
 	sc.rec.respond(resp.Status, resp.ReprDigest != "")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/digests"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
@@ -36,7 +37,7 @@ type Server struct {
 	prober  *preflight.Prober
 	sites   *siteTable
 	cache   *files.Cache
-	digests *digests
+	digests *digests.Store
 	group   *reactor.Group
 	alog    *accessLog
 	limits  h1.Limits
@@ -205,12 +206,12 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		s.sites.close()
 		return nil, err
 	}
-	if s.digests, err = newDigests(cfg, s.sites.roots, log); err != nil {
+	if s.digests, err = digests.New(cfg, s.sites.roots, log); err != nil {
 		s.sites.close()
 		s.alog.close()
 		return nil, err
 	}
-	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.known})
+	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.Known})
 	rc := reactor.Config{
 		Addr:     cfg.Listen,
 		Workers:  cfg.Workers,
@@ -275,7 +276,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	}
 	if err != nil {
 		s.cache.Close()
-		s.digests.close()
+		s.digests.Close()
 		s.sites.close()
 		s.alog.close()
 		return nil, err
@@ -342,7 +343,7 @@ func (s *Server) Run(ctx context.Context) error {
 		go s.quic.run()
 	}
 	stopSaving := make(chan struct{})
-	go s.digests.saveLoop(stopSaving)
+	go s.digests.SaveLoop(stopSaving)
 	go s.admin.serve(s)
 	s.health.Store(healthServing)
 	var err error
@@ -395,7 +396,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.health.Store(healthDraining)
 	s.admin.close()
 	s.logTotals()
-	s.digests.close()
+	s.digests.Close()
 	s.cache.Close()
 	s.sites.close()
 	s.alog.close()
@@ -625,7 +626,7 @@ func (s *Server) ReopenLogs() error { return s.alog.reopen() }
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	st := s.counters()
-	st.DigestsKnown, st.CacheEntries = s.digests.cache.Len(), s.cache.Len()
+	st.DigestsKnown, st.CacheEntries = s.digests.Cache().Len(), s.cache.Len()
 	return st
 }
 
@@ -666,11 +667,11 @@ func (s *Server) counters() Stats {
 		H3Resets:       s.stats.h3Resets.Load(),
 		H3Stalled:      s.stats.h3Stalled.Load(),
 
-		FilesHashed:        s.digests.files.Load(),
-		HashesJoined:       s.digests.joined.Load(),
-		BytesHashed:        s.digests.bytes.Load(),
-		HashTime:           time.Duration(s.digests.nanos.Load()),
-		ManifestMismatches: s.digests.mismatches.Load(),
+		FilesHashed:        s.digests.Files.Load(),
+		HashesJoined:       s.digests.Joined.Load(),
+		BytesHashed:        s.digests.Bytes.Load(),
+		HashTime:           time.Duration(s.digests.Nanos.Load()),
+		ManifestMismatches: s.digests.Mismatches.Load(),
 		CacheHits:          s.cache.Hits.Load(),
 		CacheMisses:        s.cache.Misses.Load(),
 	}

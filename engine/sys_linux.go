@@ -8,18 +8,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/mediaship/engine/integrity"
 )
-
-// fdIdentity is the identity of an open file now.
-func fdIdentity(fd int) (integrity.FileID, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return integrity.FileID{}, os.NewSyscallError("fstat", err)
-	}
-	return integrity.FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNs: st.Mtim.Nano()}, nil
-}
 
 // enableGRO asks the kernel to hand a UDP socket's datagrams over in
 // batches (UDP_GRO): one read returns several datagrams of one size,

@@ -3,14 +3,9 @@
 package engine
 
 import (
-	"errors"
 	"math"
 	"net"
-
-	"github.com/mediaship/engine/integrity"
 )
-
-func fdIdentity(int) (integrity.FileID, error) { return integrity.FileID{}, errors.ErrUnsupported }
 
 func enableGRO(*net.UDPConn) bool { return false }
 func groSegment([]byte) int       { return 0 }

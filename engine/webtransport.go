@@ -231,7 +231,7 @@ func (hh *h3Handler) wtFile(s *site, path string, sc *h3Scratch) *files.Response
 	}
 	resp := &sc.files.Resp
 	if resp.NeedDigest != nil {
-		srv.digests.request(fs.Root, resp.NeedDigest)
+		srv.digests.Request(fs.Root, resp.NeedDigest)
 	}
 	if resp.Status == 200 && (resp.File == nil && len(resp.Parts) == 0 || resp.ReprDigest == "") {
 		resp.Status = 404 // a listing, or no digest to advertise

@@ -1,4 +1,4 @@
-package engine
+package digests
 
 import (
 	"errors"
@@ -16,13 +16,13 @@ import (
 	"github.com/mediaship/engine/internal/fileio"
 )
 
-// digests knows the BLAKE3 digest of served files: from the digest cache
+// Store knows the BLAKE3 digest of served files: from the digest cache
 // (keyed by file identity, optionally persisted), from a manifest at the
 // site root, or by hashing in the background. Serving never waits for it.
-type digests struct {
+type Store struct {
 	// Immutable after construction.
-	cache     *integrity.Cache
-	path      string // persisted cache; "" when not persisted
+	cache     *integrity.Cache // Cache
+	path      string           // persisted cache; "" when not persisted
 	manifests map[*files.Root]*manifest
 	refuse    bool // on_mismatch = "refuse"
 	log       *slog.Logger
@@ -34,7 +34,7 @@ type digests struct {
 
 	// Counters for stats, each on its own: added to by the hashing
 	// workers and the loops, read by any goroutine.
-	files, bytes, nanos, mismatches, dropped, joined atomic.Int64
+	Files, Bytes, Nanos, Mismatches, Dropped, Joined atomic.Int64
 }
 
 // manifest is a site's B3SUMS: trusted for files not modified after it.
@@ -44,9 +44,11 @@ type manifest struct {
 	sums    map[string]integrity.Digest
 }
 
-func newDigests(cfg *config.Config, roots []*files.Root, log *slog.Logger) (*digests, error) {
+// New loads the digest cache (integrity.cache) and each root's manifest
+// (integrity.manifest), and starts integrity.workers hashing workers.
+func New(cfg *config.Config, roots []*files.Root, log *slog.Logger) (*Store, error) {
 	ic := &cfg.Integrity
-	d := &digests{cache: integrity.NewCache(0), path: ic.Cache, manifests: map[*files.Root]*manifest{},
+	d := &Store{cache: integrity.NewCache(0), path: ic.Cache, manifests: map[*files.Root]*manifest{},
 		refuse: ic.OnMismatch == "refuse", log: log, jobs: make(chan func(), 4096),
 		inflight: map[integrity.FileID]*hashJob{}}
 	if d.path != "" {
@@ -115,9 +117,9 @@ func identity(e *files.Entry) integrity.FileID {
 	return integrity.FileID{Dev: dev, Ino: ino, Size: size, MtimeNs: mt}
 }
 
-// known is files.Config.KnownDigest: a digest from the cache, or from the
+// Known is files.Config.KnownDigest: a digest from the cache, or from the
 // manifest when the file was not modified after the manifest was written.
-func (d *digests) known(root *files.Root, e *files.Entry) *files.Digest {
+func (d *Store) Known(root *files.Root, e *files.Entry) *files.Digest {
 	if sum, ok := d.cache.Get(identity(e)); ok {
 		return d.judge(root, e, sum)
 	}
@@ -133,14 +135,14 @@ func (d *digests) known(root *files.Root, e *files.Entry) *files.Digest {
 // with: marked corrupt when it contradicts the site's manifest and the
 // policy is to refuse, however the digest was learned (hashed now, or
 // from the cache after the entry was evicted and opened again).
-func (d *digests) judge(root *files.Root, e *files.Entry, sum integrity.Digest) *files.Digest {
+func (d *Store) judge(root *files.Root, e *files.Entry, sum integrity.Digest) *files.Digest {
 	want, _, listed := d.listed(root, e)
 	return info(sum, d.refuse && listed && want != sum)
 }
 
 // listed returns the digest the site's manifest gives for e, and the
 // manifest, when it lists e.
-func (d *digests) listed(root *files.Root, e *files.Entry) (integrity.Digest, *manifest, bool) {
+func (d *Store) listed(root *files.Root, e *files.Entry) (integrity.Digest, *manifest, bool) {
 	if m := d.manifests[root]; m != nil {
 		if want, ok := m.sums[e.Rel()]; ok {
 			return want, m, true
@@ -154,7 +156,7 @@ func (d *digests) listed(root *files.Root, e *files.Entry) (integrity.Digest, *m
 // its cache entry was evicted, or under another site's root, joins the job
 // instead of reading the file a second time.
 type hashJob struct {
-	waiters []waiter // guarded by digests.mu
+	waiters []waiter // guarded by Store.mu
 }
 
 type waiter struct {
@@ -162,9 +164,9 @@ type waiter struct {
 	e    *files.Entry
 }
 
-// request queues hashing e unless its digest is known or its content is
+// Request queues hashing e unless its digest is known or its content is
 // already being hashed. It never blocks.
-func (d *digests) request(root *files.Root, e *files.Entry) {
+func (d *Store) Request(root *files.Root, e *files.Entry) {
 	if e.Digest() != nil {
 		return
 	}
@@ -183,7 +185,7 @@ func (d *digests) request(root *files.Root, e *files.Entry) {
 		}
 		e.Ref()
 		j.waiters = append(j.waiters, waiter{root, e})
-		d.joined.Add(1)
+		d.Joined.Add(1)
 		d.mu.Unlock()
 		return
 	}
@@ -195,13 +197,13 @@ func (d *digests) request(root *files.Root, e *files.Entry) {
 	case d.jobs <- func() { d.run(id, j) }:
 	default:
 		// A full queue: the next request for the file asks again.
-		d.dropped.Add(1)
+		d.Dropped.Add(1)
 		d.finish(id, j, integrity.Digest{}, false)
 	}
 }
 
 // run hashes the content of job j from its first entry's descriptor.
-func (d *digests) run(id integrity.FileID, j *hashJob) {
+func (d *Store) run(id integrity.FileID, j *hashJob) {
 	d.mu.Lock()
 	first := j.waiters[0]
 	d.mu.Unlock()
@@ -211,7 +213,7 @@ func (d *digests) run(id integrity.FileID, j *hashJob) {
 
 // finish ends job j: every waiting entry gets the digest (when ok) and
 // its reference back.
-func (d *digests) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok bool) {
+func (d *Store) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok bool) {
 	d.mu.Lock()
 	delete(d.inflight, id)
 	ws := j.waiters
@@ -223,7 +225,7 @@ func (d *digests) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, 
 	for _, w := range ws {
 		if ok {
 			if want, m, listed := d.listed(w.root, w.e); listed && want != sum {
-				d.mismatches.Add(1)
+				d.Mismatches.Add(1)
 				d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", w.e.Rel(), "manifest", m.path,
 					"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
 			}
@@ -236,19 +238,19 @@ func (d *digests) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, 
 // hash computes the digest of e's content from its open descriptor. It
 // reports false when the file changed meanwhile (the digest would belong
 // to no version of it).
-func (d *digests) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, bool) {
+func (d *Store) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, bool) {
 	if sum, ok := d.cache.Get(id); ok {
 		return sum, true // learned since the job was queued
 	}
 	start := time.Now()
 	sum, err := integrity.SumRange(fileio.ReaderAt(e.Fd()), 0, id.Size)
-	d.nanos.Add(int64(time.Since(start)))
+	d.Nanos.Add(int64(time.Since(start)))
 	if err != nil {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel(), "err", err)
 		return sum, false
 	}
-	d.files.Add(1)
-	d.bytes.Add(id.Size)
+	d.Files.Add(1)
+	d.Bytes.Add(id.Size)
 	if now, err := fdIdentity(e.Fd()); err != nil || now != id {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel())
 		return sum, false
@@ -256,8 +258,8 @@ func (d *digests) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, b
 	return sum, true
 }
 
-// saveLoop persists the cache now and then, until stop closes.
-func (d *digests) saveLoop(stop <-chan struct{}) {
+// SaveLoop persists the cache now and then, until stop closes.
+func (d *Store) SaveLoop(stop <-chan struct{}) {
 	if d.path == "" {
 		return
 	}
@@ -275,8 +277,8 @@ func (d *digests) saveLoop(stop <-chan struct{}) {
 	}
 }
 
-// close stops hashing and saves the cache.
-func (d *digests) close() {
+// Close stops hashing and saves the cache.
+func (d *Store) Close() {
 	close(d.jobs)
 	d.wg.Wait()
 	if d.path != "" {
@@ -285,3 +287,9 @@ func (d *digests) close() {
 		}
 	}
 }
+
+// Cache is the digest cache, for its counts.
+func (d *Store) Cache() *integrity.Cache { return d.cache }
+
+// Backlog is the number of files waiting to be hashed.
+func (d *Store) Backlog() int { return len(d.jobs) }
