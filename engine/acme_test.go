@@ -25,7 +25,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/crypto/ocsp"
 
-	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/internal/selfsigned"
 	"github.com/mediaship/engine/internal/testtool"
@@ -534,7 +534,7 @@ func TestACMELifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := engine.ACMEReport(rc)
+	rep := acme.Report(rc)
 	if len(rep) != 2 || rep[0].Name != "a.example.com" || rep[0].NotAfter.IsZero() ||
 		rep[1].Name != "c.example.com" || !rep[1].NotAfter.IsZero() || rep[1].LastError == "" || rep[1].Missing == "" {
 		t.Errorf("preflight's ACME report with the CA down: %+v", rep)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/internal/selfsigned"
@@ -75,7 +76,7 @@ func (t *certTable) keyExchanges(sni string) []tls.CurveID {
 type certStore struct {
 	cur        atomic.Pointer[certTable]
 	selfSigned *tls.Certificate // when serve --self-signed made one
-	acme       *acmeManager     // nil without ACME names
+	acme       *acme.Manager    // nil without ACME names
 
 	reloadMu sync.Mutex     // serializes reloads
 	cfg      *config.Config // guarded by reloadMu: the configuration cur was made from; nil: the server's
@@ -236,7 +237,7 @@ func (s *certStore) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 	t := s.cur.Load()
 	c := t.pick(serverName(hello.ServerName))
 	if name, ok := t.acme[c]; ok {
-		return s.acme.certificate(hello, name), nil
+		return s.acme.Certificate(hello, name), nil
 	}
 	return c, nil
 }

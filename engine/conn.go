@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
@@ -123,7 +124,7 @@ func (h *connHandler) choose(c *reactor.Conn, hc *httpConn) {
 	s := hc.s
 	h2c := false
 	if sess := s.Session(); sess != nil {
-		if sess.ALPN == acmeALPN {
+		if sess.ALPN == acme.ALPN {
 			// A TLS-ALPN-01 validation: the handshake was the answer.
 			c.Close()
 			return

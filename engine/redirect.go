@@ -57,8 +57,8 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 	case r.Path == nil || r.Path[0] != '/':
 		files.ErrorResponse(resp, 400)
 		st.closeAfter = true
-	case isGet && h.srv.acme != nil && strings.HasPrefix(string(r.Path), acmeChallengePrefix) && h.srv.acme.manages(host):
-		body, ok := h.srv.acme.httpChallenge(host, string(r.Path))
+	case isGet && h.srv.acme != nil && strings.HasPrefix(string(r.Path), acmeChallengePrefix) && h.srv.acme.Manages(host):
+		body, ok := h.srv.acme.HTTPChallenge(host, string(r.Path))
 		if !ok {
 			a := st.challenge
 			if a == nil || a.host != host || a.path != string(r.Path) {
@@ -67,7 +67,7 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 				a = &challengeAnswer{host: host, path: string(r.Path)}
 				st.challenge = a
 				m := h.srv.acme
-				c.Go(func() { a.body, a.ok = m.httpChallengeStored(a.host, a.path) })
+				c.Go(func() { a.body, a.ok = m.HTTPChallengeStored(a.host, a.path) })
 				return false
 			}
 			st.challenge = nil

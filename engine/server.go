@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/digests"
 	"github.com/mediaship/engine/engine/files"
@@ -59,10 +60,10 @@ type Server struct {
 
 	// TLS, when any site has a certificate (or serve --self-signed).
 	certs     *certStore
-	acme      *acmeManager // nil without ACME names
-	tlsConfig *tls.Config  // from ktls.ServerConfig
-	ktlsOK    bool         // preflight found kernel TLS usable: promote
-	ktlsRekey bool         // and able to rekey (KeyUpdate after promotion)
+	acme      *acme.Manager // nil without ACME names
+	tlsConfig *tls.Config   // from ktls.ServerConfig
+	ktlsOK    bool          // preflight found kernel TLS usable: promote
+	ktlsRekey bool          // and able to rekey (KeyUpdate after promotion)
 
 	admin   *admin // nil without [admin]
 	regOnce sync.Once
@@ -312,10 +313,10 @@ func (s *Server) Run(ctx context.Context) error {
 		// Certificates in storage are served already (New loaded
 		// them); certmagic takes over their renewal, and orders the
 		// missing ones in the background.
-		if err := s.acme.start(); err != nil {
+		if err := s.acme.Start(); err != nil {
 			s.log.Error("ACME could not start; names without a stored certificate get none", "err", err)
 		}
-		defer s.acme.stop()
+		defer s.acme.Stop()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.group.Run() }()
@@ -409,14 +410,14 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) setupTLS() error {
 	s.certs = &certStore{}
 	if s.cfg.ACMEOn() {
-		m, err := newACME(s.cfg, s.log, true)
+		m, err := acme.New(s.cfg, s.log, true)
 		if err != nil {
 			return err
 		}
 		s.acme, s.certs.acme = m, m
 		// Before any socket is bound: the certificates storage holds
 		// are served from the first handshake (TCP or QUIC).
-		m.loadStored(context.Background(), m.names)
+		m.LoadStored(context.Background(), m.Names)
 	}
 	if s.cfg.SelfSigned() {
 		cert, err := selfSignedCert()
@@ -446,12 +447,12 @@ func (s *Server) setupTLS() error {
 	}
 	bindTickets(base)
 	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-		if s.acme != nil && s.acme.tlsALPN && isChallengeHello(hello) && s.acme.manages(serverName(hello.ServerName)) {
+		if s.acme != nil && s.acme.TLSALPN && acme.IsChallengeHello(hello) && s.acme.Manages(serverName(hello.ServerName)) {
 			// Names the engine does not manage get an ordinary
 			// handshake, which has no protocol in common with the
 			// client's: no_application_protocol.
 			s.stats.acmeChallenges.Add(1)
-			return s.acme.challengeConfig(base), nil
+			return s.acme.ChallengeConfig(base), nil
 		}
 		var c *tls.Config
 		clone := func() {
@@ -610,7 +611,7 @@ func (s *Server) Reload(next *config.Config) error {
 		return err
 	}
 	if s.acme != nil {
-		if err := s.acme.setNames(names); err != nil {
+		if err := s.acme.SetNames(names); err != nil {
 			return err
 		}
 	}

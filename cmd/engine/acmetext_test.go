@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/acme"
 )
 
 // TestWriteACMEText: preflight's ACME lines say OK only for a certificate
@@ -13,16 +13,16 @@ import (
 func TestWriteACMEText(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
-		st   engine.ACMEStatus
+		st   acme.Status
 		want string
 	}{
-		{engine.ACMEStatus{Name: "ok.test", NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour)}, "OK "},
-		{engine.ACMEStatus{Name: "old.test", NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)}, "EXPIRED "},
-		{engine.ACMEStatus{Name: "soon.test", NotBefore: now.Add(24 * time.Hour), NotAfter: now.Add(48 * time.Hour)}, "NOTYET "},
-		{engine.ACMEStatus{Name: "none.test", Missing: "not obtained yet"}, "NONE "},
+		{acme.Status{Name: "ok.test", NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour)}, "OK "},
+		{acme.Status{Name: "old.test", NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)}, "EXPIRED "},
+		{acme.Status{Name: "soon.test", NotBefore: now.Add(24 * time.Hour), NotAfter: now.Add(48 * time.Hour)}, "NOTYET "},
+		{acme.Status{Name: "none.test", Missing: "not obtained yet"}, "NONE "},
 	} {
 		var b strings.Builder
-		if err := writeACMEText(&b, []engine.ACMEStatus{tc.st}); err != nil {
+		if err := writeACMEText(&b, []acme.Status{tc.st}); err != nil {
 			t.Fatal(err)
 		}
 		line := b.String()[strings.LastIndex(strings.TrimSuffix(b.String(), "\n"), "\n")+1:]

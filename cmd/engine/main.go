@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/preflight"
 )
@@ -303,7 +304,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	needs := preflight.All()
-	var acme []engine.ACMEStatus
+	var certs []acme.Status
 	if *configPath != "" {
 		cfg, err := config.Load(*configPath)
 		if err != nil {
@@ -312,7 +313,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		needs = engine.PreflightNeeds(cfg)
 		needs.Steering = true
-		acme = engine.ACMEReport(cfg)
+		certs = acme.Report(cfg)
 	}
 	r := new(preflight.Prober).Run(needs)
 	var err error
@@ -321,12 +322,12 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		enc.SetIndent("", "  ")
 		err = enc.Encode(struct {
 			*preflight.Report
-			ACME []engine.ACMEStatus `json:"acme,omitempty"`
-		}{r, acme})
+			ACME []acme.Status `json:"acme,omitempty"`
+		}{r, certs})
 	} else {
 		err = r.WriteText(stdout)
-		if err == nil && len(acme) > 0 {
-			err = writeACMEText(stdout, acme)
+		if err == nil && len(certs) > 0 {
+			err = writeACMEText(stdout, certs)
 		}
 	}
 	if err != nil {
@@ -339,7 +340,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // writeACMEText prints the ACME part of engine preflight -c.
-func writeACMEText(w io.Writer, names []engine.ACMEStatus) error {
+func writeACMEText(w io.Writer, names []acme.Status) error {
 	var b strings.Builder
 	b.WriteString("\nACME certificates:\n")
 	width := len("NAME")

@@ -1,4 +1,4 @@
-package engine
+package acme
 
 import (
 	"context"
@@ -22,20 +22,21 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/routing"
 )
 
-// acmeALPN is the ALPN protocol of TLS-ALPN-01 challenges (RFC 8737). A
+// ALPN is the ALPN protocol of TLS-ALPN-01 challenges (RFC 8737). A
 // handshake that negotiates it has answered the CA and is closed: it
 // never reaches an HTTP driver.
-const acmeALPN = "acme-tls/1"
+const ALPN = "acme-tls/1"
 
-// acmeManager gets and renews the certificates of names with tls.acme,
+// Manager gets and renews the certificates of names with tls.acme,
 // through certmagic (issuance, renewal, storage shared by a fleet with
 // lock files, OCSP stapling, retries with back-off). The engine asks it
 // for a name's certificate at each handshake, and for the answers to
-// challenges; it never blocks a reactor (challenge lookups that may read
+// Challenges; it never blocks a reactor (challenge lookups that may read
 // storage run on a worker).
-type acmeManager struct {
+type Manager struct {
 	// Immutable after newACME.
 	log     *slog.Logger
 	magic   *certmagic.Config
@@ -43,11 +44,11 @@ type acmeManager struct {
 	issuer  *certmagic.ACMEIssuer
 	storage string
 	http01  bool
-	tlsALPN bool
+	TLSALPN bool
 
 	mu     sync.Mutex
-	names  []string               // guarded by mu: the names managed
-	status map[string]*ACMEStatus // guarded by mu
+	Names  []string           // guarded by mu: the names managed
+	status map[string]*Status // guarded by mu
 	// stored holds the certificates storage had for managed names when
 	// they were added (start, a reload), until certmagic's cache has
 	// them: certmagic loads stored certificates on goroutines of its
@@ -59,9 +60,9 @@ type acmeManager struct {
 	runCtx context.Context             // guarded by mu; set by start
 }
 
-// ACMEStatus is what the engine knows of one name's certificate; it is
+// Status is what the engine knows of one name's certificate; it is
 // also kept in the storage directory, for engine preflight -c.
-type ACMEStatus struct {
+type Status struct {
 	Name        string    `json:"name"`
 	NotBefore   time.Time `json:"not_before,omitzero"`   // of the certificate served, when there is one
 	NotAfter    time.Time `json:"not_after,omitzero"`    // of the certificate served, when there is one
@@ -72,19 +73,19 @@ type ACMEStatus struct {
 	lastLog     time.Time // when a refused handshake for it was last logged
 }
 
-// newACME prepares the manager for cfg's ACME names, creating the storage
-// directory when create is set. Nothing is asked of the CA until start.
+// New prepares the manager for cfg's ACME names, creating the storage
+// directory when create is set. Nothing is asked of the CA until Start.
 // Errors name the config key.
-func newACME(cfg *config.Config, log *slog.Logger, create bool) (*acmeManager, error) {
+func New(cfg *config.Config, log *slog.Logger, create bool) (*Manager, error) {
 	a := &cfg.ACME
 	names := cfg.ACMENames()
-	m := &acmeManager{
-		log: log.With("acme", a.CA), names: names, storage: a.Storage,
-		http01: a.HasChallenge(config.ChallengeHTTP), tlsALPN: a.HasChallenge(config.ChallengeTLSALPN),
-		status: map[string]*ACMEStatus{}, stored: map[string]*tls.Certificate{},
+	m := &Manager{
+		log: log.With("acme", a.CA), Names: names, storage: a.Storage,
+		http01: a.HasChallenge(config.ChallengeHTTP), TLSALPN: a.HasChallenge(config.ChallengeTLSALPN),
+		status: map[string]*Status{}, stored: map[string]*tls.Certificate{},
 	}
 	for _, n := range names {
-		m.status[n] = &ACMEStatus{Name: n, Missing: "not obtained yet"}
+		m.status[n] = &Status{Name: n, Missing: "not obtained yet"}
 	}
 	if create {
 		if err := os.MkdirAll(filepath.Join(a.Storage, "engine"), 0o700); err != nil {
@@ -131,7 +132,7 @@ func newACME(cfg *config.Config, log *slog.Logger, create bool) (*acmeManager, e
 		Profile:                 a.Profile,
 		TrustedRoots:            roots,
 		DisableHTTPChallenge:    !m.http01,
-		DisableTLSALPNChallenge: !m.tlsALPN,
+		DisableTLSALPNChallenge: !m.TLSALPN,
 		// certmagic solves a challenge with a listener of its own when
 		// it can bind the port; on the engine's ports it cannot (they
 		// are bound, SO_REUSEPORT, by the engine), so it leaves the
@@ -155,28 +156,28 @@ func splitPort(addr string) (string, int) {
 	return h, n
 }
 
-// start has certmagic manage the names: it loads what storage has into
+// Start has certmagic manage the Names: it loads what storage has into
 // its cache and asks the CA, in the background, for the certificates
 // storage has not and those due for renewal. It does not wait for the
 // CA. (The stored certificates are served before that: see loadStored,
 // which New calls before it binds a socket.)
-func (m *acmeManager) start() error {
+func (m *Manager) Start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.mu.Lock()
 	m.cancel, m.runCtx = cancel, ctx
-	names := m.names
+	names := m.Names
 	m.mu.Unlock()
 	if err := m.magic.ManageAsync(ctx, names); err != nil {
 		return fmt.Errorf("engine: acme: %w", err)
 	}
 	m.log.Info("ACME: managing certificates", "names", strings.Join(names, ","), "storage", m.storage,
-		"challenges", m.challenges())
+		"challenges", m.Challenges())
 	return nil
 }
 
-func (m *acmeManager) challenges() string {
+func (m *Manager) Challenges() string {
 	var c []string
-	if m.tlsALPN {
+	if m.TLSALPN {
 		c = append(c, config.ChallengeTLSALPN)
 	}
 	if m.http01 {
@@ -185,14 +186,14 @@ func (m *acmeManager) challenges() string {
 	return strings.Join(c, ",")
 }
 
-// setNames makes names the managed set (a reload): new names are loaded
+// SetNames makes names the managed set (a reload): new names are loaded
 // from storage or obtained in the background, names left out are
 // dropped from the cache and no longer renewed. Their certificates stay
 // in storage.
-func (m *acmeManager) setNames(names []string) error {
+func (m *Manager) SetNames(names []string) error {
 	m.mu.Lock()
 	old := map[string]bool{}
-	for _, n := range m.names {
+	for _, n := range m.Names {
 		old[n] = true
 	}
 	var added []string
@@ -201,7 +202,7 @@ func (m *acmeManager) setNames(names []string) error {
 		keep[n] = true
 		if !old[n] {
 			added = append(added, n)
-			m.status[n] = &ACMEStatus{Name: n, Missing: "not obtained yet"}
+			m.status[n] = &Status{Name: n, Missing: "not obtained yet"}
 		}
 	}
 	var removed []certmagic.SubjectIssuer
@@ -212,13 +213,13 @@ func (m *acmeManager) setNames(names []string) error {
 			delete(m.stored, n)
 		}
 	}
-	m.names = names
+	m.Names = names
 	m.mu.Unlock()
 	if len(removed) > 0 {
 		m.cache.RemoveManaged(removed)
 	}
 	if ctx := m.ctx(); len(added) > 0 && ctx != nil { // before start, start manages them
-		m.loadStored(ctx, added)
+		m.LoadStored(ctx, added)
 		if err := m.magic.ManageAsync(ctx, added); err != nil {
 			return fmt.Errorf("engine: acme: %w", err)
 		}
@@ -231,7 +232,7 @@ func (m *acmeManager) setNames(names []string) error {
 // or reload (storage may be a shared network file system).
 const storedLoadTimeout = 10 * time.Second
 
-// loadStored reads the certificate storage holds for each of names, so
+// LoadStored reads the certificate storage holds for each of names, so
 // that the first handshake for a name gets it: certmagic's ManageAsync
 // loads them on goroutines of its own, which a handshake arriving at once
 // can overtake. New calls it before it binds a socket (quic-go completes
@@ -239,7 +240,7 @@ const storedLoadTimeout = 10 * time.Second
 // reload before it manages added names. A certificate
 // that cannot be read, or is not valid now, is left to certmagic (which
 // renews or obtains it in the background).
-func (m *acmeManager) loadStored(ctx context.Context, names []string) {
+func (m *Manager) LoadStored(ctx context.Context, names []string) {
 	ctx, cancel := context.WithTimeout(ctx, storedLoadTimeout)
 	defer cancel()
 	st := m.magic.Storage
@@ -281,23 +282,23 @@ func (m *acmeManager) loadStored(ctx context.Context, names []string) {
 }
 
 // ctx is the context of the manager's orders, cancelled by stop.
-func (m *acmeManager) ctx() context.Context {
+func (m *Manager) ctx() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.runCtx
 }
 
-// manages reports whether name (normalized) is one of the managed names:
+// Manages reports whether name (normalized) is one of the managed names:
 // the only names whose challenges are looked up, in memory or storage.
-func (m *acmeManager) manages(name string) bool {
+func (m *Manager) Manages(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_, ok := m.status[name]
 	return ok
 }
 
-// stop ends renewals and obtains under way.
-func (m *acmeManager) stop() {
+// Stop ends renewals and obtains under way.
+func (m *Manager) Stop() {
 	m.mu.Lock()
 	if m.cancel != nil {
 		m.cancel()
@@ -306,11 +307,11 @@ func (m *acmeManager) stop() {
 	m.cache.Stop()
 }
 
-// certificate returns name's certificate for a handshake, or nil when
+// Certificate returns name's certificate for a handshake, or nil when
 // there is none yet: crypto/tls then answers unrecognized_name (it has
 // no other certificate to offer), and the refusal is logged with what
 // the engine knows, at most every 10 s per name.
-func (m *acmeManager) certificate(hello *tls.ClientHelloInfo, name string) *tls.Certificate {
+func (m *Manager) Certificate(hello *tls.ClientHelloInfo, name string) *tls.Certificate {
 	h := *hello
 	h.ServerName = name
 	cert, err := m.magic.GetCertificate(&h)
@@ -348,30 +349,30 @@ func remoteOf(hello *tls.ClientHelloInfo) string {
 	return ""
 }
 
-// challengeConfig returns the TLS configuration for a TLS-ALPN-01
+// ChallengeConfig returns the TLS configuration for a TLS-ALPN-01
 // challenge handshake (the client offers acme-tls/1 alone, with SNI):
 // certmagic gives the challenge certificate, and the handshake
 // negotiates acme-tls/1 so that the connection is closed after it.
-func (m *acmeManager) challengeConfig(base *tls.Config) *tls.Config {
+func (m *Manager) ChallengeConfig(base *tls.Config) *tls.Config {
 	c := base.Clone()
 	c.GetConfigForClient = nil
-	c.NextProtos = []string{acmeALPN}
+	c.NextProtos = []string{ALPN}
 	c.GetCertificate = m.magic.GetCertificate
 	c.SessionTicketsDisabled = true
 	c.MinVersion = tls.VersionTLS12
 	return c
 }
 
-// isChallengeHello reports whether hello is a TLS-ALPN-01 validation.
-func isChallengeHello(hello *tls.ClientHelloInfo) bool {
-	return hello.ServerName != "" && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmeALPN
+// IsChallengeHello reports whether hello is a TLS-ALPN-01 validation.
+func IsChallengeHello(hello *tls.ClientHelloInfo) bool {
+	return hello.ServerName != "" && len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == ALPN
 }
 
-// httpChallenge answers an HTTP-01 validation request from the
-// challenges this process started, without blocking: ok is false when
+// HTTPChallenge answers an HTTP-01 validation request from the
+// Challenges this process started, without blocking: ok is false when
 // it has none for host (another engine sharing the storage may have
 // started it: see httpChallengeStored).
-func (m *acmeManager) httpChallenge(host, path string) (body string, ok bool) {
+func (m *Manager) HTTPChallenge(host, path string) (body string, ok bool) {
 	if !m.http01 {
 		return "", false
 	}
@@ -383,10 +384,10 @@ func (m *acmeManager) httpChallenge(host, path string) (body string, ok bool) {
 	return ch.KeyAuthorization, true
 }
 
-// httpChallengeStored answers an HTTP-01 validation request from the
+// HTTPChallengeStored answers an HTTP-01 validation request from the
 // shared storage (a challenge another engine of the fleet started). It
 // reads files: call it on a worker.
-func (m *acmeManager) httpChallengeStored(host, path string) (body string, ok bool) {
+func (m *Manager) HTTPChallengeStored(host, path string) (body string, ok bool) {
 	if !m.http01 {
 		return "", false
 	}
@@ -425,16 +426,16 @@ func (w *challengeWriter) WriteHeader(status int) { w.status = status }
 
 // onEvent follows certmagic's events: the name's status, a log line, and
 // the status file engine preflight -c reads.
-func (m *acmeManager) onEvent(_ context.Context, event string, data map[string]any) error {
+func (m *Manager) onEvent(_ context.Context, event string, data map[string]any) error {
 	name, _ := data["identifier"].(string)
 	switch event {
 	case "cert_obtaining":
 		renewal, _ := data["renewal"].(bool)
-		m.update(name, func(st *ACMEStatus) { st.LastAttempt = time.Now() })
+		m.update(name, func(st *Status) { st.LastAttempt = time.Now() })
 		m.log.Info("ACME: asking the CA for a certificate", "name", name, "renewal", renewal)
 	case "cert_obtained":
 		renewal, _ := data["renewal"].(bool)
-		m.update(name, func(st *ACMEStatus) { st.Obtained, st.LastError = time.Now(), "" })
+		m.update(name, func(st *Status) { st.Obtained, st.LastError = time.Now(), "" })
 		m.log.Info("ACME: certificate obtained", "name", name, "renewal", renewal)
 	case "cert_failed":
 		renewal, _ := data["renewal"].(bool)
@@ -443,7 +444,7 @@ func (m *acmeManager) onEvent(_ context.Context, event string, data map[string]a
 		if err != nil {
 			msg = err.Error()
 		}
-		m.update(name, func(st *ACMEStatus) {
+		m.update(name, func(st *Status) {
 			st.LastError = msg
 			if st.NotAfter.IsZero() {
 				st.Missing = "not obtained yet"
@@ -456,7 +457,7 @@ func (m *acmeManager) onEvent(_ context.Context, event string, data map[string]a
 		for _, n := range sans {
 			m.refresh(n)
 			m.mu.Lock()
-			delete(m.stored, serverName(n)) // certmagic serves it from now on
+			delete(m.stored, routing.Normalize(n)) // certmagic serves it from now on
 			m.mu.Unlock()
 		}
 	}
@@ -464,15 +465,15 @@ func (m *acmeManager) onEvent(_ context.Context, event string, data map[string]a
 }
 
 // refresh reads the expiry of name's cached certificate into its status.
-func (m *acmeManager) refresh(name string) {
-	name = serverName(name)
+func (m *Manager) refresh(name string) {
+	name = routing.Normalize(name)
 	var notAfter time.Time
 	for _, c := range m.cache.AllMatchingCertificates(name) {
 		if c.Leaf != nil && c.Leaf.NotAfter.After(notAfter) {
 			notAfter = c.Leaf.NotAfter
 		}
 	}
-	m.update(name, func(st *ACMEStatus) {
+	m.update(name, func(st *Status) {
 		if !notAfter.IsZero() {
 			st.NotAfter, st.Missing = notAfter, ""
 		}
@@ -480,8 +481,8 @@ func (m *acmeManager) refresh(name string) {
 }
 
 // update changes name's status and saves it to storage.
-func (m *acmeManager) update(name string, fn func(*ACMEStatus)) {
-	name = serverName(name)
+func (m *Manager) update(name string, fn func(*Status)) {
+	name = routing.Normalize(name)
 	m.mu.Lock()
 	st := m.status[name]
 	if st == nil {
@@ -526,25 +527,25 @@ func writeFileAtomic(path string, data []byte) error {
 	return err
 }
 
-// ACMEReport tells, for engine preflight -c, what storage holds for each
-// of cfg's ACME names: the certificate's expiry, or none and the last
+// Report tells, for engine preflight -c, what storage holds for each
+// of cfg's ACME Names: the certificate's expiry, or none and the last
 // error a running engine saved. It reads storage only; it asks no CA.
-func ACMEReport(cfg *config.Config) []ACMEStatus {
+func Report(cfg *config.Config) []Status {
 	names := cfg.ACMENames()
 	if len(names) == 0 {
 		return nil
 	}
 	if _, err := os.Stat(cfg.ACME.Storage); err != nil {
-		out := make([]ACMEStatus, len(names))
+		out := make([]Status, len(names))
 		for i, n := range names {
-			out[i] = ACMEStatus{Name: n, Missing: fmt.Sprintf("no certificate: storage %s: %v", cfg.ACME.Storage, err)}
+			out[i] = Status{Name: n, Missing: fmt.Sprintf("no certificate: storage %s: %v", cfg.ACME.Storage, err)}
 		}
 		return out
 	}
-	m, err := newACME(cfg, slog.New(slog.DiscardHandler), false)
-	out := make([]ACMEStatus, 0, len(names))
+	m, err := New(cfg, slog.New(slog.DiscardHandler), false)
+	out := make([]Status, 0, len(names))
 	for _, n := range names {
-		st := ACMEStatus{Name: n}
+		st := Status{Name: n}
 		if b, rerr := os.ReadFile(statusPath(cfg.ACME.Storage, n)); rerr == nil {
 			json.Unmarshal(b, &st)
 			st.Name = n
