@@ -1,6 +1,10 @@
 package engine
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/mediaship/engine/engine/routing"
+)
 
 // One decision per request. Every driver (HTTP/1.1, HTTP/2, HTTP/3) hands
 // decide what it knows of a request, and decide says where it goes: a
@@ -41,7 +45,7 @@ type reqFacts struct {
 // and any other refuses it; otherwise site is set, and status 0 has its
 // files answer.
 type decision struct {
-	route  *route
+	route  *routing.Route
 	site   *site
 	status int
 	reason string // why status, for the log
@@ -85,7 +89,7 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		return d, buf
 	}
 	if px := s.proxy; px != nil && len(f.path) > 0 && f.path[0] == '/' {
-		if rt := px.match(buf, f.path); rt != nil {
+		if rt := px.Match(buf, f.path); rt != nil {
 			d.route = rt
 			switch {
 			case !px.speaks(f.proto) || misdirected:
@@ -123,14 +127,14 @@ func (s *site) speaks(proto uint8, tls bool) bool {
 
 // speaks reports whether the proxy answers protocol proto
 // ([reverse_proxy.protocols]).
-func (t *proxyRoutes) speaks(proto uint8) bool {
+func (t *proxyTable) speaks(proto uint8) bool {
 	switch proto {
 	case protoH1:
-		return t.h1
+		return t.H1
 	case protoH2:
-		return t.h2
+		return t.H2
 	}
-	return t.h3
+	return t.H3
 }
 
 // outcome counts a response the engine answered itself or from files,
@@ -142,7 +146,7 @@ func (t *proxyRoutes) speaks(proto uint8) bool {
 func (s *Server) outcome(log *slog.Logger, lim *logLimiter, d *decision, status int, err error, path []byte, peer any) {
 	switch {
 	case d != nil && d.route != nil && d.status != 0:
-		lim.note("proxy: request refused", "status", status, "route", d.route.key, "reason", d.reason, "path", string(path), "peer", peer)
+		lim.note("proxy: request refused", "status", status, "route", d.route.Key, "reason", d.reason, "path", string(path), "peer", peer)
 	case status >= 500 && path != nil:
 		s.stats.serverErrors.Add(1)
 		log.Warn("server error", "status", status, "path", string(path), "peer", peer, "err", err)

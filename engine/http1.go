@@ -314,7 +314,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision
 	}
 	switch {
 	case d != nil && d.route != nil:
-		st.rec.setSite(h.srv.siteProxy(), d.route.cfg.Domain)
+		st.rec.setSite(h.srv.siteProxy(), d.route.Cfg.Domain)
 	case s != nil:
 		st.rec.setSite(s.idx, s.label())
 	}

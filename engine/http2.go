@@ -379,7 +379,7 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	}
 	switch {
 	case hs.d.route != nil:
-		hs.rec.setSite(srv.siteProxy(), hs.d.route.cfg.Domain)
+		hs.rec.setSite(srv.siteProxy(), hs.d.route.Cfg.Domain)
 	case hs.d.site != nil:
 		hs.rec.setSite(hs.d.site.idx, hs.d.site.label())
 	}

@@ -53,7 +53,7 @@ type h3Scratch struct {
 // listenH3 binds the UDP side of the listen address when some TLS site
 // serves HTTP/3, and has those sites advertise it.
 func (s *Server) listenH3() error {
-	quicPass := s.pass != nil && s.pass.routes.h3
+	quicPass := s.pass != nil && s.pass.routes.H3
 	if !s.cfg.H3Enabled() {
 		if quicPass {
 			return s.listenQUICPass()
@@ -185,7 +185,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hh.serveWebTransport(w, r, query, &d, sc)
 		return
 	case d.route != nil && d.status == 0:
-		sc.rec.setSite(srv.siteProxy(), d.route.cfg.Domain)
+		sc.rec.setSite(srv.siteProxy(), d.route.Cfg.Domain)
 		status, sent := hh.serveProxyH3(w, r, d.route, path, query)
 		hh.logRequest(status, sent, sc)
 		return
@@ -222,7 +222,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	switch {
 	case d.route != nil:
 		s = nil // a refusal: no site's fields or pacing
-		sc.rec.setSite(srv.siteProxy(), d.route.cfg.Domain)
+		sc.rec.setSite(srv.siteProxy(), d.route.Cfg.Domain)
 	case s != nil:
 		sc.rec.setSite(s.idx, s.label())
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/mediaship/engine/clienthello"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/proxyproto"
 )
@@ -19,7 +20,7 @@ import (
 // quicpass.go). Shared by every loop.
 type passthrough struct {
 	// Immutable after construction.
-	routes *proxyRoutes
+	routes *routing.Routes
 	stats  passCounters
 }
 
@@ -58,7 +59,7 @@ const (
 var passReasonNames = [passReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable", "table_full"}
 
 func newPassthrough(cfg *config.Config) (*passthrough, error) {
-	rt, err := newProxyRoutes(cfg, true)
+	rt, err := routing.NewRoutes(cfg, true)
 	if rt == nil || err != nil {
 		return nil, err
 	}
@@ -67,17 +68,19 @@ func newPassthrough(cfg *config.Config) (*passthrough, error) {
 
 // route is the passthrough route for a server name ("" for none: only a
 // "*" route takes it), or nil.
-func (p *passthrough) route(name string) *route { return p.routes.match([]byte(name), []byte("/")) }
+func (p *passthrough) route(name string) *routing.Route {
+	return p.routes.Match([]byte(name), []byte("/"))
+}
 
 // passConn is one client connection in passthrough: reading its
 // ClientHello, then connecting, then relaying. Owned by the loop.
 type passConn struct {
 	h        *connHandler
-	c        *reactor.Conn // the client
-	r        *route        // chosen by the ClientHello; nil while it is read
+	c        *reactor.Conn  // the client
+	r        *routing.Route // chosen by the ClientHello; nil while it is read
 	sni      string
 	u        *reactor.Conn // the upstream connection; nil before the dial
-	up       *upstream
+	up       *routing.Upstream
 	tried    int   // upstreams tried
 	header   int   // bytes of PROXY header sent before the client's
 	started  bool  // relaying
@@ -174,29 +177,29 @@ func (pc *passConn) refuse(why passReason, desc byte, msg string) {
 // off; with none left the client gets an internal_error alert.
 func (pc *passConn) dial() {
 	h, r := pc.h, pc.r
-	for pc.tried < len(r.ups) {
-		u := r.pick(time.Now().UnixNano())
+	for pc.tried < len(r.Ups) {
+		u := r.Pick(time.Now().UnixNano())
 		pc.tried++
 		if u == nil {
 			break
 		}
-		uc, err := h.lc.loop.Dial(u.addr, r.cfg.ConnectTimeout.D(), passUp{h})
+		uc, err := h.lc.loop.Dial(u.Addr, r.Cfg.ConnectTimeout.D(), passUp{h})
 		if err != nil {
 			pc.upFailed(u, err)
 			continue
 		}
 		pc.u, pc.up = uc, u
 		uc.State = pc
-		u.active.Add(1)
+		u.Active.Add(1)
 		return
 	}
 	pc.refuse(reasonUpstream, ktls.AlertInternalError, "no upstream could be connected")
 }
 
-func (pc *passConn) upFailed(u *upstream, err error) {
-	backoff := u.failed()
+func (pc *passConn) upFailed(u *routing.Upstream, err error) {
+	backoff := u.Failed()
 	pc.h.lc.note("passthrough: upstream connection failed; trying another, and skipping this one for a while",
-		"route", pc.r.key, "upstream", u.name, "err", err, "backoff", backoff)
+		"route", pc.r.Key, "upstream", u.Name, "err", err, "backoff", backoff)
 }
 
 // serve runs on either connection's events once the route is chosen.
@@ -225,8 +228,8 @@ func (pc *passConn) serve() {
 func (pc *passConn) start() {
 	c, u, r := pc.c, pc.u, pc.r
 	pc.started = true
-	pc.up.failures.Store(0)
-	if r.cfg.ProxyProtocol == "v2" {
+	pc.up.Failures.Store(0)
+	if r.Cfg.ProxyProtocol == "v2" {
 		local, _ := c.LocalAddr()
 		hdr := proxyproto.AppendV2(nil, proxyproto.TCP, c.Peer(), local)
 		pc.header = len(hdr)
@@ -249,7 +252,7 @@ func (pc *passConn) start() {
 func (pc *passConn) closed(x *reactor.Conn) {
 	if !pc.started && x == pc.u && !pc.c.Closed() {
 		// The connect failed: try the next upstream.
-		pc.up.active.Add(-1)
+		pc.up.Active.Add(-1)
 		pc.u = nil
 		err := x.DialErr()
 		if err == nil {
@@ -274,10 +277,10 @@ func (pc *passConn) closed(x *reactor.Conn) {
 		px.stats.active.Add(-1)
 		px.stats.bytesUp.Add(pc.u.Sent() - int64(pc.header))
 		px.stats.bytesDown.Add(pc.c.Sent())
-		pc.up.active.Add(-1)
+		pc.up.Active.Add(-1)
 		pc.h.removeRelay(pc)
 	} else if !pc.started && pc.u != nil && x == pc.c {
-		pc.up.active.Add(-1)
+		pc.up.Active.Add(-1)
 	}
 }
 
@@ -329,13 +332,13 @@ func (h *connHandler) expireRelays() {
 		// Quiet since the last check: at max_connections the loop may
 		// close it, the longest quiet first, to admit a new client.
 		pc.c.MarkIdle(true)
-		if now-pc.movedAt > int64(pc.r.cfg.IdleTimeout.D()) {
+		if now-pc.movedAt > int64(pc.r.Cfg.IdleTimeout.D()) {
 			idle = append(idle, pc)
 		}
 	}
 	for _, pc := range idle {
 		h.lc.note("passthrough: relay idle; closing", "peer", pc.c.Peer(), "sni", pc.sni,
-			"upstream", pc.up.name, "idle_timeout", pc.r.cfg.IdleTimeout.D())
+			"upstream", pc.up.Name, "idle_timeout", pc.r.Cfg.IdleTimeout.D())
 		pc.done = true // a quiet end, not an error: both sides get a FIN
 		pc.c.Close()
 	}

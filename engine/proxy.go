@@ -4,9 +4,12 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 )
 
@@ -19,25 +22,52 @@ import (
 // output written, the upstream's queued output written), so memory per
 // exchange is one input buffer on each side and one copy in flight.
 
+// proxyTable is the reverse proxy's routes (those that terminate TLS),
+// and what its upstream pools count.
+type proxyTable struct {
+	*routing.Routes
+	stats proxyCounters
+	// h2Buffered is the proxied response bytes every HTTP/2 stream of
+	// the server holds ahead of its client (proxy_h2_tls_total_send_buffer_bytes
+	// bounds it).
+	h2Buffered atomic.Int64
+}
+
+// proxyCounters count what the upstream pools did.
+type proxyCounters struct {
+	opened, reused, failed, retried, timeouts, badResponses, drained, queued atomic.Int64
+	// unsolicited: connections closed for bytes no request asked for.
+	unsolicited atomic.Int64
+}
+
+// newProxyTable is cfg's table; nil without routes that terminate TLS.
+func newProxyTable(cfg *config.Config) (*proxyTable, error) {
+	rt, err := routing.NewRoutes(cfg, false)
+	if rt == nil || err != nil {
+		return nil, err
+	}
+	return &proxyTable{Routes: rt}, nil
+}
+
 // proxyPool is one loop's idle upstream connections, newest last, and
 // the requests waiting for a connection to an upstream that has max_conns
 // open from this loop, oldest first.
 type proxyPool struct {
 	lc     *loopCtx
-	idle   map[*upstream][]*upConn
-	open   map[*upstream]int // connections open (connecting, busy or idle)
-	wait   map[*upstream][]*exchange
+	idle   map[*routing.Upstream][]*upConn
+	open   map[*routing.Upstream]int // connections open (connecting, busy or idle)
+	wait   map[*routing.Upstream][]*exchange
 	byIP   map[netip.Addr]int // upstream connections held by each client address's exchanges
 	parser *h1.Parser         // upstream response heads
 }
 
 func newProxyPool(lc *loopCtx) *proxyPool {
-	return &proxyPool{lc: lc, idle: map[*upstream][]*upConn{}, open: map[*upstream]int{}, wait: map[*upstream][]*exchange{}, byIP: map[netip.Addr]int{},
+	return &proxyPool{lc: lc, idle: map[*routing.Upstream][]*upConn{}, open: map[*routing.Upstream]int{}, wait: map[*routing.Upstream][]*exchange{}, byIP: map[netip.Addr]int{},
 		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(lc.srv.cfg.Limits.MaxHeaderBytes), MaxHeaders: lc.srv.cfg.Limits.MaxHeaders * 2})}
 }
 
 // get returns an idle connection to u, or nil.
-func (p *proxyPool) get(u *upstream) *upConn {
+func (p *proxyPool) get(u *routing.Upstream) *upConn {
 	l := p.idle[u]
 	for len(l) > 0 {
 		uc := l[len(l)-1]
@@ -62,13 +92,13 @@ func (p *proxyPool) get(u *upstream) *upConn {
 
 // put keeps uc for the next exchange, or closes it when the upstream's
 // share of idle connections is full.
-func (p *proxyPool) put(uc *upConn, r *route) {
+func (p *proxyPool) put(uc *upConn, r *routing.Route) {
 	uc.ex = nil
-	if len(p.idle[uc.up]) >= *r.cfg.MaxIdle || p.lc.loop.Draining() {
+	if len(p.idle[uc.up]) >= *r.Cfg.MaxIdle || p.lc.loop.Draining() {
 		uc.c.Close()
 		return
 	}
-	uc.c.SetReadDeadline(r.cfg.IdleTimeout.D())
+	uc.c.SetReadDeadline(r.Cfg.IdleTimeout.D())
 	p.idle[uc.up] = append(p.idle[uc.up], uc)
 	p.admitLater(uc.up)
 }
@@ -78,13 +108,13 @@ func (p *proxyPool) put(uc *upConn, r *route) {
 func (p *proxyPool) unsolicited(uc *upConn, found string) {
 	p.lc.srv.proxy.stats.unsolicited.Add(1)
 	p.lc.note("proxy: upstream sent bytes no request asked for; connection closed, not reused",
-		"upstream", uc.up.name, "found", found)
+		"upstream", uc.up.Name, "found", found)
 }
 
 // full reports whether r may open no more connections to u from this
 // loop (max_conns).
-func (p *proxyPool) full(u *upstream, r *route) bool {
-	limit := *r.cfg.MaxConns
+func (p *proxyPool) full(u *routing.Upstream, r *routing.Route) bool {
+	limit := *r.Cfg.MaxConns
 	return limit > 0 && p.open[u] >= limit
 }
 
@@ -94,12 +124,12 @@ func (p *proxyPool) full(u *upstream, r *route) bool {
 // that one client that stops reading on many streams cannot hold every
 // connection. Addresses in trusted_proxies (a load balancer in front,
 // carrying many clients) are not limited.
-func (p *proxyPool) overShare(r *route, ip netip.Addr) bool {
-	limit := *r.cfg.MaxConns
+func (p *proxyPool) overShare(r *routing.Route, ip netip.Addr) bool {
+	limit := *r.Cfg.MaxConns
 	if limit == 0 || p.byIP[ip] < max(1, limit/2) {
 		return false
 	}
-	for _, t := range p.lc.srv.proxy.trusted {
+	for _, t := range p.lc.srv.proxy.Trusted {
 		if t.Contains(ip) {
 			return false
 		}
@@ -110,7 +140,7 @@ func (p *proxyPool) overShare(r *route, ip netip.Addr) bool {
 // admitLater starts the oldest request waiting for u, if any, once the
 // current event is handled: a connection came back to the pool, or one
 // closed and another may open.
-func (p *proxyPool) admitLater(u *upstream) {
+func (p *proxyPool) admitLater(u *routing.Upstream) {
 	if len(p.wait[u]) == 0 {
 		return
 	}
@@ -139,7 +169,7 @@ func (p *proxyPool) admitLater(u *upstream) {
 // connection, and reports whether any is still waiting.
 func (p *proxyPool) expire(now int64) (waiting bool) {
 	for u, l := range p.wait {
-		for len(l) > 0 && (l[0].done || now-l[0].waitSince > int64(l[0].r.cfg.ResponseTimeout.D())) {
+		for len(l) > 0 && (l[0].done || now-l[0].waitSince > int64(l[0].r.Cfg.ResponseTimeout.D())) {
 			ex := l[0]
 			l[0] = nil
 			l = l[1:]
@@ -170,7 +200,7 @@ func (p *proxyPool) remove(uc *upConn) {
 // handler.
 type upConn struct {
 	c    *reactor.Conn
-	up   *upstream
+	up   *routing.Upstream
 	pool *proxyPool
 	ex   *exchange // nil while idle in the pool
 	used int       // exchanges it has carried
@@ -250,7 +280,7 @@ type exchange struct {
 	cl   proxyClient
 	peer reactor.Addr
 	path string // for logs
-	r    *route
+	r    *routing.Route
 	up   *upConn
 
 	head       []byte // the request head for the upstream (kept for a retry)
@@ -292,10 +322,10 @@ type exchange struct {
 // whether a request body follows. tooLarge reports a body the client
 // declared (contentLength, -1 when not) over the route's max_body: the
 // caller answers 413 through the exchange, and sends nothing up.
-func newExchange(lc *loopCtx, cl proxyClient, peer reactor.Addr, rt *route, method, path []byte, hasBody bool, contentLength int64) (ex *exchange, tooLarge bool) {
+func newExchange(lc *loopCtx, cl proxyClient, peer reactor.Addr, rt *routing.Route, method, path []byte, hasBody bool, contentLength int64) (ex *exchange, tooLarge bool) {
 	ex = &exchange{lc: lc, cl: cl, peer: peer, path: string(path), r: rt, isHead: string(method) == "HEAD",
 		idempotent: idempotentMethods[string(method)] && !hasBody, reqDone: !hasBody}
-	mb := rt.cfg.MaxBody
+	mb := rt.Cfg.MaxBody
 	return ex, mb > 0 && contentLength > int64(mb)
 }
 
@@ -338,7 +368,7 @@ func (ex *exchange) connect(fresh bool) bool {
 	pool := ex.lc.proxy
 	now := time.Now().UnixNano()
 	for {
-		u := ex.r.pick(now) // one that failed for this request backs off: not picked again
+		u := ex.r.Pick(now) // one that failed for this request backs off: not picked again
 		if u == nil {
 			ex.fail(502, "no upstream available (every one failed recently)", nil)
 			return false
@@ -361,7 +391,7 @@ func (ex *exchange) connect(fresh bool) bool {
 				return false
 			}
 			uc = &upConn{up: u, pool: pool, ex: ex}
-			if _, err := ex.lc.loop.Dial(u.addr, ex.r.cfg.ConnectTimeout.D(), uc); err != nil {
+			if _, err := ex.lc.loop.Dial(u.Addr, ex.r.Cfg.ConnectTimeout.D(), uc); err != nil {
 				ex.upstreamFailed(u, err)
 				continue
 			}
@@ -373,7 +403,7 @@ func (ex *exchange) connect(fresh bool) bool {
 		ex.holdUp(uc)
 		// An upstream that takes no request bytes for read_timeout is
 		// given up (504), as one that sends none.
-		uc.c.SetSendTimeout(ex.r.cfg.ReadTimeout.D())
+		uc.c.SetSendTimeout(ex.r.Cfg.ReadTimeout.D())
 		return true
 	}
 }
@@ -383,7 +413,7 @@ func (ex *exchange) connect(fresh bool) bool {
 // connections (fair).
 func (ex *exchange) holdUp(uc *upConn) {
 	ex.up = uc
-	uc.up.active.Add(1)
+	uc.up.Active.Add(1)
 	ex.lc.proxy.byIP[ex.peer.Addr()]++
 }
 
@@ -395,7 +425,7 @@ func (ex *exchange) dropUp() *upConn {
 		return nil
 	}
 	ex.up = nil
-	uc.up.active.Add(-1)
+	uc.up.Active.Add(-1)
 	p, ip := ex.lc.proxy, ex.peer.Addr()
 	if p.byIP[ip]--; p.byIP[ip] <= 0 {
 		delete(p.byIP, ip)
@@ -405,11 +435,11 @@ func (ex *exchange) dropUp() *upConn {
 
 // upstreamFailed marks u down for a while after a failed connection
 // (upstream.failed) and says so.
-func (ex *exchange) upstreamFailed(u *upstream, err error) {
+func (ex *exchange) upstreamFailed(u *routing.Upstream, err error) {
 	ex.lc.srv.proxy.stats.failed.Add(1)
-	backoff := u.failed()
+	backoff := u.Failed()
 	ex.lc.note("upstream connection failed; trying another, and skipping this one for a while",
-		"route", ex.r.key, "upstream", u.name, "err", err, "backoff", backoff)
+		"route", ex.r.Key, "upstream", u.Name, "err", err, "backoff", backoff)
 }
 
 // pump moves the exchange on as far as it can go: the request up, the
@@ -452,7 +482,7 @@ func (ex *exchange) pump() {
 // as fast as the upstream takes them.
 func (ex *exchange) pumpRequest() {
 	uc := ex.up.c
-	rc := ex.r.cfg
+	rc := ex.r.Cfg
 	for !ex.reqDone && !uc.Pending() {
 		data, done, err := ex.cl.pullBody()
 		if err != nil {
@@ -527,14 +557,14 @@ func (ex *exchange) readHead() bool {
 			continue // 100 Continue and other interim responses: ours was sent already
 		}
 		uc.Consume(n)
-		ex.up.up.failures.Store(0) // it answers
+		ex.up.up.Failures.Store(0) // it answers
 		if !ex.reqDone || uc.Pending() {
 			// RFC 9112 §9.5: a client that sees a response before it has
 			// sent the whole body may stop sending it; nginx stops, and
 			// never keeps a connection whose request was not all sent.
 			ex.early = true
 			ex.lc.log.Debug("proxy: upstream answered before the whole request went up; the rest of the body is not sent, and the connection closes after the response",
-				"route", ex.r.key, "upstream", ex.up.up.name, "body_sent", ex.reqSent)
+				"route", ex.r.Key, "upstream", ex.up.up.Name, "body_sent", ex.reqSent)
 		}
 		r := &ex.resp
 		hasBody := r.BodyFollows(ex.isHead)
@@ -615,18 +645,18 @@ func (ex *exchange) pumpResponse(headNow bool) {
 					break
 				}
 				ex.lc.note("upstream closed in the middle of a response body; resetting the client's response",
-					"route", ex.r.key, "upstream", ex.up.up.name)
+					"route", ex.r.Key, "upstream", ex.up.up.Name)
 				ex.abort("upstream closed mid-body")
 				return
 			}
-			uc.SetReadDeadline(ex.r.cfg.ReadTimeout.D())
+			uc.SetReadDeadline(ex.r.Cfg.ReadTimeout.D())
 			return
 		}
 		n, data, err := ex.respBody.Read(in)
 		if err != nil {
 			ex.lc.srv.proxy.stats.badResponses.Add(1)
 			ex.lc.note("bad body framing from upstream; resetting the client's response",
-				"route", ex.r.key, "upstream", ex.up.up.name, "err", err)
+				"route", ex.r.Key, "upstream", ex.up.up.Name, "err", err)
 			ex.abort("bad upstream body framing")
 			return
 		}
@@ -742,7 +772,7 @@ func (ex *exchange) release(abort bool) string {
 	} else {
 		uc.c.Close()
 	}
-	return uc.up.name
+	return uc.up.Name
 }
 
 // fail answers the client with status when no response head has gone out
@@ -758,7 +788,7 @@ func (ex *exchange) fail(status int, cause string, err error) {
 	lc := ex.lc
 	ex.done = true
 	up := ex.release(false)
-	args := []any{"status", status, "route", ex.r.key, "path", ex.path, "peer", ex.peer}
+	args := []any{"status", status, "route", ex.r.Key, "path", ex.path, "peer", ex.peer}
 	if up != "" {
 		args = append(args, "upstream", up)
 	}
@@ -783,7 +813,7 @@ func (ex *exchange) abort(cause string) {
 	}
 	ex.done = true
 	ex.release(true)
-	ex.lc.log.Debug("proxy exchange aborted", "route", ex.r.key, "cause", cause, "peer", ex.peer)
+	ex.lc.log.Debug("proxy exchange aborted", "route", ex.r.Key, "cause", cause, "peer", ex.peer)
 	ex.cl.abort()
 }
 
@@ -806,7 +836,7 @@ func (ex *exchange) clientGone() {
 		ex.lc.srv.proxy.stats.drained.Add(1)
 		if !ex.respHead {
 			d := drainWait
-			if rt := ex.r.cfg.ResponseTimeout.D(); rt > 0 && rt < d {
+			if rt := ex.r.Cfg.ResponseTimeout.D(); rt > 0 && rt < d {
 				d = rt
 			}
 			ex.up.c.SetReadDeadline(d)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 )
 
@@ -25,14 +26,14 @@ type h1Client struct {
 // startProxy begins the exchange for the request h.req (head n bytes)
 // that matched route rt; it runs from the reactor's events, and the
 // connection's Serve waits for it (h1Conn.proxy).
-func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
+func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n int) {
 	r := &h.req
 	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor}
 	// An answer of the engine's own (fail) is sent after the request's
 	// bytes are gone: what it needs of the request is copied now.
 	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
 	h.beginRecord(c, st, r)
-	st.rec.setSite(h.srv.siteProxy(), rt.cfg.Domain)
+	st.rec.setSite(h.srv.siteProxy(), rt.Cfg.Domain)
 	ex, tooLarge := newExchange(h.lc, cl, c.Peer(), rt, r.Method, r.Path, r.HasBody(), r.ContentLength)
 	st.s.Consume(n)
 	st.headStarted = false
@@ -56,7 +57,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *route, n int) {
 	}
 	ex.head = h.lc.upstreamHead(&upstreamRequest{method: r.Method, path: r.Path, query: r.Query, host: r.Host,
 		fields: r.Headers, connection: r.Get("connection"), via: via, peer: c.Peer().Addr(),
-		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked, upstream: rt.defaultHost()})
+		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked, upstream: rt.DefaultHost()})
 	ex.start()
 }
 

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
 )
@@ -31,13 +32,13 @@ type h2Client struct {
 
 // startProxyH2 begins the exchange for stream hs, whose request matched
 // route rt.
-func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
+func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	hh := hc.h
 	st := hs.st
 	r := &st.Req
 	cl := &h2Client{hc: hc, hs: hs}
 	hs.proxy = cl
-	hs.rec.setSite(hh.srv.siteProxy(), rt.cfg.Domain)
+	hs.rec.setSite(hh.srv.siteProxy(), rt.Cfg.Domain)
 	path, query := splitTarget(r.Path)
 	ex, tooLarge := newExchange(hh.lc, cl, hc.c.Peer(), rt, r.Method, path, !st.RemoteDone(), r.ContentLength)
 	cl.ex = ex
@@ -58,7 +59,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *route) {
 	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
 	ex.head = hh.lc.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Get("host"),
 		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
-		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.defaultHost()})
+		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.DefaultHost()})
 	hc.conn.MarkBusy(st)
 	ex.start()
 }

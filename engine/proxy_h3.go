@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h3"
 )
@@ -89,7 +90,7 @@ func (s *Server) nextLoop() *loopCtx {
 
 // serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
 // goroutine, until the response is sent or abandoned.
-func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *route, path, query []byte) (int, int64) {
+func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, path, query []byte) (int, int64) {
 	srv := hh.srv
 	lc := srv.nextLoop()
 	cl := &h3Client{lc: lc, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
@@ -132,7 +133,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 		reqLen = -1
 	}
 	head := lc.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
-		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: reqLen, chunked: hasBody && r.ContentLength < 0, upstream: rt.defaultHost()})
+		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: reqLen, chunked: hasBody && r.ContentLength < 0, upstream: rt.DefaultHost()})
 	ex, tooLarge := newExchange(lc, cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
 	ex.head, ex.reqChunked = head, hasBody && r.ContentLength < 0
 	if tooLarge {

@@ -100,7 +100,7 @@ type upstreamRequest struct {
 func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
 	peer := u.peer.Unmap()
 	trusted := false
-	for _, p := range lc.srv.proxy.trusted {
+	for _, p := range lc.srv.proxy.Trusted {
 		if p.Contains(peer) {
 			trusted = true
 			break

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/clienthello"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/quicinitial"
 )
 
@@ -121,8 +122,8 @@ type quicFlow struct {
 	// Immutable after construction.
 	r      *quicRouter
 	client netip.AddrPort
-	rt     *route
-	ups    *upstream
+	rt     *routing.Route
+	ups    *routing.Upstream
 	up     *net.UDPConn // connected to the upstream
 	idle   time.Duration
 	// version and scid are those of the client's first flight: a client
@@ -339,7 +340,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		return false // held, 0-RTT packets with the same DCID too
 	}
 	delete(r.pending, key)
-	var rt *route
+	var rt *routing.Route
 	if err == nil {
 		rt = r.px.route(info.ServerName)
 	}
@@ -495,23 +496,23 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 // open connects a UDP socket to an upstream of rt for a new flow, whose
 // client's first flight began with first. Called with the router's mu
 // held.
-func (r *quicRouter) open(rt *route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
+func (r *quicRouter) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
 	var last error = errors.New("every upstream is backing off")
-	for range rt.ups {
-		u := rt.pick(time.Now().UnixNano())
+	for range rt.Ups {
+		u := rt.Pick(time.Now().UnixNano())
 		if u == nil {
 			break
 		}
-		up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(u.addr))
+		up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(u.Addr))
 		if err != nil {
-			u.failed()
+			u.Failed()
 			last = err
 			continue
 		}
-		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.cfg.IdleTimeout.D(), quicIdleCap),
+		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.Cfg.IdleTimeout.D(), quicIdleCap),
 			version: first.Version, scid: bytes.Clone(first.SCID), cids: []flowCID{{id: bytes.Clone(first.DCID)}}}
 		f.opened = r.now()
-		u.active.Add(1)
+		u.Active.Add(1)
 		go f.fromUpstream()
 		return f, nil
 	}
@@ -597,14 +598,14 @@ func (f *quicFlow) fromUpstream() {
 			// ICMP port unreachable: nothing listens there. The upstream
 			// backs off as a refused TCP connect does, and the flow goes;
 			// the client's next Initial opens one to another upstream.
-			backoff := f.ups.failed()
-			r.limiter.note("passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.name, "backoff", backoff)
+			backoff := f.ups.Failed()
+			r.limiter.note("passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.Name, "backoff", backoff)
 			r.drop(f)
 			return
 		}
 		// Other errors: the flow stays until it is idle; the client's
 		// next datagrams may get through.
-		r.limiter.note("passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.name, "err", err)
+		r.limiter.note("passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.Name, "err", err)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -680,7 +681,7 @@ func (f *quicFlow) close() {
 		return
 	}
 	f.up.Close()
-	f.ups.active.Add(-1)
+	f.ups.Active.Add(-1)
 	f.r.px.stats.quicActive.Add(-1)
 }
 

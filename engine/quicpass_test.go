@@ -475,7 +475,7 @@ func (h *routerHarness) answer(label string) {
 func (h *routerHarness) down(label string, d []byte) {
 	h.t.Helper()
 	f := h.flows[label]
-	up := h.ups[f.rt.cfg.Domain]
+	up := h.ups[f.rt.Cfg.Domain]
 	if _, err := up.c.WriteToUDPAddrPort(d, f.up.LocalAddr().(*net.UDPAddr).AddrPort()); err != nil {
 		h.t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func (h *routerHarness) send(label string, d []byte) {
 	h.t.Helper()
 	f := h.flows[label]
 	h.r.route(d, h.from)
-	if g := h.recvFrom(h.ups[f.rt.cfg.Domain], f.up.LocalAddr().(*net.UDPAddr).AddrPort()); !bytes.Equal(g, d) {
+	if g := h.recvFrom(h.ups[f.rt.Cfg.Domain], f.up.LocalAddr().(*net.UDPAddr).AddrPort()); !bytes.Equal(g, d) {
 		h.t.Fatalf("the upstream of %s got % x…, not what its client sent", label, g[:min(len(g), 12)])
 	}
 }
@@ -558,7 +558,7 @@ func (h *routerHarness) where(d []byte) (own bool, to []string) {
 		h.r.route(marker, h.from)
 		src := f.up.LocalAddr().(*net.UDPAddr).AddrPort()
 		for {
-			g := h.recvFrom(h.ups[f.rt.cfg.Domain], src)
+			g := h.recvFrom(h.ups[f.rt.Cfg.Domain], src)
 			if bytes.Equal(g, marker) {
 				break
 			}

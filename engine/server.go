@@ -44,7 +44,7 @@ type Server struct {
 	limits  h1.Limits
 	h3      *h3.Server     // nil when no site serves HTTP/3
 	wt      *wt.Server     // [webtransport] sessions; nil unless enabled
-	proxy   *proxyRoutes   // nil without reverse proxy routes that terminate TLS
+	proxy   *proxyTable    // nil without reverse proxy routes that terminate TLS
 	pass    *passthrough   // nil without passthrough routes
 	quic    *quicRouter    // QUIC passthrough; nil without it
 	quicUDP *net.UDPConn   // its socket when the engine serves no HTTP/3 itself
@@ -194,7 +194,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		MaxTargetBytes: int(cfg.Limits.MaxURIBytes),
 	}
 	var err error
-	if s.proxy, err = newProxyRoutes(cfg, false); err != nil {
+	if s.proxy, err = newProxyTable(cfg); err != nil {
 		return nil, err
 	}
 	if s.pass, err = newPassthrough(cfg); err != nil {
@@ -538,7 +538,7 @@ func (s *Server) alpnAll() []string {
 		h1, h2 = true, true
 	}
 	if s.proxy != nil {
-		h1, h2 = h1 || s.proxy.h1, h2 || s.proxy.h2
+		h1, h2 = h1 || s.proxy.H1, h2 || s.proxy.H2
 	}
 	return alpnList(h1, h2)
 }
@@ -551,9 +551,9 @@ func (s *Server) alpn(sni string) []string {
 	if s.sites == nil {
 		return s.alpnAll()
 	}
-	if name := serverName(sni); s.proxy != nil && !s.sites.names(name) && s.proxy.hasDomain(name) {
+	if name := serverName(sni); s.proxy != nil && !s.sites.names(name) && s.proxy.HasDomain(name) {
 		// A domain only routes name: what the proxy answers.
-		return alpnList(s.proxy.h1, s.proxy.h2)
+		return alpnList(s.proxy.H1, s.proxy.H2)
 	}
 	st, _ := s.sites.lookup([]byte(sni), nil)
 	return alpnList(st.h1, st.h2)

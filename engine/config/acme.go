@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/httpsyntax"
 )
 
 // ACME is [acme]: the CA that issues and renews the certificates of
@@ -78,7 +78,7 @@ func (c *Config) ACMENames() []string {
 	var names []string
 	seen := map[string]bool{}
 	add := func(d string) {
-		d = routing.Normalize(d)
+		d = httpsyntax.NormalizeName(d)
 		if !seen[d] && d != "*" && !strings.HasPrefix(d, "*.") {
 			seen[d] = true
 			names = append(names, d)
@@ -87,7 +87,7 @@ func (c *Config) ACMENames() []string {
 	sites := map[string]bool{}
 	for i := range c.Sites {
 		s := &c.Sites[i]
-		sites[routing.Normalize(s.Domain)] = true
+		sites[httpsyntax.NormalizeName(s.Domain)] = true
 		if s.TLS.ACME {
 			add(s.Domain)
 		}
@@ -95,7 +95,7 @@ func (c *Config) ACMENames() []string {
 	if rp := &c.ReverseProxy; rp.Enabled && rp.TLS.ACME {
 		for i := range rp.Routes {
 			r := &rp.Routes[i]
-			if !r.Passthrough && !sites[routing.Normalize(r.Domain)] {
+			if !r.Passthrough && !sites[httpsyntax.NormalizeName(r.Domain)] {
 				add(r.Domain)
 			}
 		}

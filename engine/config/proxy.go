@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/httpsyntax"
 )
 
 // ReverseProxy is [reverse_proxy]: routes that send requests for a domain
@@ -169,7 +169,7 @@ func (c *Config) validatePassthrough(errs *Errors) {
 	mode := map[string]int{} // domain -> a route of it
 	for i := range rp.Routes {
 		r := &rp.Routes[i]
-		d := routing.Normalize(r.Domain)
+		d := httpsyntax.NormalizeName(r.Domain)
 		j, ok := mode[d]
 		if !ok {
 			mode[d] = i
@@ -229,7 +229,7 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	if r.PathPrefix[0] != '/' || strings.ContainsAny(r.PathPrefix, "?# \t\r\n\x00") {
 		errs.add(c.errAt(key+".path_prefix", "%q is not a path prefix; expected one starting with \"/\" such as \"/api/\"", r.PathPrefix))
 	}
-	id := routing.Normalize(r.Domain) + " " + r.PathPrefix
+	id := httpsyntax.NormalizeName(r.Domain) + " " + r.PathPrefix
 	if j, dup := seen[id]; dup {
 		errs.add(c.errAt(key+".path_prefix", "%q on %q is already the prefix of reverse_proxy.routes[%d]; each domain and prefix may appear once", r.PathPrefix, r.Domain, j))
 	}
@@ -308,10 +308,10 @@ func (c *Config) certCovers(domain string) bool {
 	if c.ReverseProxy.TLS.ACME && !strings.HasPrefix(domain, "*.") {
 		return true
 	}
-	d := routing.Normalize(domain)
+	d := httpsyntax.NormalizeName(domain)
 	for i := range c.Sites {
 		s := &c.Sites[i]
-		if s.TLS.Has() && routing.Normalize(s.Domain) == d {
+		if s.TLS.Has() && httpsyntax.NormalizeName(s.Domain) == d {
 			return true
 		}
 	}

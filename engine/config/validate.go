@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/httpsyntax"
 )
 
 // Validate checks every value, fills in defaults and reports all mistakes.
@@ -115,7 +115,7 @@ func (c *Config) validateSite(i int, domains map[string]int, errs *Errors) {
 	} else if !validDomain(s.Domain) {
 		errs.add(c.errAt(key+".domain", "%q is not a host name; expected a name such as \"media.example.com\", \"*.example.com\" or \"*\"", s.Domain))
 	} else {
-		d := routing.Normalize(s.Domain)
+		d := httpsyntax.NormalizeName(s.Domain)
 		if j, dup := domains[d]; dup {
 			errs.add(c.errAt(key+".domain", "%q is already the domain of sites[%d]; each domain may appear once", s.Domain, j))
 		}

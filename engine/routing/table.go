@@ -1,6 +1,10 @@
 package routing
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/mediaship/engine/internal/httpsyntax"
+)
 
 // Table maps host names to values by the names they were added under:
 // exact names, "*.suffix" wildcards and "*".
@@ -110,41 +114,8 @@ func (t *Table[V]) Len() int {
 }
 
 // Normalize is a name as tables keep it: lowercase, without a trailing
-// dot. For SNI values and configured names; a Host goes through
-// AppendHost, which drops its port too.
-func Normalize(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
+// dot (httpsyntax.NormalizeName).
+func Normalize(name string) string { return httpsyntax.NormalizeName(name) }
 
-// AppendHost appends host (a Host or :authority value) to buf[:0]
-// without its port, lowercased and without a trailing dot: "" for one
-// that names no host ("", ".", ":443"). An IPv6 literal keeps its
-// brackets.
-func AppendHost(buf, host []byte) []byte {
-	h := host
-	if len(h) > 0 && h[0] == '[' {
-		if i := indexByte(h, ']'); i >= 0 {
-			h = h[:i+1]
-		}
-	} else if i := indexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	buf = buf[:0]
-	for _, c := range h {
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		buf = append(buf, c)
-	}
-	if n := len(buf); n > 0 && buf[n-1] == '.' {
-		buf = buf[:n-1]
-	}
-	return buf
-}
-
-func indexByte(b []byte, c byte) int {
-	for i := range b {
-		if b[i] == c {
-			return i
-		}
-	}
-	return -1
-}
+// AppendHost is httpsyntax.AppendHost: a Host value as a name to look up.
+func AppendHost(buf, host []byte) []byte { return httpsyntax.AppendHost(buf, host) }

@@ -1,0 +1,185 @@
+package routing
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/mediaship/engine/engine/config"
+)
+
+// Routes are the reverse proxy's routes that terminate TLS, or those
+// that relay it (passthrough), shared by every loop. Immutable after
+// construction except the upstreams' health and counts.
+type Routes struct {
+	domains Table[[]*Route] // domain -> its routes, longest prefix first
+	Trusted []netip.Prefix  // trusted_proxies
+	// Client protocols the proxy answers ([reverse_proxy.protocols]).
+	H1, H2, H3 bool
+}
+
+// Route is one [[reverse_proxy.routes]] table.
+type Route struct {
+	Cfg    *config.Route
+	Key    string // "reverse_proxy.routes[N]", for logs
+	Prefix string
+	Ups    []*Upstream
+	next   atomic.Uint32 // round robin
+}
+
+// Upstream is one upstream address. Its pooled connections belong to
+// loops; its health is shared.
+type Upstream struct {
+	Name      string // as configured
+	Addr      netip.AddrPort
+	DownUntil atomic.Int64 // unix nanoseconds: skipped until then after a failure
+	Failures  atomic.Int64 // failed connections since it last answered
+	Active    atomic.Int64 // exchanges in progress (least_conn)
+}
+
+// Failed marks u down for a while after a failed connection: 1 s after
+// the first failure, doubling with each one after it up to 30 s, so that
+// a restarted upstream is back soon and a dead one is not tried on every
+// request. It returns the back-off.
+func (u *Upstream) Failed() time.Duration {
+	n := min(u.Failures.Add(1), 6)
+	backoff := min(time.Second<<(n-1), UpstreamBackoff)
+	u.DownUntil.Store(time.Now().Add(backoff).UnixNano())
+	return backoff
+}
+
+// UpstreamBackoff is the longest an upstream that keeps refusing or
+// timing out is skipped.
+const UpstreamBackoff = 30 * time.Second
+
+// NewRoutes builds the table of the routes that terminate TLS
+// (passthrough false) or of those that relay it (true); nil when there
+// are none. Host names among the upstreams are resolved once, here; one
+// that does not resolve stops the start.
+func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
+	rp := &cfg.ReverseProxy
+	if !cfg.ProxyOn() {
+		return nil, nil
+	}
+	t := &Routes{Trusted: rp.Trusted,
+		H1: config.On(rp.Protocols.H1), H2: config.On(rp.Protocols.H2), H3: config.On(rp.Protocols.H3)}
+	ups := map[string]*Upstream{}
+	byDomain := map[string][]*Route{}
+	var domains []string // in the order of their first route
+	n := 0
+	for i := range rp.Routes {
+		rc := &rp.Routes[i]
+		if rc.Passthrough != passthrough {
+			continue
+		}
+		n++
+		r := &Route{Cfg: rc, Key: fmt.Sprintf("reverse_proxy.routes[%d]", i), Prefix: rc.PathPrefix}
+		for _, name := range rc.Upstreams {
+			u := ups[name]
+			if u == nil {
+				addr, err := resolveUpstream(name)
+				if err != nil {
+					return nil, fmt.Errorf("engine: %s.upstreams: %q: %w", r.Key, name, err)
+				}
+				u = &Upstream{Name: name, Addr: addr}
+				ups[name] = u
+			}
+			r.Ups = append(r.Ups, u)
+		}
+		d := Normalize(rc.Domain)
+		if byDomain[d] == nil {
+			domains = append(domains, d)
+		}
+		byDomain[d] = append(byDomain[d], r)
+	}
+	for _, d := range domains {
+		rs := byDomain[d]
+		sort.SliceStable(rs, func(i, j int) bool { return len(rs[i].Prefix) > len(rs[j].Prefix) })
+		t.domains.Add(d, rs)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return t, nil
+}
+
+func resolveUpstream(name string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(name); err == nil {
+		return ap, nil
+	}
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("cannot resolve %s: %v", host, err)
+	}
+	ap, err := netip.ParseAddrPort(net.JoinHostPort(addrs[0].Unmap().String(), port))
+	return ap, err
+}
+
+// HasDomain reports whether some route is for host (normalized),
+// counting "*" routes.
+func (t *Routes) HasDomain(host string) bool {
+	_, ok := t.domains.LookupString(host)
+	return ok
+}
+
+// Match returns the route for host (lowercase, no port) and path, or nil:
+// the longest prefix among the routes of the most specific domain that
+// has routes (exact, then the longest wildcard, then "*").
+func (t *Routes) Match(host, path []byte) *Route {
+	rs, _ := t.domains.Lookup(host)
+	return longestPrefix(rs, path)
+}
+
+func longestPrefix(rs []*Route, path []byte) *Route {
+	for _, r := range rs {
+		if len(path) >= len(r.Prefix) && string(path[:len(r.Prefix)]) == r.Prefix {
+			return r
+		}
+	}
+	return nil
+}
+
+// DefaultHost is the Host sent for a request that named none (HTTP/1.0):
+// the route's domain when it is one name, else its first upstream.
+func (r *Route) DefaultHost() string {
+	if d := r.Cfg.Domain; d != "*" && !strings.HasPrefix(d, "*.") {
+		return d
+	}
+	return r.Ups[0].Name
+}
+
+// Pick chooses an upstream by the route's policy among those not backing
+// off, or nil when every one is.
+func (r *Route) Pick(now int64) *Upstream {
+	n := len(r.Ups)
+	if r.Cfg.LB == "least_conn" {
+		var best *Upstream
+		for _, u := range r.Ups {
+			if u.DownUntil.Load() > now {
+				continue
+			}
+			if best == nil || u.Active.Load() < best.Active.Load() {
+				best = u
+			}
+		}
+		return best
+	}
+	start := int(r.next.Add(1) - 1)
+	for i := 0; i < n; i++ {
+		if u := r.Ups[(start+i)%n]; u.DownUntil.Load() <= now {
+			return u
+		}
+	}
+	return nil
+}
