@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/internal/loglimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -44,7 +45,7 @@ type admin struct {
 	hosts adminHosts
 	log   *slog.Logger
 
-	limiter *logLimiter // refused Hosts
+	limiter *loglimit.Limiter // refused Hosts
 }
 
 // adminHosts are the Host values the admin listener answers. A page in
@@ -126,7 +127,7 @@ func (a *admin) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		a.limiter.note("admin: request refused: its Host is not a loopback address, localhost or the listen address",
+		a.limiter.Note("admin: request refused: its Host is not a loopback address, localhost or the listen address",
 			"peer", r.RemoteAddr, "host", r.Host, "path", r.URL.Path)
 		h := w.Header()
 		h.Set("Content-Type", "text/plain; charset=utf-8")
@@ -175,7 +176,7 @@ func (s *Server) listenAdmin() error {
 		ln:      netutil.LimitListener(ln, adminMaxConns),
 		hosts:   newAdminHosts(a.Listen, ln.Addr().String()),
 		log:     s.log,
-		limiter: newLogLimiter(s.log, adminRefusalLogs),
+		limiter: loglimit.New(s.log, adminRefusalLogs),
 	}
 	s.admin.srv = &http.Server{
 		Handler:           s.admin.guard(mux),

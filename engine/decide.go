@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/loglimit"
 )
 
 // One decision per request. Every driver (HTTP/1.1, HTTP/2, HTTP/3) hands
@@ -143,17 +144,17 @@ func (t *proxyTable) speaks(proto uint8) bool {
 // limit; a server error as a warning. A parse error's 5xx (path nil) is
 // the client's, not a server error. Proxied responses are counted as
 // their exchange ends.
-func (s *Server) outcome(log *slog.Logger, lim *logLimiter, d *decision, status int, err error, path []byte, peer any) {
+func (s *Server) outcome(log *slog.Logger, lim *loglimit.Limiter, d *decision, status int, err error, path []byte, peer any) {
 	switch {
 	case d != nil && d.route != nil && d.status != 0:
-		lim.note("proxy: request refused", "status", status, "route", d.route.Key, "reason", d.reason, "path", string(path), "peer", peer)
+		lim.Note("proxy: request refused", "status", status, "route", d.route.Key, "reason", d.reason, "path", string(path), "peer", peer)
 	case status >= 500 && path != nil:
 		s.stats.serverErrors.Add(1)
 		log.Warn("server error", "status", status, "path", string(path), "peer", peer, "err", err)
 	case status == 404:
 		s.stats.notFound.Add(1)
 	case (status == 400 || status == 403) && err != nil:
-		lim.note("refused path", "status", status, "path", string(path), "peer", peer, "reason", err)
+		lim.Note("refused path", "status", status, "path", string(path), "peer", peer, "reason", err)
 	}
 	s.stats.requests.Add(1)
 }

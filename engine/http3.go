@@ -15,6 +15,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/internal/httpsyntax"
+	"github.com/mediaship/engine/internal/loglimit"
 	"github.com/mediaship/engine/wt"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -37,7 +38,7 @@ type h3Handler struct {
 	scratch sync.Pool    // *h3Scratch
 	metrics *respMetrics // shared by HTTP/3's goroutines
 
-	limiter *logLimiter
+	limiter *loglimit.Limiter
 }
 
 // h3Scratch is one request's working memory, reused.
@@ -74,7 +75,7 @@ func (s *Server) listenH3() error {
 			return routedConn{udp: udp, r: s.quic}
 		}
 	}
-	hh := &h3Handler{srv: s, limiter: newLogLimiter(s.log, clientLogsPerSecond), metrics: newRespMetrics(len(s.sites.all))}
+	hh := &h3Handler{srv: s, limiter: loglimit.New(s.log, clientLogsPerSecond), metrics: newRespMetrics(len(s.sites.all))}
 	s.h3Metrics = hh.metrics
 	hh.scratch.New = func() any { return &h3Scratch{} }
 	c := &s.cfg.H3

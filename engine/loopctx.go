@@ -2,11 +2,10 @@ package engine
 
 import (
 	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/internal/loglimit"
 )
 
 // loopCtx is what one reactor loop's drivers (HTTP/1.1, HTTP/2), its
@@ -25,7 +24,7 @@ type loopCtx struct {
 	metrics *respMetrics // the loop's responses, every protocol on it
 	proxy   *proxyPool   // nil without reverse proxy routes
 
-	limiter *logLimiter
+	limiter *loglimit.Limiter
 
 	// Owned by the loop goroutine.
 	hostBuf  []byte // the request's normalized host
@@ -52,7 +51,7 @@ func newLoopCtx(s *Server, l *reactor.Loop, redirect bool) *loopCtx {
 	if redirect {
 		lc.log = s.log.With("listener", "redirect_http")
 	}
-	lc.limiter = newLogLimiter(lc.log, clientLogsPerSecond)
+	lc.limiter = loglimit.New(lc.log, clientLogsPerSecond)
 	if redirect {
 		return lc
 	}
@@ -65,7 +64,7 @@ func newLoopCtx(s *Server, l *reactor.Loop, redirect bool) *loopCtx {
 
 // note logs a line through the loop's rate limiter: for what clients can
 // cause at will.
-func (lc *loopCtx) note(msg string, args ...any) { lc.limiter.note(msg, args...) }
+func (lc *loopCtx) note(msg string, args ...any) { lc.limiter.Note(msg, args...) }
 
 // clientLogsPerSecond bounds the lines a loop (or HTTP/3, or the QUIC
 // router) logs a second about what clients did.
@@ -76,7 +75,7 @@ const clientLogsPerSecond = 20
 // whether ticks are still needed while the loop is idle.
 func (lc *loopCtx) tick() (more bool) {
 	lc.flushLog()
-	held := lc.limiter.flush()
+	held := lc.limiter.Flush()
 	waiting := lc.proxy != nil && lc.proxy.expire(lc.loop.Now().UnixNano())
 	return held || waiting
 }
@@ -127,60 +126,4 @@ func (lc *loopCtx) httpDate() []byte {
 		lc.date = now.UTC().AppendFormat(lc.date[:0], "Mon, 02 Jan 2006 15:04:05 GMT")
 	}
 	return lc.date
-}
-
-// logLimiter keeps what clients can cause at will from flooding the
-// log: past perSecond lines in a second, lines are counted, and their
-// number is said once the second is over. Safe for concurrent use (HTTP/3
-// handlers, the QUIC router, the admin listener); a loop's is used by its
-// goroutine alone, so its lock is never contended.
-type logLimiter struct {
-	// Immutable after construction.
-	log       *slog.Logger
-	perSecond int
-
-	mu         sync.Mutex // guards the rest
-	sec        int64
-	n          int
-	suppressed int
-}
-
-func newLogLimiter(log *slog.Logger, perSecond int) *logLimiter {
-	return &logLimiter{log: log, perSecond: perSecond}
-}
-
-// note logs a line unless perSecond were logged this second.
-func (l *logLimiter) note(msg string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	sec := time.Now().Unix()
-	if sec != l.sec {
-		// Lines held back in an earlier second are said before the
-		// next one, for limiters nobody flushes.
-		l.sayHeld()
-		l.sec, l.n = sec, 0
-	}
-	if l.n++; l.n > l.perSecond {
-		l.suppressed++
-		return
-	}
-	l.log.Info(msg, args...)
-}
-
-// flush says how many lines were held back, once their second is over;
-// held reports whether some still wait to be said.
-func (l *logLimiter) flush() (held bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if time.Now().Unix() != l.sec {
-		l.sayHeld()
-	}
-	return l.suppressed > 0
-}
-
-func (l *logLimiter) sayHeld() {
-	if l.suppressed > 0 {
-		l.log.Info("log lines suppressed (rate limit)", "count", l.suppressed)
-		l.suppressed = 0
-	}
 }

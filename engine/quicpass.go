@@ -15,6 +15,7 @@ import (
 
 	"github.com/mediaship/engine/clienthello"
 	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/loglimit"
 	"github.com/mediaship/engine/quicinitial"
 )
 
@@ -70,12 +71,12 @@ type quicRouter struct {
 	px        *passthrough
 	udp       *net.UDPConn
 	log       *slog.Logger
-	limiter   *logLimiter      // what clients cause at will
-	own       bool             // quic-go reads what is not relayed
-	ids       *ownCIDs         // the IDs of the engine's own HTTP/3; nil unless own
-	maxFlows  int              // flows open at once
-	helloWait time.Duration    // bounds the gathering of one ClientHello
-	now       func() time.Time // the clock of every time the router keeps (time.Now; tests move theirs by hand)
+	limiter   *loglimit.Limiter // what clients cause at will
+	own       bool              // quic-go reads what is not relayed
+	ids       *ownCIDs          // the IDs of the engine's own HTTP/3; nil unless own
+	maxFlows  int               // flows open at once
+	helloWait time.Duration     // bounds the gathering of one ClientHello
+	now       func() time.Time  // the clock of every time the router keeps (time.Now; tests move theirs by hand)
 	stop      chan struct{}
 
 	mu      sync.Mutex
@@ -227,7 +228,7 @@ func newQUICRouter(px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int
 // tests call expire when they have moved their clock.
 func newQUICRouterOn(now func() time.Time, px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
 	return &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, now: now, log: log,
-		limiter: newLogLimiter(log, clientLogsPerSecond), clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
+		limiter: loglimit.New(log, clientLogsPerSecond), clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
 		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
 }
 
@@ -485,7 +486,7 @@ func (r *quicRouter) fail(why passReason, from netip.AddrPort, sni, msg string) 
 	if sni != "" {
 		args = append(args, "sni", sni)
 	}
-	r.limiter.note("passthrough: "+msg, args...)
+	r.limiter.Note("passthrough: "+msg, args...)
 }
 
 func pendingKey(from netip.AddrPort, dcid []byte) string {
@@ -599,13 +600,13 @@ func (f *quicFlow) fromUpstream() {
 			// backs off as a refused TCP connect does, and the flow goes;
 			// the client's next Initial opens one to another upstream.
 			backoff := f.ups.Failed()
-			r.limiter.note("passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.Name, "backoff", backoff)
+			r.limiter.Note("passthrough: QUIC upstream refused; relay closed", "peer", f.client, "upstream", f.ups.Name, "backoff", backoff)
 			r.drop(f)
 			return
 		}
 		// Other errors: the flow stays until it is idle; the client's
 		// next datagrams may get through.
-		r.limiter.note("passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.Name, "err", err)
+		r.limiter.Note("passthrough: QUIC upstream read failed", "peer", f.client, "upstream", f.ups.Name, "err", err)
 		time.Sleep(100 * time.Millisecond)
 	}
 }

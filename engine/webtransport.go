@@ -140,7 +140,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	s := d.site
 	sc.rec.setSite(s.idx, s.label())
 	refuse := func(status int, reason string) {
-		hh.limiter.note("webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
+		hh.limiter.Note("webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
 		if status == 503 && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}
