@@ -276,7 +276,7 @@ func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
 		return false
 	}
 	h, sni := string(host), serverName(sniName)
-	if s.pass != nil && s.pass.route(h) != nil && sni != h {
+	if s.pass != nil && s.pass.Route(h) != nil && sni != h {
 		// A relayed name: its origin answers it, on a connection of
 		// its own.
 		return true
@@ -298,7 +298,7 @@ func (s *Server) servesName(host string) bool {
 	if host == "" {
 		return false
 	}
-	if s.pass != nil && s.pass.route(host) != nil {
+	if s.pass != nil && s.pass.Route(host) != nil {
 		return true
 	}
 	return s.certs != nil && s.certs.cur.Load().pick(host) != nil

@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
 	"github.com/mediaship/engine/h2"
@@ -76,7 +77,7 @@ func (h *connHandler) Closed(c *reactor.Conn) {
 	hc := c.State.(*httpConn)
 	if pc := hc.pass; pc != nil {
 		if pc.r == nil && c.TimedOut() {
-			h.srv.pass.stats.failures[reasonHelloTimeout].Add(1)
+			h.srv.pass.Stats.Failures[passthrough.ReasonHelloTimeout].Add(1)
 		}
 		pc.closed(c)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/internal/httpsyntax"
 	"github.com/mediaship/engine/internal/loglimit"
@@ -54,7 +55,7 @@ type h3Scratch struct {
 // listenH3 binds the UDP side of the listen address when some TLS site
 // serves HTTP/3, and has those sites advertise it.
 func (s *Server) listenH3() error {
-	quicPass := s.pass != nil && s.pass.routes.H3
+	quicPass := s.pass != nil && s.pass.Routes.H3
 	if !s.cfg.H3Enabled() {
 		if quicPass {
 			return s.listenQUICPass()
@@ -68,11 +69,11 @@ func (s *Server) listenH3() error {
 	var wrap func(*net.UDPConn) net.PacketConn
 	var connIDs quic.ConnectionIDGenerator // quic-go's own unless the router must know them
 	if quicPass {
-		ids := newOwnCIDs()
+		ids := passthrough.NewOwnCIDs()
 		connIDs = ids
 		wrap = func(udp *net.UDPConn) net.PacketConn {
-			s.quic = newQUICRouter(s.pass, udp, ids, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
-			return routedConn{udp: udp, r: s.quic}
+			s.quic = passthrough.NewRouter(s.pass, udp, ids, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+			return s.quic.PacketConn()
 		}
 	}
 	hh := &h3Handler{srv: s, limiter: loglimit.New(s.log, clientLogsPerSecond), metrics: newRespMetrics(len(s.sites.all))}
@@ -148,7 +149,7 @@ func (s *Server) listenQUICPass() error {
 	}
 	h3.SetBuffers(udp, int(s.cfg.H3.UDPBuffer))
 	s.quicUDP = udp
-	s.quic = newQUICRouter(s.pass, udp, nil, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+	s.quic = passthrough.NewRouter(s.pass, udp, nil, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 	return nil
 }
 

@@ -2,75 +2,15 @@ package engine
 
 import (
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/mediaship/engine/clienthello"
-	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/proxyproto"
 )
-
-// passthrough is TLS passthrough (routes with tls_termination = false):
-// a TCP connection whose ClientHello names a relayed domain is connected
-// to the route's upstream and relayed both ways with splice(2), still
-// encrypted; QUIC connections likewise by their Initial packet (see
-// quicpass.go). Shared by every loop.
-type passthrough struct {
-	// Immutable after construction.
-	routes *routing.Routes
-	stats  passCounters
-}
-
-// passCounters count what passthrough did. Failures are counted by
-// reason, as Stats reports them.
-type passCounters struct {
-	relayed, active, bytesUp, bytesDown atomic.Int64
-	failures                            [passReasons]atomic.Int64
-
-	// QUIC: flows, the datagram bytes each way, datagrams dropped for
-	// want of HTTP/3 of the engine's own.
-	quicRelayed, quicActive, quicBytesUp, quicBytesDown, quicDropped atomic.Int64
-	// quicUnconfirmed counts flows dropped because their client never
-	// answered the upstream (a spoofed address, or a client gone) or
-	// never finished its handshake with it (forged answers);
-	// quicOneSided, flows closed because their upstream had gone quiet
-	// while their client kept sending (see quicFlow.oneSided).
-	quicUnconfirmed, quicOneSided atomic.Int64
-	quicFailures                  [passReasons]atomic.Int64
-}
-
-// passReason is why a connection meant for passthrough was not relayed.
-type passReason int
-
-const (
-	reasonNoSNI        passReason = iota // no server name, no "*" route, and nothing local to serve
-	reasonNoRoute                        // a server name no route and no local site has
-	reasonNotTLS                         // the first bytes were not a TLS handshake
-	reasonBadHello                       // a malformed or oversized ClientHello, or the client left before it was whole
-	reasonHelloTimeout                   // the ClientHello did not arrive within header_timeout
-	reasonUpstream                       // no upstream could be connected
-	reasonTableFull                      // QUIC: the router's tables are full
-	passReasons
-)
-
-var passReasonNames = [passReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable", "table_full"}
-
-func newPassthrough(cfg *config.Config) (*passthrough, error) {
-	rt, err := routing.NewRoutes(cfg, true)
-	if rt == nil || err != nil {
-		return nil, err
-	}
-	return &passthrough{routes: rt}, nil
-}
-
-// route is the passthrough route for a server name ("" for none: only a
-// "*" route takes it), or nil.
-func (p *passthrough) route(name string) *routing.Route {
-	return p.routes.Match([]byte(name), []byte("/"))
-}
 
 // passConn is one client connection in passthrough: reading its
 // ClientHello, then connecting, then relaying. Owned by the loop.
@@ -109,7 +49,7 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 	switch {
 	case errors.Is(err, clienthello.ErrIncomplete):
 		if c.EOF() || c.InputFull() {
-			pc.refuse(reasonBadHello, 0, "client left before its ClientHello was whole")
+			pc.refuse(passthrough.ReasonBadHello, 0, "client left before its ClientHello was whole")
 		}
 		return true // the header_timeout set at accept runs
 	case errors.Is(err, clienthello.ErrNotTLS):
@@ -117,22 +57,22 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 			hc.pass = nil
 			return false // the handshake answers it with its alert
 		}
-		pc.refuse(reasonNotTLS, ktls.AlertUnexpectedMessage, "not a TLS handshake on a passthrough listener")
+		pc.refuse(passthrough.ReasonNotTLS, ktls.AlertUnexpectedMessage, "not a TLS handshake on a passthrough listener")
 		return true
 	case err != nil:
-		pc.refuse(reasonBadHello, ktls.AlertDecodeError, "malformed ClientHello: "+err.Error())
+		pc.refuse(passthrough.ReasonBadHello, ktls.AlertDecodeError, "malformed ClientHello: "+err.Error())
 		return true
 	}
 	pc.sni = info.ServerName
-	r := px.route(info.ServerName)
+	r := px.Route(info.ServerName)
 	if r == nil {
 		if h.localTLS(info.ServerName) {
 			hc.pass = nil
 			return false
 		}
-		reason := reasonNoRoute
+		reason := passthrough.ReasonNoRoute
 		if info.ServerName == "" {
-			reason = reasonNoSNI
+			reason = passthrough.ReasonNoSNI
 		}
 		pc.refuse(reason, ktls.AlertUnrecognizedName, "no passthrough route and no site for the server name")
 		return true
@@ -154,15 +94,15 @@ func (h *connHandler) localTLS(name string) bool {
 
 // refuse answers a connection that cannot be relayed with a TLS alert in
 // the clear (none when desc is 0), counts and logs why, and closes it.
-func (pc *passConn) refuse(why passReason, desc byte, msg string) {
+func (pc *passConn) refuse(why passthrough.Reason, desc byte, msg string) {
 	h, c := pc.h, pc.c
 	if pc.refused {
 		return
 	}
 	pc.refused = true
-	h.srv.pass.stats.failures[why].Add(1)
-	args := []any{"peer", c.Peer(), "reason", passReasonNames[why]}
-	if pc.sni != "" || why == reasonNoRoute {
+	h.srv.pass.Stats.Failures[why].Add(1)
+	args := []any{"peer", c.Peer(), "reason", passthrough.ReasonNames[why]}
+	if pc.sni != "" || why == passthrough.ReasonNoRoute {
 		args = append(args, "sni", pc.sni)
 	}
 	h.lc.note("passthrough: "+msg, args...)
@@ -193,7 +133,7 @@ func (pc *passConn) dial() {
 		u.Active.Add(1)
 		return
 	}
-	pc.refuse(reasonUpstream, ktls.AlertInternalError, "no upstream could be connected")
+	pc.refuse(passthrough.ReasonUpstream, ktls.AlertInternalError, "no upstream could be connected")
 }
 
 func (pc *passConn) upFailed(u *routing.Upstream, err error) {
@@ -241,8 +181,8 @@ func (pc *passConn) start() {
 	u.Relay(c)
 	c.Relay(u)
 	px := pc.h.srv.pass
-	px.stats.relayed.Add(1)
-	px.stats.active.Add(1)
+	px.Stats.Relayed.Add(1)
+	px.Stats.Active.Add(1)
 	pc.movedAt = c.Loop().Now().UnixNano()
 	pc.h.addRelay(pc)
 }
@@ -274,9 +214,9 @@ func (pc *passConn) closed(x *reactor.Conn) {
 	if pc.started && !pc.counted {
 		pc.counted = true
 		px := pc.h.srv.pass
-		px.stats.active.Add(-1)
-		px.stats.bytesUp.Add(pc.u.Sent() - int64(pc.header))
-		px.stats.bytesDown.Add(pc.c.Sent())
+		px.Stats.Active.Add(-1)
+		px.Stats.BytesUp.Add(pc.u.Sent() - int64(pc.header))
+		px.Stats.BytesDown.Add(pc.c.Sent())
 		pc.up.Active.Add(-1)
 		pc.h.removeRelay(pc)
 	} else if !pc.started && pc.u != nil && x == pc.c {

@@ -18,6 +18,7 @@ import (
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/digests"
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
@@ -42,13 +43,13 @@ type Server struct {
 	group   *reactor.Group
 	alog    *accessLog
 	limits  h1.Limits
-	h3      *h3.Server     // nil when no site serves HTTP/3
-	wt      *wt.Server     // [webtransport] sessions; nil unless enabled
-	proxy   *proxyTable    // nil without reverse proxy routes that terminate TLS
-	pass    *passthrough   // nil without passthrough routes
-	quic    *quicRouter    // QUIC passthrough; nil without it
-	quicUDP *net.UDPConn   // its socket when the engine serves no HTTP/3 itself
-	redir   *reactor.Group // the [redirect_http] listener; nil without it
+	h3      *h3.Server          // nil when no site serves HTTP/3
+	wt      *wt.Server          // [webtransport] sessions; nil unless enabled
+	proxy   *proxyTable         // nil without reverse proxy routes that terminate TLS
+	pass    *passthrough.Table  // nil without passthrough routes
+	quic    *passthrough.Router // QUIC passthrough; nil without it
+	quicUDP *net.UDPConn        // its socket when the engine serves no HTTP/3 itself
+	redir   *reactor.Group      // the [redirect_http] listener; nil without it
 
 	// The loops' contexts (and so upstream pools), for HTTP/3 requests
 	// proxied on them.
@@ -197,7 +198,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if s.proxy, err = newProxyTable(cfg); err != nil {
 		return nil, err
 	}
-	if s.pass, err = newPassthrough(cfg); err != nil {
+	if s.pass, err = passthrough.New(cfg); err != nil {
 		return nil, err
 	}
 	if s.sites, err = newSiteTable(cfg); err != nil {
@@ -341,7 +342,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.quicUDP != nil {
 		s.log.Info("QUIC passthrough", "udp", s.quicUDP.LocalAddr().String())
-		go s.quic.run()
+		go s.quic.Run()
 	}
 	stopSaving := make(chan struct{})
 	go s.digests.SaveLoop(stopSaving)
@@ -683,21 +684,21 @@ func (s *Server) counters() Stats {
 		st.ProxyUnsolicited = p.stats.unsolicited.Load()
 	}
 	if p := s.pass; p != nil {
-		st.PassRelayed, st.PassActive = p.stats.relayed.Load(), p.stats.active.Load()
-		st.PassBytesUp, st.PassBytesDown = p.stats.bytesUp.Load(), p.stats.bytesDown.Load()
+		st.PassRelayed, st.PassActive = p.Stats.Relayed.Load(), p.Stats.Active.Load()
+		st.PassBytesUp, st.PassBytesDown = p.Stats.BytesUp.Load(), p.Stats.BytesDown.Load()
 		st.PassFailures, st.QUICPassFailures = map[string]int64{}, map[string]int64{}
-		for i := range p.stats.failures {
-			if n := p.stats.failures[i].Load(); n > 0 {
-				st.PassFailures[passReasonNames[i]] = n
+		for i := range p.Stats.Failures {
+			if n := p.Stats.Failures[i].Load(); n > 0 {
+				st.PassFailures[passthrough.ReasonNames[i]] = n
 			}
-			if n := p.stats.quicFailures[i].Load(); n > 0 {
-				st.QUICPassFailures[passReasonNames[i]] = n
+			if n := p.Stats.QUICFailures[i].Load(); n > 0 {
+				st.QUICPassFailures[passthrough.ReasonNames[i]] = n
 			}
 		}
-		st.QUICPassRelayed, st.QUICPassActive = p.stats.quicRelayed.Load(), p.stats.quicActive.Load()
-		st.QUICPassBytesUp, st.QUICPassBytesDown = p.stats.quicBytesUp.Load(), p.stats.quicBytesDown.Load()
-		st.QUICPassDropped, st.QUICPassUnconfirmed = p.stats.quicDropped.Load(), p.stats.quicUnconfirmed.Load()
-		st.QUICPassOneSided = p.stats.quicOneSided.Load()
+		st.QUICPassRelayed, st.QUICPassActive = p.Stats.QUICRelayed.Load(), p.Stats.QUICActive.Load()
+		st.QUICPassBytesUp, st.QUICPassBytesDown = p.Stats.QUICBytesUp.Load(), p.Stats.QUICBytesDown.Load()
+		st.QUICPassDropped, st.QUICPassUnconfirmed = p.Stats.QUICDropped.Load(), p.Stats.QUICUnconfirmed.Load()
+		st.QUICPassOneSided = p.Stats.QUICOneSided.Load()
 	}
 	s.h3Stats(&st)
 	return st

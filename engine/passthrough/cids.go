@@ -1,4 +1,4 @@
-package engine
+package passthrough
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-// ownCIDs issues the connection IDs of the engine's own HTTP/3 when QUIC
+// OwnCIDs issues the connection IDs of the engine's own HTTP/3 when QUIC
 // passthrough shares its socket, and recognizes them, so that the router
 // tells a packet for the engine's own connections from one for a relayed
 // connection by its Destination Connection ID rather than by a guess.
@@ -25,7 +25,7 @@ import (
 // Immutable after construction and safe for concurrent use: quic-go
 // calls GenerateConnectionID from its goroutines, the router calls mine
 // from its reading one.
-type ownCIDs struct {
+type OwnCIDs struct {
 	block cipher.Block
 }
 
@@ -34,18 +34,18 @@ const (
 	ownCIDLen    = ownCIDRandom + 4 // and a 4-byte tag
 )
 
-func newOwnCIDs() *ownCIDs {
+func NewOwnCIDs() *OwnCIDs {
 	key := make([]byte, 16)
 	rand.Read(key) // never fails (it crashes the program instead)
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		panic(err) // unreachable: the key is 16 bytes
 	}
-	return &ownCIDs{block: block}
+	return &OwnCIDs{block: block}
 }
 
 // GenerateConnectionID makes a new ID (quic.ConnectionIDGenerator).
-func (g *ownCIDs) GenerateConnectionID() (quic.ConnectionID, error) {
+func (g *OwnCIDs) GenerateConnectionID() (quic.ConnectionID, error) {
 	var id [ownCIDLen]byte
 	var buf [aes.BlockSize]byte
 	rand.Read(id[:ownCIDRandom])
@@ -55,11 +55,11 @@ func (g *ownCIDs) GenerateConnectionID() (quic.ConnectionID, error) {
 }
 
 // ConnectionIDLen is the length of every ID (quic.ConnectionIDGenerator).
-func (g *ownCIDs) ConnectionIDLen() int { return ownCIDLen }
+func (g *OwnCIDs) ConnectionIDLen() int { return ownCIDLen }
 
 // mine reports whether id is one of these IDs. buf is scratch memory of
 // the caller's, so that the check allocates nothing.
-func (g *ownCIDs) mine(id []byte, buf *[aes.BlockSize]byte) bool {
+func (g *OwnCIDs) mine(id []byte, buf *[aes.BlockSize]byte) bool {
 	if len(id) != ownCIDLen {
 		return false
 	}
@@ -68,13 +68,13 @@ func (g *ownCIDs) mine(id []byte, buf *[aes.BlockSize]byte) bool {
 }
 
 // tag leaves the tag of random at the start of buf.
-func (g *ownCIDs) tag(buf *[aes.BlockSize]byte, random []byte) {
+func (g *OwnCIDs) tag(buf *[aes.BlockSize]byte, random []byte) {
 	*buf = [aes.BlockSize]byte{}
 	copy(buf[:], random)
 	g.block.Encrypt(buf[:], buf[:])
 }
 
-// ownDCID is where the Destination Connection ID of an ID of ownCIDs
+// ownDCID is where the Destination Connection ID of an ID of OwnCIDs
 // would be in datagram d (of the first packet: a long header's, or the
 // bytes after a short header's first byte), or nil.
 func ownDCID(d []byte, long quicinitial.Packet, isLong bool) []byte {

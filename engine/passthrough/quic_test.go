@@ -1,4 +1,4 @@
-package engine
+package passthrough
 
 import (
 	"bytes"
@@ -215,9 +215,9 @@ func TestQUICRouterOneSided(t *testing.T) {
 			t.Fatal("a flow opened in place of an idle, an active or a briefly one-sided one")
 		}
 		h.wantOpen("no flow makes room", "idle", "active", "new", "new 2")
-		if st := &h.r.px.stats; st.quicOneSided.Load() != 2 || st.quicUnconfirmed.Load() != 0 || st.quicFailures[reasonTableFull].Load() != 1 {
+		if st := &h.r.px.Stats; st.QUICOneSided.Load() != 2 || st.QUICUnconfirmed.Load() != 0 || st.QUICFailures[ReasonTableFull].Load() != 1 {
 			t.Errorf("closed one-sided %d, unconfirmed %d, refused %d; want 2, 0 and 1",
-				st.quicOneSided.Load(), st.quicUnconfirmed.Load(), st.quicFailures[reasonTableFull].Load())
+				st.QUICOneSided.Load(), st.QUICUnconfirmed.Load(), st.QUICFailures[ReasonTableFull].Load())
 		}
 	})
 	t.Run("the sweep", func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestQUICRouterOneSided(t *testing.T) {
 			}
 		}
 		h.wantOpen("one-sided for 20 s", "idle", "active")
-		if n := h.r.px.stats.quicOneSided.Load(); n != 1 {
+		if n := h.r.px.Stats.QUICOneSided.Load(); n != 1 {
 			t.Errorf("closed one-sided: %d; want 1", n)
 		}
 	})
@@ -284,20 +284,20 @@ func TestQUICRouterUnfinished(t *testing.T) {
 	step(2 * time.Second)
 	h.r.expire(h.now())
 	h.wantOpen("the sweep, 16 s on", "done", "new")
-	if st := &h.r.px.stats; st.quicUnconfirmed.Load() != 2 || st.quicOneSided.Load() != 0 {
-		t.Errorf("closed unconfirmed %d, one-sided %d; want 2 and 0", st.quicUnconfirmed.Load(), st.quicOneSided.Load())
+	if st := &h.r.px.Stats; st.QUICUnconfirmed.Load() != 2 || st.QUICOneSided.Load() != 0 {
+		t.Errorf("closed unconfirmed %d, one-sided %d; want 2 and 0", st.QUICUnconfirmed.Load(), st.QUICOneSided.Load())
 	}
 }
 
-// routerHarness is a quicRouter fed by hand: one client address, fake
+// routerHarness is a Router fed by hand: one client address, fake
 // upstreams for "a.test" and "b.test" that record what they receive, and
 // a clock that moves only when the test moves it (nothing sweeps but
 // the test, by expire).
 type routerHarness struct {
 	t     *testing.T
-	r     *quicRouter
+	r     *Router
 	clock atomic.Int64 // unix ns
-	ids   *ownCIDs
+	ids   *OwnCIDs
 	cli   *net.UDPConn // the client's socket: from there, by route
 	from  netip.AddrPort
 	ups   map[string]*fakeUpstream // by server name
@@ -345,7 +345,7 @@ func newRouterHarness(t *testing.T, own bool, maxFlows int) *routerHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := newPassthrough(cfg)
+	px, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,10 +354,10 @@ func newRouterHarness(t *testing.T, own bool, maxFlows int) *routerHarness {
 		t.Fatal(err)
 	}
 	if own {
-		h.ids = newOwnCIDs()
+		h.ids = NewOwnCIDs()
 	}
 	h.clock.Store(time.Now().UnixNano())
-	h.r = newQUICRouterOn(h.now, px, udp, h.ids, maxFlows, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h.r = NewRouterOn(h.now, px, udp, h.ids, maxFlows, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h.cli, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package engine
+package passthrough
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 // How the QUIC router tells the flows of one client address apart: by
 // the connection IDs each datagram carries, those seen in the clear
 // (byCID), and, for an ID never seen, by what the client's flows have
-// shown (guess). See quicRouter.
+// shown (guess). See Router.
 
 // flowCID is a connection ID that names a flow.
 type flowCID struct {

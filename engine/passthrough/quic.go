@@ -1,4 +1,4 @@
-package engine
+package passthrough
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/mediaship/engine/quicinitial"
 )
 
-// quicRouter is QUIC passthrough on the listener's UDP socket. A datagram
+// Router is QUIC passthrough on the listener's UDP socket. A datagram
 // of a connection it does not know is opened far enough to read the
 // ClientHello's server name from its Initial packets (quicinitial); a
 // name with a passthrough route gets a flow: the client's datagrams go
@@ -28,7 +28,7 @@ import (
 // else goes to the engine's own HTTP/3 (quic-go reads through the
 // router), or is dropped when the engine serves no HTTP/3. The engine's
 // own connections are known by their IDs: quic-go takes them from
-// ownCIDs, whose tag the router checks, and a hello released to quic-go
+// OwnCIDs, whose tag the router checks, and a hello released to quic-go
 // leaves its client-chosen ID behind (ownHellos) for the client's
 // Initial and 0-RTT packets that follow it.
 //
@@ -66,14 +66,14 @@ import (
 // room from what is unconfirmed or dead from its upstream's side, never
 // from a flow whose upstream answers its client or that both sides
 // leave idle (of the remembered hello IDs, the oldest goes).
-type quicRouter struct {
+type Router struct {
 	// Immutable after construction.
-	px        *passthrough
+	px        *Table
 	udp       *net.UDPConn
 	log       *slog.Logger
 	limiter   *loglimit.Limiter // what clients cause at will
 	own       bool              // quic-go reads what is not relayed
-	ids       *ownCIDs          // the IDs of the engine's own HTTP/3; nil unless own
+	ids       *OwnCIDs          // the IDs of the engine's own HTTP/3; nil unless own
 	maxFlows  int               // flows open at once
 	helloWait time.Duration     // bounds the gathering of one ClientHello
 	now       func() time.Time  // the clock of every time the router keeps (time.Now; tests move theirs by hand)
@@ -121,7 +121,7 @@ type quicDatagram struct {
 // quicFlow is one relayed QUIC connection.
 type quicFlow struct {
 	// Immutable after construction.
-	r      *quicRouter
+	r      *Router
 	client netip.AddrPort
 	rt     *routing.Route
 	ups    *routing.Upstream
@@ -215,26 +215,26 @@ const (
 	quicHandshakeMax = 15 * time.Second
 )
 
-// newQUICRouter routes the datagrams that arrive on udp. ids issues the
+// NewRouter routes the datagrams that arrive on udp. ids issues the
 // IDs of the engine's own HTTP/3, which then reads through the router
 // (routedConn); nil when the engine serves none (run reads).
-func newQUICRouter(px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
-	r := newQUICRouterOn(time.Now, px, udp, ids, maxFlows, helloWait, log)
+func NewRouter(px *Table, udp *net.UDPConn, ids *OwnCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *Router {
+	r := NewRouterOn(time.Now, px, udp, ids, maxFlows, helloWait, log)
 	go r.sweep()
 	return r
 }
 
-// newQUICRouterOn is a router on the clock now, which nothing sweeps:
+// NewRouterOn is a router on the clock now, which nothing sweeps:
 // tests call expire when they have moved their clock.
-func newQUICRouterOn(now func() time.Time, px *passthrough, udp *net.UDPConn, ids *ownCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *quicRouter {
-	return &quicRouter{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, now: now, log: log,
-		limiter: loglimit.New(log, clientLogsPerSecond), clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
+func NewRouterOn(now func() time.Time, px *Table, udp *net.UDPConn, ids *OwnCIDs, maxFlows int, helloWait time.Duration, log *slog.Logger) *Router {
+	return &Router{px: px, udp: udp, own: ids != nil, ids: ids, maxFlows: maxFlows, helloWait: helloWait, now: now, log: log,
+		limiter: loglimit.New(log, logsPerSecond), clients: map[netip.AddrPort]*quicClient{}, pending: map[string]*quicPending{}, ownHellos: map[string]struct{}{},
 		stop: make(chan struct{}), buf: make([]byte, quicDatagramMax)}
 }
 
-// run reads and routes datagrams when the engine serves no HTTP/3 of its
+// Run reads and routes datagrams when the engine serves no HTTP/3 of its
 // own, until the socket closes.
-func (r *quicRouter) run() {
+func (r *Router) Run() {
 	for {
 		_, _, err := r.next(nil)
 		if err != nil {
@@ -245,7 +245,7 @@ func (r *quicRouter) run() {
 
 // next reads datagrams until one is for the engine itself, and copies it
 // into p. Only one goroutine calls it.
-func (r *quicRouter) next(p []byte) (int, netip.AddrPort, error) {
+func (r *Router) next(p []byte) (int, netip.AddrPort, error) {
 	for {
 		if len(r.ready) > 0 {
 			d := r.ready[0]
@@ -267,7 +267,7 @@ func (r *quicRouter) next(p []byte) (int, netip.AddrPort, error) {
 // route takes one datagram from a client. It returns true when the
 // datagram is for the engine's own HTTP/3; otherwise it was relayed,
 // held, or dropped. Only the reading goroutine calls it.
-func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
+func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 	long, isLong := quicinitial.Long(d)
 	if r.ids != nil && r.ids.mine(ownDCID(d, long, isLong), &r.scratch) {
 		return true // an ID the engine's own HTTP/3 issued
@@ -313,7 +313,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 		}
 		r.mu.Unlock()
 		if !r.own {
-			r.px.stats.quicDropped.Add(1)
+			r.px.Stats.QUICDropped.Add(1)
 		}
 		return true
 	}
@@ -330,7 +330,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	if len(pd.held) == maxHeldDatagrams || pd.bytes+len(d) > maxHeldBytes {
 		delete(r.pending, key)
 		r.mu.Unlock()
-		r.fail(reasonBadHello, from, "", "QUIC ClientHello spans too many datagrams")
+		r.fail(ReasonBadHello, from, "", "QUIC ClientHello spans too many datagrams")
 		return false
 	}
 	pd.held = append(pd.held, bytes.Clone(d))
@@ -343,7 +343,7 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	delete(r.pending, key)
 	var rt *routing.Route
 	if err == nil {
-		rt = r.px.route(info.ServerName)
+		rt = r.px.Route(info.ServerName)
 	}
 	if rt == nil {
 		r.mu.Unlock()
@@ -352,13 +352,13 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	}
 	if r.flows >= r.maxFlows && !r.makeRoom() {
 		r.mu.Unlock()
-		r.fail(reasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
+		r.fail(ReasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
 	}
 	f, err := r.open(rt, from, long)
 	if err != nil {
 		r.mu.Unlock()
-		r.fail(reasonUpstream, from, info.ServerName, "no QUIC upstream could be reached: "+err.Error())
+		r.fail(ReasonUpstream, from, info.ServerName, "no QUIC upstream could be reached: "+err.Error())
 		return false
 	}
 	if cl == nil {
@@ -368,8 +368,8 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 	cl.flows = append(cl.flows, f)
 	r.flows++
 	r.mu.Unlock()
-	r.px.stats.quicRelayed.Add(1)
-	r.px.stats.quicActive.Add(1)
+	r.px.Stats.QUICRelayed.Add(1)
+	r.px.Stats.QUICActive.Add(1)
 	for _, h := range pd.held {
 		f.toUpstream(h)
 	}
@@ -378,13 +378,13 @@ func (r *quicRouter) route(d []byte, from netip.AddrPort) (own bool) {
 
 // evictPending drops the oldest ClientHello being gathered, counted as
 // table_full. Called with mu held.
-func (r *quicRouter) evictPending() {
+func (r *Router) evictPending() {
 	for len(r.pendingOrder) > 0 {
 		k := r.pendingOrder[0]
 		r.pendingOrder = r.pendingOrder[1:]
 		if _, ok := r.pending[k]; ok {
 			delete(r.pending, k)
-			r.px.stats.quicFailures[reasonTableFull].Add(1)
+			r.px.Stats.QUICFailures[ReasonTableFull].Add(1)
 			return
 		}
 	}
@@ -398,7 +398,7 @@ func (r *quicRouter) evictPending() {
 // whose upstream answers its client, or that both sides leave idle, is
 // never closed for a new one. It reports whether it could. Called with
 // mu held.
-func (r *quicRouter) makeRoom() bool {
+func (r *Router) makeRoom() bool {
 	var unconfirmed, oneSided *quicFlow
 	longest := quicOneSidedEvict
 	now := r.now()
@@ -415,9 +415,9 @@ func (r *quicRouter) makeRoom() bool {
 	}
 	victim := unconfirmed
 	if victim != nil {
-		r.px.stats.quicUnconfirmed.Add(1)
+		r.px.Stats.QUICUnconfirmed.Add(1)
 	} else if victim = oneSided; victim != nil {
-		r.px.stats.quicOneSided.Add(1)
+		r.px.Stats.QUICOneSided.Add(1)
 	} else {
 		return false
 	}
@@ -428,7 +428,7 @@ func (r *quicRouter) makeRoom() bool {
 
 // unlink takes a flow out of the tables, if it is still there. Called
 // with mu held.
-func (r *quicRouter) unlink(f *quicFlow) {
+func (r *Router) unlink(f *quicFlow) {
 	cl := r.clients[f.client]
 	if cl == nil {
 		return
@@ -444,7 +444,7 @@ func (r *quicRouter) unlink(f *quicFlow) {
 // release hands the datagrams of a hello no route takes to the engine's
 // own HTTP/3, in order, and remembers its key (client address and DCID)
 // for the datagrams that follow; or drops them when there is none.
-func (r *quicRouter) release(pd *quicPending, key string, from netip.AddrPort, sni string, err error) {
+func (r *Router) release(pd *quicPending, key string, from netip.AddrPort, sni string, err error) {
 	if r.own {
 		r.mu.Lock()
 		r.rememberOwn(key)
@@ -456,17 +456,17 @@ func (r *quicRouter) release(pd *quicPending, key string, from netip.AddrPort, s
 	}
 	switch {
 	case err != nil:
-		r.fail(reasonBadHello, from, "", "unreadable QUIC Initial: "+err.Error())
+		r.fail(ReasonBadHello, from, "", "unreadable QUIC Initial: "+err.Error())
 	case sni == "":
-		r.fail(reasonNoSNI, from, "", "QUIC ClientHello without a server name and no \"*\" route")
+		r.fail(ReasonNoSNI, from, "", "QUIC ClientHello without a server name and no \"*\" route")
 	default:
-		r.fail(reasonNoRoute, from, sni, "QUIC ClientHello names a server no passthrough route has")
+		r.fail(ReasonNoRoute, from, sni, "QUIC ClientHello names a server no passthrough route has")
 	}
 }
 
 // rememberOwn notes the key of a hello released to the engine's own
 // HTTP/3; past maxOwnHellos the oldest goes. Called with mu held.
-func (r *quicRouter) rememberOwn(key string) {
+func (r *Router) rememberOwn(key string) {
 	if _, ok := r.ownHellos[key]; ok {
 		return
 	}
@@ -480,9 +480,9 @@ func (r *quicRouter) rememberOwn(key string) {
 	r.ownHellos[key] = struct{}{}
 }
 
-func (r *quicRouter) fail(why passReason, from netip.AddrPort, sni, msg string) {
-	r.px.stats.quicFailures[why].Add(1)
-	args := []any{"peer", from, "reason", passReasonNames[why]}
+func (r *Router) fail(why Reason, from netip.AddrPort, sni, msg string) {
+	r.px.Stats.QUICFailures[why].Add(1)
+	args := []any{"peer", from, "reason", ReasonNames[why]}
 	if sni != "" {
 		args = append(args, "sni", sni)
 	}
@@ -497,7 +497,7 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 // open connects a UDP socket to an upstream of rt for a new flow, whose
 // client's first flight began with first. Called with the router's mu
 // held.
-func (r *quicRouter) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
+func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
 	var last error = errors.New("every upstream is backing off")
 	for range rt.Ups {
 		u := rt.Pick(time.Now().UnixNano())
@@ -524,7 +524,7 @@ func (r *quicRouter) open(rt *routing.Route, client netip.AddrPort, first quicin
 func (f *quicFlow) toUpstream(d []byte) {
 	if _, err := f.up.Write(d); err == nil {
 		f.clientLast.Store(f.r.now().UnixNano())
-		f.r.px.stats.quicBytesUp.Add(int64(len(d)))
+		f.r.px.Stats.QUICBytesUp.Add(int64(len(d)))
 	}
 }
 
@@ -589,7 +589,7 @@ func (f *quicFlow) fromUpstream() {
 			}
 			if err == nil {
 				f.answered.Store(true)
-				r.px.stats.quicBytesDown.Add(int64(n))
+				r.px.Stats.QUICBytesDown.Add(int64(n))
 			}
 		})
 		if f.gone.Load() || errors.Is(err, net.ErrClosed) {
@@ -613,7 +613,7 @@ func (f *quicFlow) fromUpstream() {
 
 // sweep expires quiet flows and ClientHellos that never completed, once
 // a second, until the router closes.
-func (r *quicRouter) sweep() {
+func (r *Router) sweep() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -626,13 +626,13 @@ func (r *quicRouter) sweep() {
 	}
 }
 
-func (r *quicRouter) expire(now time.Time) {
+func (r *Router) expire(now time.Time) {
 	var dead []*quicFlow
 	r.mu.Lock()
 	for k, pd := range r.pending {
 		if now.Sub(pd.since) > r.helloWait {
 			delete(r.pending, k)
-			r.px.stats.quicFailures[reasonHelloTimeout].Add(1)
+			r.px.Stats.QUICFailures[ReasonHelloTimeout].Add(1)
 		}
 	}
 	// Keep pendingOrder to the keys still there.
@@ -653,12 +653,12 @@ func (r *quicRouter) expire(now time.Time) {
 			}
 			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait ||
 				!f.established.Load() && now.Sub(f.opened) > quicHandshakeMax {
-				r.px.stats.quicUnconfirmed.Add(1)
+				r.px.Stats.QUICUnconfirmed.Add(1)
 				dead = append(dead, f)
 				continue
 			}
 			if f.oneSided() > quicOneSidedMax {
-				r.px.stats.quicOneSided.Add(1)
+				r.px.Stats.QUICOneSided.Add(1)
 				dead = append(dead, f)
 				continue
 			}
@@ -683,11 +683,11 @@ func (f *quicFlow) close() {
 	}
 	f.up.Close()
 	f.ups.Active.Add(-1)
-	f.r.px.stats.quicActive.Add(-1)
+	f.r.px.Stats.QUICActive.Add(-1)
 }
 
 // drop removes a flow from the tables and closes it.
-func (r *quicRouter) drop(f *quicFlow) {
+func (r *Router) drop(f *quicFlow) {
 	r.mu.Lock()
 	r.unlink(f)
 	r.mu.Unlock()
@@ -696,7 +696,7 @@ func (r *quicRouter) drop(f *quicFlow) {
 
 // Close stops the router and its flows; the socket is closed by its
 // owner.
-func (r *quicRouter) Close() {
+func (r *Router) Close() {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -719,9 +719,13 @@ func (r *quicRouter) Close() {
 // between them: reads come through the router, writes go straight out.
 // It is deliberately not a quic.OOBCapablePacketConn, whose batch reads
 // would go around the router.
+// PacketConn is the router's socket as the engine's own HTTP/3 reads it:
+// what the router did not relay.
+func (r *Router) PacketConn() net.PacketConn { return routedConn{udp: r.udp, r: r} }
+
 type routedConn struct {
 	udp *net.UDPConn
-	r   *quicRouter
+	r   *Router
 }
 
 func (c routedConn) ReadFrom(p []byte) (int, net.Addr, error) {

@@ -1,0 +1,73 @@
+package passthrough
+
+import (
+	"sync/atomic"
+
+	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/routing"
+)
+
+// Table is TLS passthrough (routes with tls_termination = false):
+// a TCP connection whose ClientHello names a relayed domain is connected
+// to the route's upstream and relayed both ways with splice(2), still
+// encrypted; QUIC connections likewise by their Initial packet (see
+// quicpass.go). Shared by every loop.
+type Table struct {
+	// Immutable after construction.
+	Routes *routing.Routes
+	Stats  Counters
+}
+
+// Counters count what passthrough did. Failures are counted by
+// reason, as Stats reports them.
+type Counters struct {
+	Relayed, Active, BytesUp, BytesDown atomic.Int64
+	Failures                            [NReasons]atomic.Int64
+
+	// QUIC: flows, the datagram bytes each way, datagrams dropped for
+	// want of HTTP/3 of the engine's own.
+	QUICRelayed, QUICActive, QUICBytesUp, QUICBytesDown, QUICDropped atomic.Int64
+	// QUICUnconfirmed counts flows dropped because their client never
+	// answered the upstream (a spoofed address, or a client gone) or
+	// never finished its handshake with it (forged answers);
+	// QUICOneSided, flows closed because their upstream had gone quiet
+	// while their client kept sending (see quicFlow.oneSided).
+	QUICUnconfirmed, QUICOneSided atomic.Int64
+	QUICFailures                  [NReasons]atomic.Int64
+}
+
+// Reason is why a connection meant for passthrough was not relayed.
+type Reason int
+
+const (
+	ReasonNoSNI        Reason = iota // no server name, no "*" route, and nothing local to serve
+	ReasonNoRoute                    // a server name no route and no local site has
+	ReasonNotTLS                     // the first bytes were not a TLS handshake
+	ReasonBadHello                   // a malformed or oversized ClientHello, or the client left before it was whole
+	ReasonHelloTimeout               // the ClientHello did not arrive within header_timeout
+	ReasonUpstream                   // no upstream could be connected
+	ReasonTableFull                  // QUIC: the router's tables are full
+	NReasons
+)
+
+// ReasonNames are the reasons as Stats and the log name them.
+var ReasonNames = [NReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable", "table_full"}
+
+// New is cfg's passthrough; nil without routes that relay TLS.
+func New(cfg *config.Config) (*Table, error) {
+	rt, err := routing.NewRoutes(cfg, true)
+	if rt == nil || err != nil {
+		return nil, err
+	}
+	return &Table{Routes: rt}, nil
+}
+
+// Route is the passthrough route for a server name ("" for none: only a
+// "*" route takes it), or nil.
+func (p *Table) Route(name string) *routing.Route {
+	return p.Routes.Match([]byte(name), []byte("/"))
+}
+
+// logsPerSecond bounds the lines the QUIC router logs a second about
+// what clients did.
+const logsPerSecond = 20
