@@ -149,7 +149,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	snap := &snapshot{Stats: s.counters(), h3Bytes: s.stats.h3Bytes.Load()}
 	snap.t = s.tlsTotals()
 	if s.alog != nil {
-		snap.logWritten, snap.logDrops = s.alog.written.Load(), s.alog.dropped.Load()
+		snap.logWritten, snap.logDrops = s.alog.Written.Load(), s.alog.Dropped.Load()
 	}
 	snap.digestHits, snap.digestMisses = s.digests.Cache().Hits.Load(), s.digests.Cache().Misses.Load()
 	snap.digestBacklog = int64(s.digests.Backlog())

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
@@ -47,7 +48,7 @@ type h1Conn struct {
 	challenge   *challengeAnswer // an HTTP-01 lookup on a worker, or its answer
 
 	// For the metrics and the access log of the response being sent.
-	rec      reqRecord
+	rec      accesslog.Record
 	reqAt    time.Time // the request's head was parsed (before a worker's fetch)
 	logStart int64     // Stream.Sent() when the body started
 }
@@ -77,7 +78,7 @@ func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 		st.proxy.clientGone()
 		st.proxy = nil
 	}
-	if !st.rec.at.IsZero() {
+	if st.rec.Active() {
 		// A response cut short, or a proxied one that never came: log
 		// what was sent (499 when no head was).
 		h.finishResponse(st)
@@ -309,16 +310,16 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision
 	if resp.NeedDigest != nil && s != nil {
 		h.srv.digests.Request(s.files.Root, resp.NeedDigest)
 	}
-	if st.rec.at.IsZero() { // a proxied request's record began with it
+	if !st.rec.Active() { // a proxied request's record began with it
 		h.beginRecord(c, st, r)
 	}
 	switch {
 	case d != nil && d.route != nil:
-		st.rec.setSite(h.srv.siteProxy(), d.route.Cfg.Domain)
+		st.rec.SetSite(h.srv.siteProxy(), d.route.Cfg.Domain)
 	case s != nil:
-		st.rec.setSite(s.idx, s.label())
+		st.rec.SetSite(s.idx, s.label())
 	}
-	st.rec.respond(resp.Status, resp.ReprDigest != "")
+	st.rec.Respond(resp.Status, resp.ReprDigest != "")
 	st.sending = true
 	st.requests++
 }
@@ -332,13 +333,13 @@ func (h *h1Handler) beginRecord(c *reactor.Conn, st *h1Conn, r *h1.Request) {
 	}
 	withLog := h.srv.alog != nil
 	if r == nil {
-		st.rec.begin(st.reqAt, protoH1, c.Peer().Addr(), ver, h.srv.siteNone(), false, nil, nil)
+		st.rec.Begin(st.reqAt, protoH1, c.Peer().Addr(), ver, h.srv.siteNone(), false, nil, nil)
 	} else {
-		st.rec.begin(st.reqAt, protoH1, c.Peer().Addr(), ver, h.srv.siteNone(), withLog, r.Method, r.Target)
-		st.rec.minor = uint8(r.Minor)
+		st.rec.Begin(st.reqAt, protoH1, c.Peer().Addr(), ver, h.srv.siteNone(), withLog, r.Method, r.Target)
+		st.rec.SetMinor(uint8(r.Minor))
 		if withLog {
 			ref, ua := r.Get("referer"), r.Get("user-agent")
-			st.rec.headers(ref, ref != nil, ua, ua != nil)
+			st.rec.Headers(ref, ref != nil, ua, ua != nil)
 		}
 	}
 	st.reqAt = time.Time{}
@@ -347,7 +348,7 @@ func (h *h1Handler) beginRecord(c *reactor.Conn, st *h1Conn, r *h1.Request) {
 // finishResponse counts the response st sent and logs it.
 func (h *h1Handler) finishResponse(st *h1Conn) {
 	sent := st.s.Sent() - st.logStart
-	if st.rec.status == 0 {
+	if st.rec.Status() == 0 {
 		sent = 0 // no head went out: logStart is the last response's
 	}
 	h.lc.logResponse(&st.rec, sent, st.s.KernelTLS())

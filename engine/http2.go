@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/transport"
@@ -49,7 +50,7 @@ type h2Strm struct {
 	files    files.Scratch
 	d        decision // where the request goes
 	fetching bool     // a worker is opening its files
-	rec      reqRecord
+	rec      accesslog.Record
 	size     int64 // the file's size at loop time sizeAt (present)
 	sizeAt   int64
 	proxy    *h2Client // a proxied request; nil for files
@@ -379,11 +380,11 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	}
 	switch {
 	case hs.d.route != nil:
-		hs.rec.setSite(srv.siteProxy(), hs.d.route.Cfg.Domain)
+		hs.rec.SetSite(srv.siteProxy(), hs.d.route.Cfg.Domain)
 	case hs.d.site != nil:
-		hs.rec.setSite(hs.d.site.idx, hs.d.site.label())
+		hs.rec.SetSite(hs.d.site.idx, hs.d.site.label())
 	}
-	hs.rec.respond(resp.Status, resp.ReprDigest != "")
+	hs.rec.Respond(resp.Status, resp.ReprDigest != "")
 	hc.conn.Respond(st, resp.Status, f, body)
 }
 
@@ -471,10 +472,10 @@ func (hc *h2Conn) beginRecord(hs *h2Strm) {
 		ver = sess.Version
 	}
 	r := &hs.st.Req
-	hs.rec.begin(time.Time{}, protoH2, hc.c.Peer().Addr(), ver, srv.siteNone(), srv.alog != nil, r.Method, r.Path)
+	hs.rec.Begin(time.Time{}, protoH2, hc.c.Peer().Addr(), ver, srv.siteNone(), srv.alog != nil, r.Method, r.Path)
 	if srv.alog != nil {
 		ref, ua := r.Get("referer"), r.Get("user-agent")
-		hs.rec.headers(ref, ref != nil, ua, ua != nil)
+		hs.rec.Headers(ref, ref != nil, ua, ua != nil)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/h3"
@@ -48,8 +49,8 @@ type h3Scratch struct {
 	host  []byte
 	buf   []byte // h3.FrameHeaderRoom + h3Chunk
 	log   []byte
-	rec   reqRecord
-	clock logClock
+	rec   accesslog.Record
+	clock accesslog.Clock
 }
 
 // listenH3 binds the UDP side of the listen address when some TLS site
@@ -187,7 +188,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hh.serveWebTransport(w, r, query, &d, sc)
 		return
 	case d.route != nil && d.status == 0:
-		sc.rec.setSite(srv.siteProxy(), d.route.Cfg.Domain)
+		sc.rec.SetSite(srv.siteProxy(), d.route.Cfg.Domain)
 		status, sent := hh.serveProxyH3(w, r, d.route, path, query)
 		hh.logRequest(status, sent, sc)
 		return
@@ -224,9 +225,9 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	switch {
 	case d.route != nil:
 		s = nil // a refusal: no site's fields or pacing
-		sc.rec.setSite(srv.siteProxy(), d.route.Cfg.Domain)
+		sc.rec.SetSite(srv.siteProxy(), d.route.Cfg.Domain)
 	case s != nil:
-		sc.rec.setSite(s.idx, s.label())
+		sc.rec.SetSite(s.idx, s.label())
 	}
 
 	h := w.Header() // quic-go adds Date
@@ -235,7 +236,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 		srv.digests.Request(s.files.Root, resp.NeedDigest)
 	}
 	w.WriteHeader(resp.Status)
-	sc.rec.respond(resp.Status, resp.ReprDigest != "")
+	sc.rec.Respond(resp.Status, resp.ReprDigest != "")
 	if resp.NoBody || resp.ContentLength == 0 {
 		return 0
 	}
@@ -341,23 +342,23 @@ func (hh *h3Handler) beginRecord(r *http.Request, sc *h3Scratch) {
 	}
 	withLog := hh.srv.alog != nil
 	if !withLog {
-		sc.rec.begin(time.Time{}, protoH3, client, ver, hh.srv.siteNone(), false, nil, nil)
+		sc.rec.Begin(time.Time{}, protoH3, client, ver, hh.srv.siteNone(), false, nil, nil)
 		return
 	}
-	sc.rec.begin(time.Time{}, protoH3, client, ver, hh.srv.siteNone(), true, []byte(r.Method), []byte(r.RequestURI))
+	sc.rec.Begin(time.Time{}, protoH3, client, ver, hh.srv.siteNone(), true, []byte(r.Method), []byte(r.RequestURI))
 	ref, ua := headerBytes(r.Header, "Referer"), headerBytes(r.Header, "User-Agent")
-	sc.rec.headers(ref, ref != nil, ua, ua != nil)
+	sc.rec.Headers(ref, ref != nil, ua, ua != nil)
 }
 
 // logRequest counts the response (status, sent body bytes) and writes
 // its access log line.
 func (hh *h3Handler) logRequest(status int, sent int64, sc *h3Scratch) {
 	hh.srv.stats.h3Bytes.Add(sent)
-	if sc.rec.status == 0 { // a proxied answer: its head and body are out
-		sc.rec.respond(status, false)
+	if sc.rec.Status() == 0 { // a proxied answer: its head and body are out
+		sc.rec.Respond(status, false)
 	}
-	sc.log = sc.rec.finish(hh.metrics, hh.srv.alog, &sc.clock, sc.log[:0], sent, false)
-	hh.srv.alog.write(sc.log)
+	sc.log = sc.rec.Finish(hh.metrics, hh.srv.alog, &sc.clock, sc.log[:0], sent, false)
+	hh.srv.alog.Write(sc.log)
 }
 
 func headerBytes(h http.Header, canonical string) []byte {

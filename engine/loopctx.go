@@ -3,6 +3,7 @@ package engine
 import (
 	"log/slog"
 
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/internal/loglimit"
@@ -31,7 +32,7 @@ type loopCtx struct {
 	date     []byte
 	dateSec  int64
 	logBuf   []byte // access log lines not yet written
-	logClock logClock
+	logClock accesslog.Clock
 	warnedCC bool // a congestion control or pacing failure was logged
 }
 
@@ -83,16 +84,16 @@ func (lc *loopCtx) tick() (more bool) {
 // flushLog writes the buffered access log lines.
 func (lc *loopCtx) flushLog() {
 	if len(lc.logBuf) > 0 {
-		lc.srv.alog.write(lc.logBuf)
+		lc.srv.alog.Write(lc.logBuf)
 		lc.logBuf = lc.logBuf[:0]
 	}
 }
 
 // logResponse counts a finished response's record (sent body bytes; ktls:
 // it left by kernel TLS) and buffers its access log line.
-func (lc *loopCtx) logResponse(rec *reqRecord, sent int64, ktls bool) {
-	lc.logBuf = rec.finish(lc.metrics, lc.srv.alog, &lc.logClock, lc.logBuf, sent, ktls)
-	if a := lc.srv.alog; a != nil && len(lc.logBuf) >= a.batch {
+func (lc *loopCtx) logResponse(rec *accesslog.Record, sent int64, ktls bool) {
+	lc.logBuf = rec.Finish(lc.metrics, lc.srv.alog, &lc.logClock, lc.logBuf, sent, ktls)
+	if a := lc.srv.alog; a != nil && len(lc.logBuf) >= a.Batch {
 		lc.flushLog()
 	}
 }

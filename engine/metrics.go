@@ -92,7 +92,7 @@ func newRespMetrics(sites int) *respMetrics {
 
 // count records one response: site is the site's index (siteTable
 // order), sites+0 for none, sites+1 for the reverse proxy.
-func (m *respMetrics) count(site, proto, status int, ttfb, dur time.Duration) {
+func (m *respMetrics) Count(site, proto, status int, ttfb, dur time.Duration) {
 	m.requests[(site*nProtos+proto)*5+statusClass(status)].Add(1)
 	m.ttfb[proto].observe(ttfb)
 	m.dur[proto].observe(dur)

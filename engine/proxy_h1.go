@@ -33,7 +33,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n
 	// bytes are gone: what it needs of the request is copied now.
 	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
 	h.beginRecord(c, st, r)
-	st.rec.setSite(h.srv.siteProxy(), rt.Cfg.Domain)
+	st.rec.SetSite(h.srv.siteProxy(), rt.Cfg.Domain)
 	ex, tooLarge := newExchange(h.lc, cl, c.Peer(), rt, r.Method, r.Path, r.HasBody(), r.ContentLength)
 	st.s.Consume(n)
 	st.headStarted = false
@@ -152,7 +152,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	st.s.StartResponse(&st.resp)
 	st.s.Write(b)
 	st.logStart = st.s.Sent() + int64(len(b))
-	st.rec.respond(r.Status, false)
+	st.rec.Respond(r.Status, false)
 }
 
 // room lets the body's first piece follow its head into the same write

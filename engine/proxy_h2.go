@@ -38,7 +38,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	r := &st.Req
 	cl := &h2Client{hc: hc, hs: hs}
 	hs.proxy = cl
-	hs.rec.setSite(hh.srv.siteProxy(), rt.Cfg.Domain)
+	hs.rec.SetSite(hh.srv.siteProxy(), rt.Cfg.Domain)
 	path, query := splitTarget(r.Path)
 	ex, tooLarge := newExchange(hh.lc, cl, hc.c.Peer(), rt, r.Method, path, !st.RemoteDone(), r.ContentLength)
 	cl.ex = ex
@@ -121,7 +121,7 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 	cl.fields = f
 	hc.h.srv.stats.h2Streams.Add(1)
-	hs.rec.respond(r.Status, false)
+	hs.rec.Respond(r.Status, false)
 	n := int64(0)
 	if hasBody {
 		n = -1 // streamed: BodyReady as the upstream delivers, EndBody at its end

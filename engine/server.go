@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/digests"
@@ -41,7 +42,7 @@ type Server struct {
 	cache   *files.Cache
 	digests *digests.Store
 	group   *reactor.Group
-	alog    *accessLog
+	alog    *accesslog.Log
 	limits  h1.Limits
 	h3      *h3.Server          // nil when no site serves HTTP/3
 	wt      *wt.Server          // [webtransport] sessions; nil unless enabled
@@ -204,13 +205,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	if s.sites, err = newSiteTable(cfg); err != nil {
 		return nil, err
 	}
-	if s.alog, err = openAccessLog(cfg.AccessLog, cfg.AccessLogFormat, int(cfg.AccessLogBuffer), log); err != nil {
+	if s.alog, err = accesslog.Open(cfg.AccessLog, cfg.AccessLogFormat, int(cfg.AccessLogBuffer), log); err != nil {
 		s.sites.close()
 		return nil, err
 	}
 	if s.digests, err = digests.New(cfg, s.sites.roots, log); err != nil {
 		s.sites.close()
-		s.alog.close()
+		s.alog.Close()
 		return nil, err
 	}
 	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.Known})
@@ -280,7 +281,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		s.cache.Close()
 		s.digests.Close()
 		s.sites.close()
-		s.alog.close()
+		s.alog.Close()
 		return nil, err
 	}
 	return s, nil
@@ -401,7 +402,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.digests.Close()
 	s.cache.Close()
 	s.sites.close()
-	s.alog.close()
+	s.alog.Close()
 	return err
 }
 
@@ -623,7 +624,7 @@ func (s *Server) Reload(next *config.Config) error {
 
 // ReopenLogs reopens the access log file (after logrotate renamed it).
 // engine serve calls it on SIGUSR1, as nginx does.
-func (s *Server) ReopenLogs() error { return s.alog.reopen() }
+func (s *Server) ReopenLogs() error { return s.alog.Reopen() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {

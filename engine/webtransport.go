@@ -138,14 +138,14 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	srv := hh.srv
 	cfg := &srv.cfg.WebTransport
 	s := d.site
-	sc.rec.setSite(s.idx, s.label())
+	sc.rec.SetSite(s.idx, s.label())
 	refuse := func(status int, reason string) {
 		hh.limiter.Note("webtransport session refused", "status", status, "peer", r.RemoteAddr, "reason", reason)
 		if status == 503 && w.Header().Get("Retry-After") == "" {
 			w.Header().Set("Retry-After", "1")
 		}
 		w.WriteHeader(status)
-		sc.rec.respond(status, false)
+		sc.rec.Respond(status, false)
 		hh.logRequest(status, 0, sc)
 	}
 	if d.status != 0 {
@@ -208,7 +208,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 		}
 		return
 	}
-	sc.rec.respond(200, file != nil)
+	sc.rec.Respond(200, file != nil)
 	hh.runSession(sess, op, file, sc)
 	in, out := sess.Bytes()
 	hh.logRequest(200, in+out, sc)

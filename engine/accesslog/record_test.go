@@ -1,4 +1,4 @@
-package engine
+package accesslog
 
 import (
 	"bytes"
@@ -24,13 +24,13 @@ func FuzzAccessLogLine(f *testing.F) {
 	f.Add([]byte("GET"), []byte("/a?b=c"), []byte("http://r/"), []byte("curl/8"))
 	f.Add([]byte("GET"), []byte("/\"\\\n\x00\x7f\xff"), []byte("é\xe9"), []byte("\u2028"))
 	f.Fuzz(func(t *testing.T, method, target, referer, agent []byte) {
-		var r reqRecord
-		r.begin(time.Now(), protoH1, netip.MustParseAddr("2001:db8::1"), 0, 0, true, method, target)
-		r.headers(referer, true, agent, len(agent) > 0)
-		r.setSite(0, "media.example.com")
-		r.respond(200, true)
-		var clk logClock
-		clk.set(r.at)
+		var r Record
+		r.Begin(time.Now(), H1, netip.MustParseAddr("2001:db8::1"), 0, 0, true, method, target)
+		r.Headers(referer, true, agent, len(agent) > 0)
+		r.SetSite(0, "media.example.com")
+		r.Respond(200, true)
+		var clk Clock
+		clk.Set(r.at)
 		line := r.appendJSON(nil, &clk, 12, time.Millisecond, false)
 		var e map[string]any
 		if err := json.Unmarshal(line, &e); err != nil || strings.Count(string(line), "\n") != 1 || line[len(line)-1] != '\n' {
@@ -79,7 +79,7 @@ func (d *fullDisk) Write(p []byte) (int, error) {
 // whole lines that made it as written and the rest as dropped; the line
 // it cut is ended before the next lines, which parse.
 func TestAccessLogFullDisk(t *testing.T) {
-	a := &accessLog{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := &Log{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	line := func(i int) string { return `{"n":` + strconv.Itoa(i) + "}\n" }
 	var batch string
 	for i := range 10 {
@@ -87,14 +87,14 @@ func TestAccessLogFullDisk(t *testing.T) {
 	}
 	d := &fullDisk{room: len(line(0))*3 + 4} // three lines and part of a fourth
 	a.writeLines(d, []byte(batch), 10)
-	if a.written.Load() != 3 || a.dropped.Load() != 7 || !a.partial {
-		t.Fatalf("written %d dropped %d partial %v", a.written.Load(), a.dropped.Load(), a.partial)
+	if a.Written.Load() != 3 || a.Dropped.Load() != 7 || !a.partial {
+		t.Fatalf("written %d dropped %d partial %v", a.Written.Load(), a.Dropped.Load(), a.partial)
 	}
 	a.writeLines(d, []byte(line(10)), 1) // still full: dropped
 	d.room = 1 << 20
 	a.writeLines(d, []byte(line(11)+line(12)), 2)
-	if a.written.Load() != 5 || a.dropped.Load() != 8 {
-		t.Fatalf("written %d dropped %d", a.written.Load(), a.dropped.Load())
+	if a.Written.Load() != 5 || a.Dropped.Load() != 8 {
+		t.Fatalf("written %d dropped %d", a.Written.Load(), a.Dropped.Load())
 	}
 	var parsed int
 	for _, l := range strings.Split(strings.TrimSuffix(d.String(), "\n"), "\n") {

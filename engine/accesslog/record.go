@@ -1,4 +1,4 @@
-package engine
+package accesslog
 
 import (
 	"crypto/tls"
@@ -7,10 +7,35 @@ import (
 	"time"
 )
 
-// reqRecord follows one request from its parsed head to the end of its
+// The protocols a Record is of.
+const (
+	H1 uint8 = iota
+	H2
+	H3
+)
+
+// Counter counts a finished response: its site (index), protocol,
+// status, time to the response head and to the end.
+type Counter interface {
+	Count(site, proto, status int, ttfb, dur time.Duration)
+}
+
+// Active reports whether a request is under way: begun, not finished.
+func (r *Record) Active() bool { return !r.at.IsZero() }
+
+// Status is the response's status; 0 before the head was sent.
+func (r *Record) Status() int { return r.status }
+
+// SetMinor sets an HTTP/1.x request's minor version.
+func (r *Record) SetMinor(m uint8) { r.minor = m }
+
+// At is when the request's head was parsed.
+func (r *Record) At() time.Time { return r.at }
+
+// Record follows one request from its parsed head to the end of its
 // response: what the metrics and the access log learn of it. A driver
 // begins it, marks the response head, and finishes it once.
-type reqRecord struct {
+type Record struct {
 	at     time.Time     // the request head was parsed; zero: nothing under way
 	ttfb   time.Duration // from at to the response head queued
 	status int
@@ -28,25 +53,25 @@ type reqRecord struct {
 	method, target, referer, agent span
 }
 
-// span is a field's place in reqRecord.buf; ok is false for a header
+// span is a field's place in Record.buf; ok is false for a header
 // the request did not have.
 type span struct {
 	off, n int32
 	ok     bool
 }
 
-func (r *reqRecord) field(s span) []byte { return r.buf[s.off : s.off+s.n] }
+func (r *Record) field(s span) []byte { return r.buf[s.off : s.off+s.n] }
 
-func (r *reqRecord) copy(v []byte, ok bool) span {
+func (r *Record) copy(v []byte, ok bool) span {
 	s := span{off: int32(len(r.buf)), n: int32(len(v)), ok: ok}
 	r.buf = append(r.buf, v...)
 	return s
 }
 
-// begin starts the record of a request; method and target may be nil
+// Begin starts the record of a request; method and target may be nil
 // for a request that could not be parsed. withLog copies what the access
 // log needs. A zero at means now.
-func (r *reqRecord) begin(at time.Time, proto uint8, client netip.Addr, tlsVer uint16, site int, withLog bool, method, target []byte) {
+func (r *Record) Begin(at time.Time, proto uint8, client netip.Addr, tlsVer uint16, site int, withLog bool, method, target []byte) {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -61,26 +86,26 @@ func (r *reqRecord) begin(at time.Time, proto uint8, client netip.Addr, tlsVer u
 	}
 }
 
-// headers copies the request's Referer and User-Agent for the log.
-func (r *reqRecord) headers(referer []byte, hasReferer bool, agent []byte, hasAgent bool) {
+// Headers copies the request's Referer and User-Agent for the log.
+func (r *Record) Headers(referer []byte, hasReferer bool, agent []byte, hasAgent bool) {
 	r.referer = r.copy(referer, hasReferer)
 	r.agent = r.copy(agent, hasAgent)
 }
 
-// setSite names the site (or proxy route) that answers: its metrics
+// SetSite names the site (or proxy route) that answers: its metrics
 // index and its domain.
-func (r *reqRecord) setSite(site int, name string) { r.site, r.name = site, name }
+func (r *Record) SetSite(site int, name string) { r.site, r.name = site, name }
 
-// respond marks the response head queued.
-func (r *reqRecord) respond(status int, digest bool) {
+// Respond marks the response head queued.
+func (r *Record) Respond(status int, digest bool) {
 	r.status, r.digest = status, digest
 	r.ttfb = time.Since(r.at)
 }
 
-// finish counts the response in m and appends its access log line to
+// Finish counts the response in m and appends its access log line to
 // out (when a is on): sent is the body bytes sent, ktls whether kernel
 // TLS carried them. It returns out.
-func (r *reqRecord) finish(m *respMetrics, a *accessLog, clk *logClock, out []byte, sent int64, ktls bool) []byte {
+func (r *Record) Finish(m Counter, a *Log, clk *Clock, out []byte, sent int64, ktls bool) []byte {
 	if r.at.IsZero() {
 		return out
 	}
@@ -91,9 +116,9 @@ func (r *reqRecord) finish(m *respMetrics, a *accessLog, clk *logClock, out []by
 		// 499, "client closed request").
 		r.status, ttfb = 499, dur
 	}
-	m.count(r.site, int(r.proto), r.status, ttfb, dur)
+	m.Count(r.site, int(r.proto), r.status, ttfb, dur)
 	if a != nil {
-		clk.set(r.at)
+		clk.Set(r.at)
 		if a.json {
 			out = r.appendJSON(out, clk, sent, dur, ktls)
 		} else {
@@ -104,15 +129,15 @@ func (r *reqRecord) finish(m *respMetrics, a *accessLog, clk *logClock, out []by
 	return out
 }
 
-// logClock formats the log's timestamps down to the second once a second,
+// Clock formats the log's timestamps down to the second once a second,
 // as nginx does; each goroutine writing lines has its own.
-type logClock struct {
+type Clock struct {
 	sec   int64
 	local []byte // nginx's $time_local: 01/Dec/2026:22:14:06 +0000
 	utc   []byte // 2026-12-01T22:14:06 (UTC)
 }
 
-func (c *logClock) set(t time.Time) {
+func (c *Clock) Set(t time.Time) {
 	if s := t.Unix(); s != c.sec || c.local == nil {
 		c.sec = s
 		c.local = appendLogTime(c.local[:0], t)
@@ -144,11 +169,11 @@ var (
 	protoBytes = [...][]byte{[]byte("HTTP/1.0"), []byte("HTTP/1.1"), []byte("HTTP/2.0"), []byte("HTTP/3.0")}
 )
 
-func (r *reqRecord) protoIndex() int {
+func (r *Record) protoIndex() int {
 	switch {
-	case r.proto == protoH2:
+	case r.proto == H2:
 		return 2
-	case r.proto == protoH3:
+	case r.proto == H3:
 		return 3
 	case r.minor == 0:
 		return 0
@@ -158,7 +183,7 @@ func (r *reqRecord) protoIndex() int {
 
 // appendCombined appends nginx's combined format: the time is when the
 // request arrived (Apache's %t), the byte count the body's.
-func (r *reqRecord) appendCombined(b []byte, clk *logClock, sent int64) []byte {
+func (r *Record) appendCombined(b []byte, clk *Clock, sent int64) []byte {
 	b = r.client.AppendTo(b)
 	b = append(b, " - - ["...)
 	b = append(b, clk.local...)
@@ -186,7 +211,7 @@ func (r *reqRecord) appendCombined(b []byte, clk *logClock, sent int64) []byte {
 
 // appendJSON appends one JSON object: every key always present, null
 // where the request had no such thing.
-func (r *reqRecord) appendJSON(b []byte, clk *logClock, sent int64, dur time.Duration, ktls bool) []byte {
+func (r *Record) appendJSON(b []byte, clk *Clock, sent int64, dur time.Duration, ktls bool) []byte {
 	b = append(b, `{"time":"`...)
 	b = append(b, clk.utc...)
 	b = append(b, '.')
@@ -232,7 +257,7 @@ func (r *reqRecord) appendJSON(b []byte, clk *logClock, sent int64, dur time.Dur
 	return append(b, "}\n"...)
 }
 
-func (r *reqRecord) appendJSONField(b []byte, s span) []byte {
+func (r *Record) appendJSONField(b []byte, s span) []byte {
 	if !s.ok {
 		return append(b, "null"...)
 	}

@@ -1,4 +1,4 @@
-package engine
+package accesslog
 
 import (
 	"bytes"
@@ -15,16 +15,16 @@ import (
 	"unicode/utf8"
 )
 
-// accessLog is the shared destination of access log lines. Loops buffer
+// Log is the shared destination of access log lines. Loops buffer
 // whole lines and hand them over in batches; one goroutine writes them.
 // A reactor never waits for the disk: past limit bytes waiting, lines
 // are dropped and counted (engine_access_log_dropped_lines_total).
-type accessLog struct {
+type Log struct {
 	// Immutable after construction.
 	path  string // empty for stdout and stderr
 	json  bool   // access_log_format = "json"
 	limit int    // bytes that may wait for the writer
-	batch int    // a loop hands its lines over at this size (or at its tick)
+	Batch int    // a loop hands its lines over at this size (or at its tick)
 	log   *slog.Logger
 	wake  chan struct{} // cap 1: lines are waiting
 	quit  chan struct{} // closed by close: write what waits, then stop
@@ -39,7 +39,7 @@ type accessLog struct {
 	f       *os.File   // guarded by fileMu; nil while a named pipe has no reader
 	partial bool       // guarded by fileMu: a failed write left a line cut off in f
 
-	written, dropped atomic.Int64 // lines
+	Written, Dropped atomic.Int64 // lines
 	failing          atomic.Bool  // the last write failed (logged once)
 }
 
@@ -56,11 +56,11 @@ func openLog(path string) (*os.File, error) {
 	return f, err
 }
 
-func openAccessLog(dest, format string, limit int, log *slog.Logger) (*accessLog, error) {
+func Open(dest, format string, limit int, log *slog.Logger) (*Log, error) {
 	// Few, large handovers: each wakes the writer goroutine, which takes
 	// its turn on a CPU a reactor holds; a quarter of the limit, so a
 	// loop's batch fits beside others', at most 256 KiB.
-	a := &accessLog{json: format == "json", limit: limit, batch: min(256<<10, max(limit/4, 1<<10)), log: log,
+	a := &Log{json: format == "json", limit: limit, Batch: min(256<<10, max(limit/4, 1<<10)), log: log,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	switch dest {
 	case "", "off":
@@ -83,10 +83,10 @@ func openAccessLog(dest, format string, limit int, log *slog.Logger) (*accessLog
 	return a, nil
 }
 
-// reopen opens the log file again, for log rotation: the old file was
+// Reopen opens the log file again, for log rotation: the old file was
 // renamed, and lines go to a new file by the configured name. Lines
 // waiting go to the new file; none is lost.
-func (a *accessLog) reopen() error {
+func (a *Log) Reopen() error {
 	if a == nil || a.path == "" {
 		return nil
 	}
@@ -104,9 +104,9 @@ func (a *accessLog) reopen() error {
 	return old.Close()
 }
 
-// write hands whole lines to the writer: those that fit in limit bytes
+// Write hands whole lines to the writer: those that fit in limit bytes
 // waiting; the rest are dropped and counted. It never blocks on the disk.
-func (a *accessLog) write(b []byte) {
+func (a *Log) Write(b []byte) {
 	if a == nil || len(b) == 0 {
 		return
 	}
@@ -122,7 +122,7 @@ func (a *accessLog) write(b []byte) {
 	a.lines += n
 	a.mu.Unlock()
 	if len(take) < len(b) {
-		a.dropped.Add(int64(bytes.Count(b[len(take):], []byte{'\n'})))
+		a.Dropped.Add(int64(bytes.Count(b[len(take):], []byte{'\n'})))
 	}
 	if len(take) == 0 {
 		return
@@ -134,7 +134,7 @@ func (a *accessLog) write(b []byte) {
 }
 
 // run writes what waits, until close.
-func (a *accessLog) run() {
+func (a *Log) run() {
 	defer close(a.done)
 	var buf []byte
 	retry := time.NewTicker(time.Second) // a named pipe without a reader
@@ -156,7 +156,7 @@ func (a *accessLog) run() {
 		if !open {
 			if stop {
 				a.mu.Lock()
-				a.dropped.Add(a.lines) // never read: counted
+				a.Dropped.Add(a.lines) // never read: counted
 				a.mu.Unlock()
 				return
 			}
@@ -183,7 +183,7 @@ func (a *accessLog) run() {
 // line cut off in the file is ended before the next write, so the lines
 // after it parse (the cut one is among the dropped). The caller holds
 // fileMu; w is a.f.
-func (a *accessLog) writeLines(w io.Writer, buf []byte, lines int64) {
+func (a *Log) writeLines(w io.Writer, buf []byte, lines int64) {
 	if a.partial {
 		if _, err := w.Write([]byte{'\n'}); err == nil {
 			a.partial = false
@@ -200,22 +200,22 @@ func (a *accessLog) writeLines(w io.Writer, buf []byte, lines int64) {
 		a.partial = true
 	}
 	if err == nil {
-		a.written.Add(lines)
+		a.Written.Add(lines)
 		if a.failing.Swap(false) {
-			a.log.Info("access log writes succeed again", "path", a.path, "dropped_total", a.dropped.Load())
+			a.log.Info("access log writes succeed again", "path", a.path, "dropped_total", a.Dropped.Load())
 		}
 		return
 	}
 	whole := int64(bytes.Count(buf[:n], []byte{'\n'}))
-	a.written.Add(whole)
-	a.dropped.Add(lines - whole)
+	a.Written.Add(whole)
+	a.Dropped.Add(lines - whole)
 	if !a.failing.Swap(true) {
 		a.log.Error("access log write failed; lines are dropped and counted until a write succeeds", "path", a.path, "err", err)
 	}
 }
 
-// close writes the lines waiting and closes the file.
-func (a *accessLog) close() {
+// Close writes the lines waiting and closes the file.
+func (a *Log) Close() {
 	if a == nil {
 		return
 	}

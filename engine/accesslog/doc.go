@@ -1,0 +1,8 @@
+// Package accesslog follows each request from its parsed head to the end
+// of its response (Record) and writes its access log line, nginx's
+// combined format or JSON, through a bounded buffer that never blocks a
+// loop on the disk (Log): past access_log_buffer, lines are dropped and
+// counted.
+//
+// It imports nothing of the engine's.
+package accesslog
