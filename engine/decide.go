@@ -3,6 +3,7 @@ package engine
 import (
 	"log/slog"
 
+	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/internal/loglimit"
 )
@@ -95,7 +96,7 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 			switch {
 			case !px.speaks(f.proto) || misdirected:
 				d.status, d.reason = 421, reasonMisdirected
-			case unsafeProxyPath(f.path):
+			case reframe.UnsafePath(f.path):
 				d.status, d.reason = 400, reasonProxyPath
 			}
 			return d, buf

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 )
@@ -324,7 +325,7 @@ type exchange struct {
 // caller answers 413 through the exchange, and sends nothing up.
 func newExchange(lc *loopCtx, cl proxyClient, peer reactor.Addr, rt *routing.Route, method, path []byte, hasBody bool, contentLength int64) (ex *exchange, tooLarge bool) {
 	ex = &exchange{lc: lc, cl: cl, peer: peer, path: string(path), r: rt, isHead: string(method) == "HEAD",
-		idempotent: idempotentMethods[string(method)] && !hasBody, reqDone: !hasBody}
+		idempotent: reframe.IdempotentMethods[string(method)] && !hasBody, reqDone: !hasBody}
 	mb := rt.Cfg.MaxBody
 	return ex, mb > 0 && contentLength > int64(mb)
 }
@@ -518,7 +519,7 @@ func (ex *exchange) pumpRequest() {
 			ex.reqDone = true
 			if ex.reqChunked {
 				uc.Write([]byte("0\r\n"))
-				uc.Write(appendTrailers(nil, ex.cl.reqTrailers()))
+				uc.Write(reframe.AppendTrailers(nil, ex.cl.reqTrailers()))
 				uc.Write([]byte("\r\n"))
 			}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 )
@@ -31,7 +32,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n
 	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor}
 	// An answer of the engine's own (fail) is sent after the request's
 	// bytes are gone: what it needs of the request is copied now.
-	cl.log = h1.Request{Method: clone(r.Method), Target: clone(r.Target), Path: clone(r.Path), Minor: r.Minor}
+	cl.log = h1.Request{Method: reframe.Clone(r.Method), Target: reframe.Clone(r.Target), Path: reframe.Clone(r.Path), Minor: r.Minor}
 	h.beginRecord(c, st, r)
 	st.rec.SetSite(h.srv.siteProxy(), rt.Cfg.Domain)
 	ex, tooLarge := newExchange(h.lc, cl, c.Peer(), rt, r.Method, r.Path, r.HasBody(), r.ContentLength)
@@ -55,9 +56,9 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n
 	if r.Minor == 0 {
 		via = "1.0"
 	}
-	ex.head = h.lc.upstreamHead(&upstreamRequest{method: r.Method, path: r.Path, query: r.Query, host: r.Host,
-		fields: r.Headers, connection: r.Get("connection"), via: via, peer: c.Peer().Addr(),
-		tls: st.s.Session() != nil, contentLength: r.ContentLength, chunked: r.Chunked, upstream: rt.DefaultHost()})
+	ex.head = reframe.Head(&reframe.Request{Method: r.Method, Path: r.Path, Query: r.Query, Host: r.Host,
+		Fields: r.Headers, Connection: r.Get("connection"), Via: via, Peer: c.Peer().Addr(),
+		TLS: st.s.Session() != nil, ContentLength: r.ContentLength, Chunked: r.Chunked, Upstream: rt.DefaultHost()}, h.srv.proxy.Trusted)
 	ex.start()
 }
 
@@ -111,7 +112,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		b = append(b, "\r\n"...)
 	}
 	for _, f := range r.Headers {
-		if !copyRespField(f.Name, conn, r.Status, hasBody) {
+		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) {
 			continue
 		}
 		b = append(b, f.Name...)
@@ -197,7 +198,7 @@ func (cl *h1Client) end(trailers []byte) {
 		s := cl.st.s
 		s.Write([]byte("0\r\n"))
 		if len(trailers) > 0 {
-			s.Write(appendTrailers(nil, trailers))
+			s.Write(reframe.AppendTrailers(nil, trailers))
 		}
 		s.Write([]byte("\r\n"))
 	}

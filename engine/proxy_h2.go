@@ -7,6 +7,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
@@ -48,7 +49,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	}
 	fields := make([]h1.Header, 0, len(r.Fields))
 	for _, f := range r.Fields {
-		if !validFieldValue(f.Value) {
+		if !reframe.ValidFieldValue(f.Value) {
 			// HTTP/2 forbids only NUL, CR and LF in values; an HTTP/1.1
 			// upstream must not get other controls either.
 			ex.fail(400, "control character in a request field", nil)
@@ -57,9 +58,9 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 		fields = append(fields, h1.Header{Name: f.Name, Value: f.Value})
 	}
 	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
-	ex.head = hh.lc.upstreamHead(&upstreamRequest{method: r.Method, path: path, query: query, host: r.Get("host"),
-		fields: fields, via: "2", peer: hc.c.Peer().Addr(), tls: hc.s.Session() != nil,
-		contentLength: r.ContentLength, chunked: ex.reqChunked, upstream: rt.DefaultHost()})
+	ex.head = reframe.Head(&reframe.Request{Method: r.Method, Path: path, Query: query, Host: r.Get("host"),
+		Fields: fields, Via: "2", Peer: hc.c.Peer().Addr(), TLS: hc.s.Session() != nil,
+		ContentLength: r.ContentLength, Chunked: ex.reqChunked, Upstream: rt.DefaultHost()}, hh.srv.proxy.Trusted)
 	hc.conn.MarkBusy(st)
 	ex.start()
 }
@@ -111,7 +112,7 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	hc, hs := cl.hc, cl.hs
 	f := cl.fields[:0]
 	for _, h := range r.Headers {
-		if !copyRespField(h.Name, conn, r.Status, hasBody) {
+		if !reframe.CopyRespField(h.Name, conn, r.Status, hasBody) {
 			continue
 		}
 		f = append(f, hpack.HeaderField{Name: strings.ToLower(string(h.Name)), Value: string(h.Value)})
@@ -171,15 +172,15 @@ func (cl *h2Client) body(p []byte) {
 // end ends the stream's body, with the upstream's trailers in a HEADERS
 // frame after the last DATA when it sent any.
 func (cl *h2Client) end(trailers []byte) {
-	cl.hc.conn.EndBody(cl.hs.st, trailerFields(trailers))
+	cl.hc.conn.EndBody(cl.hs.st, reframe.TrailerFields(trailers))
 }
 
 // reqTrailers are the request's trailer fields as lines, for a body
-// re-framed chunked to the upstream (appendTrailers filters them).
+// re-framed chunked to the upstream (reframe.AppendTrailers filters them).
 func (cl *h2Client) reqTrailers() []byte {
 	var b []byte
 	for _, f := range cl.hs.st.Trailers {
-		if validFieldValue(f.Value) {
+		if reframe.ValidFieldValue(f.Value) {
 			b = append(append(append(append(b, f.Name...), ": "...), f.Value...), "\r\n"...)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h3"
@@ -132,8 +133,8 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	if !hasBody {
 		reqLen = -1
 	}
-	head := lc.upstreamHead(&upstreamRequest{method: []byte(r.Method), path: path, query: query, host: []byte(r.Host),
-		fields: fields, via: "3", peer: peer.Addr(), tls: true, contentLength: reqLen, chunked: hasBody && r.ContentLength < 0, upstream: rt.DefaultHost()})
+	head := reframe.Head(&reframe.Request{Method: []byte(r.Method), Path: path, Query: query, Host: []byte(r.Host),
+		Fields: fields, Via: "3", Peer: peer.Addr(), TLS: true, ContentLength: reqLen, Chunked: hasBody && r.ContentLength < 0, Upstream: rt.DefaultHost()}, srv.proxy.Trusted)
 	ex, tooLarge := newExchange(lc, cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
 	ex.head, ex.reqChunked = head, hasBody && r.ContentLength < 0
 	if tooLarge {
@@ -252,7 +253,7 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 			// quic-go fills r.Trailer as the body ends.
 			for k, vs := range r.Trailer {
 				for _, v := range vs {
-					if validFieldValue([]byte(v)) {
+					if reframe.ValidFieldValue([]byte(v)) {
 						trailers = append(append(append(append(trailers, k...), ": "...), v...), "\r\n"...)
 					}
 				}
@@ -344,7 +345,7 @@ func (cl *h3Client) continue100() {}
 func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
 	hdr := http.Header{}
 	for _, f := range r.Headers {
-		if !copyRespField(f.Name, conn, r.Status, hasBody) {
+		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) {
 			continue
 		}
 		k := http.CanonicalHeaderKey(string(f.Name))
@@ -378,7 +379,7 @@ func (cl *h3Client) body(p []byte) {
 func (cl *h3Client) end(trailers []byte) {
 	cl.flush()
 	ev := h3Event{kind: h3End}
-	eachTrailer(trailers, func(_, name, value []byte) {
+	reframe.EachTrailer(trailers, func(_, name, value []byte) {
 		if ev.trailers == nil {
 			ev.trailers = http.Header{}
 		}

@@ -1,4 +1,4 @@
-package engine
+package reframe
 
 import (
 	"bytes"
@@ -13,11 +13,11 @@ import (
 	"github.com/mediaship/engine/h1"
 )
 
-// idempotentMethods may be retried on a fresh connection when a reused
+// IdempotentMethods may be retried on a fresh connection when a reused
 // one was closed under them (RFC 9110 §9.2.2), if they carry no body.
-var idempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true}
+var IdempotentMethods = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true}
 
-func clone(b []byte) []byte {
+func Clone(b []byte) []byte {
 	if b == nil {
 		return nil
 	}
@@ -33,9 +33,9 @@ var hopByHop = map[string]bool{
 	"content-length": true, "expect": true,
 }
 
-// dropField reports whether a field of a message with the given
+// DropField reports whether a field of a message with the given
 // Connection header value must not be forwarded.
-func dropField(name, connection []byte) bool {
+func DropField(name, connection []byte) bool {
 	var buf [64]byte
 	low := buf[:0]
 	if len(name) > len(buf) {
@@ -79,44 +79,44 @@ func tokenListHasLower(v, tok []byte) bool {
 	return false
 }
 
-// upstreamRequest is what the request for the upstream is made of,
+// Request is what the request for the upstream is made of,
 // whichever protocol the client spoke.
-type upstreamRequest struct {
-	method, path, query, host []byte
-	fields                    []h1.Header
-	connection                []byte // the client's Connection value (HTTP/1.x)
-	via                       string // the client's protocol version: "1.1", "2", "3"
-	peer                      netip.Addr
-	upstream                  string // host:port of the upstream: the Host of a request without one
-	tls                       bool
-	contentLength             int64 // -1: none given
-	chunked                   bool  // the body goes chunked
+type Request struct {
+	Method, Path, Query, Host []byte
+	Fields                    []h1.Header
+	Connection                []byte // the client's Connection value (HTTP/1.x)
+	Via                       string // the client's protocol version: "1.1", "2", "3"
+	Peer                      netip.Addr
+	Upstream                  string // host:port of the upstream: the Host of a request without one
+	TLS                       bool
+	ContentLength             int64 // -1: none given
+	Chunked                   bool  // the body goes chunked
 }
 
-// upstreamHead writes the HTTP/1.1 request head for the upstream: the
+// Head writes the HTTP/1.1 request head for the upstream: the
 // client's method, path and fields, minus hop-by-hop fields and the
-// forwarding fields of untrusted clients, plus X-Forwarded-For,
+// forwarding fields of clients not among trusted, plus X-Forwarded-For,
 // X-Forwarded-Proto, X-Forwarded-Host, Forwarded and Via.
-func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
-	peer := u.peer.Unmap()
+func Head(u *Request, trustedProxies []netip.Prefix) []byte {
+	peer := u.Peer.Unmap()
 	trusted := false
-	for _, p := range lc.srv.proxy.Trusted {
+	for _, p := range trustedProxies {
 		if p.Contains(peer) {
 			trusted = true
 			break
 		}
 	}
 	proto := "http"
-	if u.tls {
+	if u.TLS {
 		proto = "https"
 	}
 	b := make([]byte, 0, 512)
-	b = append(b, u.method...)
+	b = append(b, u.Method...)
 	b = append(b, ' ')
-	b = append(b, u.path...)
-	if u.query != nil {
+	b = append(b, u.Path...)
+	if u.Query != nil {
 		b = append(b, '?')
-		b = append(b, u.query...)
+		b = append(b, u.Query...)
 	}
 	b = append(b, " HTTP/1.1\r\n"...)
 	var xff, xfp, xfh, fwd, cookie []byte
@@ -125,16 +125,16 @@ func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
 	// never sees a host the route did not match; a request with none
 	// (HTTP/1.0) names the upstream.
 	// (So does one whose Host names no host: ".", a port alone.)
-	if namesNoHost(u.host) {
-		u.host = nil
+	if namesNoHost(u.Host) {
+		u.Host = nil
 	}
-	host := u.host
+	host := u.Host
 	if len(host) == 0 {
-		host = []byte(u.upstream)
+		host = []byte(u.Upstream)
 	}
 	b = append(append(append(b, "Host: "...), host...), "\r\n"...)
-	for _, f := range u.fields {
-		if dropField(f.Name, u.connection) {
+	for _, f := range u.Fields {
+		if DropField(f.Name, u.Connection) {
 			continue
 		}
 		switch {
@@ -157,7 +157,7 @@ func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
 		case h1.EqualFold(f.Name, "forwarded"):
 			fwd = appendList(fwd, f.Value, trusted)
 			continue
-		case h1.EqualFold(f.Name, "cookie") && u.via != "1.1" && u.via != "1.0":
+		case h1.EqualFold(f.Name, "cookie") && u.Via != "1.1" && u.Via != "1.0":
 			// HTTP/2 and HTTP/3 may split cookies over fields; HTTP/1.1
 			// has one Cookie line (RFC 9113 §8.2.3).
 			if cookie != nil {
@@ -184,7 +184,7 @@ func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
 	}
 	b = append(append(append(b, "X-Forwarded-Proto: "...), xfp...), "\r\n"...)
 	if xfh == nil {
-		xfh = u.host
+		xfh = u.Host
 	}
 	if len(xfh) == 0 {
 		xfh = nil
@@ -205,19 +205,19 @@ func (lc *loopCtx) upstreamHead(u *upstreamRequest) []byte {
 		b = peer.AppendTo(b)
 	}
 	switch {
-	case u.host == nil:
-	case httpToken(u.host):
-		b = append(append(b, ";host="...), u.host...)
-	case quotable(u.host): // a port, an IPv6 literal
-		b = append(append(append(b, ";host=\""...), u.host...), '"')
+	case u.Host == nil:
+	case httpToken(u.Host):
+		b = append(append(b, ";host="...), u.Host...)
+	case quotable(u.Host): // a port, an IPv6 literal
+		b = append(append(append(b, ";host=\""...), u.Host...), '"')
 	}
 	b = append(append(append(b, ";proto="...), proto...), "\r\n"...)
-	b = append(append(append(b, "Via: "...), u.via...), " engine\r\n"...)
+	b = append(append(append(b, "Via: "...), u.Via...), " engine\r\n"...)
 	switch {
-	case u.chunked:
+	case u.Chunked:
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	case u.contentLength >= 0:
-		b = strconv.AppendInt(append(b, "Content-Length: "...), u.contentLength, 10)
+	case u.ContentLength >= 0:
+		b = strconv.AppendInt(append(b, "Content-Length: "...), u.ContentLength, 10)
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
@@ -261,9 +261,9 @@ func untrustedForward(name []byte) bool {
 	return false
 }
 
-// validFieldValue reports whether v can be an HTTP/1.1 field value:
+// ValidFieldValue reports whether v can be an HTTP/1.1 field value:
 // no control character but HTAB (RFC 9110 §5.5).
-func validFieldValue(v []byte) bool {
+func ValidFieldValue(v []byte) bool {
 	for _, c := range v {
 		if c < ' ' && c != '\t' || c == 0x7f {
 			return false
@@ -272,19 +272,19 @@ func validFieldValue(v []byte) bool {
 	return true
 }
 
-// appendTrailers appends the trailer lines of raw (field lines, each
+// AppendTrailers appends the trailer lines of raw (field lines, each
 // ending in CRLF, as h1.BodyReader keeps them) that may be passed on:
 // not framing, routing or hop-by-hop fields.
-func appendTrailers(dst, raw []byte) []byte {
-	eachTrailer(raw, func(line, _, _ []byte) { dst = append(dst, line...) })
+func AppendTrailers(dst, raw []byte) []byte {
+	EachTrailer(raw, func(line, _, _ []byte) { dst = append(dst, line...) })
 	return dst
 }
 
-// trailerFields are the trailers of raw that may be passed on, as
+// TrailerFields are the trailers of raw that may be passed on, as
 // HTTP/2 and HTTP/3 carry them: lower-case names, values trimmed.
-func trailerFields(raw []byte) []hpack.HeaderField {
+func TrailerFields(raw []byte) []hpack.HeaderField {
 	var out []hpack.HeaderField
-	eachTrailer(raw, func(_, name, value []byte) {
+	EachTrailer(raw, func(_, name, value []byte) {
 		out = append(out, hpack.HeaderField{Name: strings.ToLower(string(name)), Value: string(value)})
 	})
 	return out
@@ -296,9 +296,9 @@ func trailerFields(raw []byte) []hpack.HeaderField {
 var notTrailers = map[string]bool{"Host": true, "Set-Cookie": true, "Location": true, "Date": true, "Age": true, "Expires": true,
 	"Retry-After": true, "Vary": true, "Strict-Transport-Security": true, "Alt-Svc": true, "Content-Disposition": true, "Content-Location": true}
 
-// eachTrailer calls f with each trailer line of raw that may be passed
+// EachTrailer calls f with each trailer line of raw that may be passed
 // on, its name and its value (without surrounding whitespace).
-func eachTrailer(raw []byte, f func(line, name, value []byte)) {
+func EachTrailer(raw []byte, f func(line, name, value []byte)) {
 	for len(raw) > 0 {
 		end := bytes.Index(raw, []byte("\r\n"))
 		if end < 0 {
@@ -311,7 +311,7 @@ func eachTrailer(raw []byte, f func(line, name, value []byte)) {
 			continue
 		}
 		name := line[:colon]
-		if canon := textproto.CanonicalMIMEHeaderKey(string(name)); dropField(name, nil) || !httpguts.ValidTrailerHeader(canon) || notTrailers[canon] {
+		if canon := textproto.CanonicalMIMEHeaderKey(string(name)); DropField(name, nil) || !httpguts.ValidTrailerHeader(canon) || notTrailers[canon] {
 			continue // framing, routing, hop-by-hop, or a field RFC 9110 §6.5.1 keeps out of trailers
 		}
 		f(line, name, bytes.Trim(line[colon+1:end], " \t"))
@@ -341,11 +341,11 @@ func httpToken(v []byte) bool {
 	return len(v) > 0
 }
 
-// unsafeProxyPath reports whether a request path would mean something
+// UnsafePath reports whether a request path would mean something
 // else to an upstream than to the route that matched it: dot segments,
 // or an encoded slash, dot or backslash (a path that "/api/../admin"
 // would reach the upstream's /admin through the route for /api/).
-func unsafeProxyPath(p []byte) bool {
+func UnsafePath(p []byte) bool {
 	// segEnd: what may follow a dot segment for some server to read it as
 	// one: the end, "/", or ";" (Tomcat and Jetty read "..;x" as "..").
 	segEnd := func(i int) bool { return i == len(p) || p[i] == '/' || p[i] == ';' }
@@ -371,13 +371,13 @@ func unsafeProxyPath(p []byte) bool {
 	return false
 }
 
-// copyRespField reports whether a response field goes to the client:
+// CopyRespField reports whether a response field goes to the client:
 // not hop-by-hop nor named by the upstream's Connection (conn), and not
 // Content-Length, which the proxy writes itself, except on a response
 // without a body where it describes the representation (HEAD, 304).
-func copyRespField(name, conn []byte, status int, hasBody bool) bool {
+func CopyRespField(name, conn []byte, status int, hasBody bool) bool {
 	if h1.EqualFold(name, "content-length") {
 		return !hasBody && status != 204 && status >= 200
 	}
-	return !dropField(name, conn)
+	return !DropField(name, conn)
 }
