@@ -16,6 +16,7 @@ import (
 
 	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/acme"
+	"github.com/mediaship/engine/engine/admin"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/digests"
 	"github.com/mediaship/engine/engine/files"
@@ -67,7 +68,7 @@ type Server struct {
 	ktlsOK    bool          // preflight found kernel TLS usable: promote
 	ktlsRekey bool          // and able to rekey (KeyUpdate after promotion)
 
-	admin   *admin // nil without [admin]
+	admin   *admin.Listener // nil without [admin]
 	regOnce sync.Once
 	reg     *prometheus.Registry // registry() makes it
 	health  atomic.Int32         // healthStarting, healthServing, healthDraining
@@ -347,7 +348,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	stopSaving := make(chan struct{})
 	go s.digests.SaveLoop(stopSaving)
-	go s.admin.serve(s)
+	if s.admin != nil {
+		go s.admin.Serve()
+	}
 	s.health.Store(healthServing)
 	var err error
 	select {
@@ -397,7 +400,9 @@ func (s *Server) Run(ctx context.Context) error {
 	<-h3done
 	close(stopSaving)
 	s.health.Store(healthDraining)
-	s.admin.close()
+	if s.admin != nil {
+		s.admin.Close()
+	}
 	s.logTotals()
 	s.digests.Close()
 	s.cache.Close()

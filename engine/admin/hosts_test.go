@@ -1,4 +1,4 @@
-package engine
+package admin
 
 import "testing"
 
@@ -36,7 +36,7 @@ func TestAdminHosts(t *testing.T) {
 		{"0.0.0.0:9100", "0.0.0.0:9100", "evil.example:9100", false},
 		{"0.0.0.0:9100", "0.0.0.0:9100", "", false},
 	} {
-		if got := newAdminHosts(tc.listen, tc.bound).allowed(tc.host); got != tc.want {
+		if got := newHosts(tc.listen, tc.bound).allowed(tc.host); got != tc.want {
 			t.Errorf("listen %s (bound %s): allowed(%q) = %v, want %v", tc.listen, tc.bound, tc.host, got, tc.want)
 		}
 	}
