@@ -1,7 +1,7 @@
 package engine_test
 
-// Regression tests for what an outside attack on the running server found
-// (issue 12): each waiting state has a deadline, and names and paths from
+// Regression tests for what an outside attack on the running server
+// found: each waiting state has a deadline, and names and paths from
 // clients never become links, redirects or extra work.
 
 import (

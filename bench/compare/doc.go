@@ -11,8 +11,9 @@
 // per request, and its ceiling for that cell: the CPUs its goroutines
 // could use over that cost; a figure within 10% of its ceiling (the client
 // at least 90% busy) is marked as possibly client-bound, and the page has
-// the client's table beside the servers'. --client external runs issue
-// 15's eight rows with programs from Debian instead, and puts the
+// the client's table beside the servers'. --client external runs eight
+// rows with programs from Debian instead (each figure measured by a
+// program other than this harness), and puts the
 // server's CPU in every cell ("726.1 [0.821]": seconds per GiB on the
 // large-file rows, microseconds per request on the 1 KiB rows); it
 // writes docs/BENCHMARKS-external.md and compares engine, nginx, caddy,

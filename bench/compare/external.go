@@ -34,8 +34,9 @@ func clientTool(client string) debTool {
 	return toolOpenSSL
 }
 
-// externalMatrix is issue 15's table: every row measured by a program
-// other than this harness, the server's CPU beside each figure.
+// externalMatrix is the table measured by programs other than this
+// harness (curl, wrk, h2load, openssl s_time), so that no figure rests on
+// our own client alone; the server's CPU is beside each figure.
 func externalMatrix() []row {
 	return []row{
 		{id: "large-h1-tls", name: "large file, 1 connection, h1 TLS", unit: "MiB/s [server CPU s/GiB]", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps", client: clientCurl},

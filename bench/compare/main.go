@@ -78,7 +78,7 @@ func main() {
 	samples := flag.Int("samples", 3, "samples per cell")
 	warmup := flag.Duration("warmup", time.Second, "warmup per cell")
 	quick := flag.Bool("quick", false, "a short run over a few rows (a smoke test, not a measurement)")
-	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix), external (curl, wrk, h2load and openssl s_time: issue 15's rows, with the server's CPU in every cell) proxy (each server as a TLS reverse proxy in front of one nginx file server: issue 16's rows) or passthrough (each server relaying TLS unopened to one nginx TLS origin, and QUIC to a quic-go one: issue 17's rows)")
+	client := flag.String("client", "bench", "what measures the servers: bench (engine bench, in this process: the full matrix), external (curl, wrk, h2load and openssl s_time, with the server's CPU in every cell), proxy (each server as a TLS reverse proxy in front of one nginx file server) or passthrough (each server relaying TLS unopened to one nginx TLS origin, and QUIC to a quic-go one)")
 	servers := flag.String("servers", "engine,nginx,caddy", "servers to compare: engine, baseline, nginx, caddy, gohttp (Go net/http), lighttpd, haproxy (default with --client external: engine,nginx,caddy,gohttp,lighttpd; with --client proxy: engine,nginx,caddy,haproxy; with --client passthrough: engine,nginx,haproxy)")
 	caddyBin := flag.String("caddy", os.Getenv("CADDY"), "caddy binary (default: $CADDY, or Caddy "+caddyVersion+" built once into the user's cache)")
 	only := flag.String("rows", "", "measure only the rows of the full matrix whose name matches this regular expression (with --quick too)")

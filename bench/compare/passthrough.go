@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// passthroughMatrix is issue 17's table: each server relays TLS, unopened,
+// passthroughMatrix compares relaying TLS unopened: each server relays it
 // to the same nginx TLS origin; the HTTP/3 row relays QUIC to a quic-go
 // origin at the same port number over UDP.
 func passthroughMatrix() []row {

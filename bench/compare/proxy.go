@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// proxyMatrix is issue 16's table: each server as a TLS-terminating
-// reverse proxy in front of the same nginx file server.
+// proxyMatrix compares reverse proxies: each server terminates TLS in
+// front of the same nginx file server, so only the proxy differs.
 func proxyMatrix() []row {
 	return []row{
 		{id: "proxy-large-h1-tls", name: "proxied large file, 1 connection, h1 TLS", unit: "MiB/s [proxy CPU s/GiB]", proto: "h1", tls: true, file: "large.bin", connections: 1, metric: "mibps", client: clientCurl},
