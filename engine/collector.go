@@ -30,11 +30,8 @@ type simpleMetric struct {
 // snapshot is what one scrape reads.
 type snapshot struct {
 	Stats
-	t                                       tlsTotals
-	h3Bytes                                 int64
-	logWritten, logDrops                    int64
-	digestHits, digestMisses, digestBacklog int64
-	redirect                                *Stats // the [redirect_http] listener's reactor counters; nil without it
+	t       tlsTotals
+	h3Bytes int64
 }
 
 func newCollector(s *Server) *collector {
@@ -55,81 +52,17 @@ func newCollector(s *Server) *collector {
 		passFailures: d("passthrough_failures_total", "Connections TLS passthrough did not relay, by protocol (tcp, quic) and reason.", "protocol", "reason"),
 		wtCloses:     d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
 	}
-	counter := func(name, help string, f func(*snapshot) int64) {
-		c.simple = append(c.simple, simpleMetric{d(name, help), prometheus.CounterValue, func(s *snapshot) float64 { return float64(f(s)) }})
-	}
-	gauge := func(name, help string, f func(*snapshot) int64) {
-		c.simple = append(c.simple, simpleMetric{d(name, help), prometheus.GaugeValue, func(s *snapshot) float64 { return float64(f(s)) }})
-	}
 	c.simple = append(c.simple,
 		simpleMetric{prometheus.NewDesc("process_cpu_seconds_total", "User and system CPU time spent, in seconds.", nil, nil), prometheus.CounterValue,
 			func(*snapshot) float64 { return processCPU() }},
 		simpleMetric{prometheus.NewDesc("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.", nil, nil), prometheus.GaugeValue,
 			func(*snapshot) float64 { return float64(processStart.UnixNano()) / 1e9 }})
-	counter("connections_accepted_total", "TCP connections accepted.", func(s *snapshot) int64 { return s.Accepted })
-	counter("connections_reclaimed_total", "Idle connections closed to admit new ones at max_connections.", func(s *snapshot) int64 { return s.Reclaimed })
-	counter("socket_full_total", "Times a socket refused more output (EAGAIN): the client or the path is slower than the disk.", func(s *snapshot) int64 { return s.SocketFull })
-	counter("ktls_promotions_total", "Connections whose transmission moved to kernel TLS.", func(s *snapshot) int64 { return s.t.Promotions })
-	counter("ktls_promotion_failures_total", "Promotions to kernel TLS that failed (the connection went on in userspace).", func(s *snapshot) int64 { return s.t.PromoteFailures })
-	counter("tls_record_errors_total", "TLS connections closed for a bad record or an unexpected message.", func(s *snapshot) int64 { return s.t.RecordErrors })
-	counter("tls_alerts_received_total", "Fatal TLS alerts received from clients.", func(s *snapshot) int64 { return s.t.AlertsReceived })
-	counter("bulk_responses_total", "Responses that took the bulk path (congestion control switched to bulk_congestion).", func(s *snapshot) int64 { return s.Bulk })
-	counter("bulk_congestion_errors_total", "Bulk responses whose congestion control could not be set.", func(s *snapshot) int64 { return s.CongestionErrors })
-	counter("open_file_cache_hits_total", "Requests answered from the open-file cache.", func(s *snapshot) int64 { return s.CacheHits })
-	counter("open_file_cache_misses_total", "Requests that opened a file on a worker.", func(s *snapshot) int64 { return s.CacheMisses })
-	counter("digest_cache_hits_total", "BLAKE3 digests found in the digest cache when a file was opened.", func(s *snapshot) int64 { return s.digestHits })
-	counter("digest_cache_misses_total", "Files opened whose digest the cache did not know.", func(s *snapshot) int64 { return s.digestMisses })
-	gauge("digest_backlog", "Files waiting for a hashing worker.", func(s *snapshot) int64 { return s.digestBacklog })
-	counter("digests_computed_total", "BLAKE3 digests computed.", func(s *snapshot) int64 { return s.FilesHashed })
-	counter("digest_bytes_total", "Bytes hashed.", func(s *snapshot) int64 { return s.BytesHashed })
-	c.simple = append(c.simple, simpleMetric{d("digest_seconds_total", "Time the hashing workers spent."), prometheus.CounterValue,
-		func(s *snapshot) float64 { return s.HashTime.Seconds() }})
-	counter("h2_connections_total", "HTTP/2 connections.", func(s *snapshot) int64 { return s.H2Connections })
-	counter("h2_streams_total", "HTTP/2 responses.", func(s *snapshot) int64 { return s.H2Streams })
-	counter("h2_resets_total", "HTTP/2 streams reset before their response was out.", func(s *snapshot) int64 { return s.H2Resets })
-	counter("h3_connections_total", "HTTP/3 connections accepted.", func(s *snapshot) int64 { return s.H3Connections })
-	gauge("h3_open_connections", "HTTP/3 connections open now.", func(s *snapshot) int64 { return s.H3Active })
-	counter("h3_refused_total", "HTTP/3 connection attempts refused at max_connections.", func(s *snapshot) int64 { return s.H3Refused })
-	counter("h3_streams_total", "HTTP/3 responses.", func(s *snapshot) int64 { return s.H3Streams })
-	counter("h3_resets_total", "HTTP/3 responses the client reset or abandoned.", func(s *snapshot) int64 { return s.H3Resets })
-	counter("h3_stalled_total", "HTTP/3 responses reset after send_timeout without progress.", func(s *snapshot) int64 { return s.H3Stalled })
-	counter("redirects_total", "308s to https:// from [redirect_http].", func(s *snapshot) int64 { return s.Redirects })
-	counter("acme_challenges_total", "ACME validations answered.", func(s *snapshot) int64 { return s.ACMEChallenges })
-	counter("access_log_lines_total", "Access log lines written.", func(s *snapshot) int64 { return s.logWritten })
-	counter("access_log_dropped_lines_total", "Access log lines dropped: the disk fell behind by access_log_buffer, or a write failed.", func(s *snapshot) int64 { return s.logDrops })
-	if s.proxy != nil {
-		counter("upstream_connections_opened_total", "Connections opened to upstreams.", func(s *snapshot) int64 { return s.ProxyOpened })
-		counter("upstream_connections_reused_total", "Proxied requests sent on a pooled connection.", func(s *snapshot) int64 { return s.ProxyReused })
-		counter("upstream_connect_failures_total", "Upstream connections that failed (refused, connect timeout).", func(s *snapshot) int64 { return s.ProxyFailed })
-		counter("upstream_retries_total", "Idempotent requests sent again after a pooled connection closed under them.", func(s *snapshot) int64 { return s.ProxyRetried })
-		counter("upstream_timeouts_total", "Upstream response or send timeouts (504).", func(s *snapshot) int64 { return s.ProxyTimeouts })
-		counter("upstream_bad_responses_total", "Upstream responses that could not be relayed (502, or a reset mid-body).", func(s *snapshot) int64 { return s.ProxyBadResponses })
-		counter("upstream_drained_total", "Upstream responses read and dropped after their client left, to keep the connection.", func(s *snapshot) int64 { return s.ProxyDrained })
-		counter("upstream_unsolicited_total", "Upstream connections closed, not reused, for bytes no request asked for (an upstream answering twice).", func(s *snapshot) int64 { return s.ProxyUnsolicited })
-		counter("upstream_queued_total", "Proxied requests that waited for a connection (max_conns).", func(s *snapshot) int64 { return s.ProxyQueued })
-		gauge("upstream_h2_buffered_bytes", "Proxied response bytes HTTP/2 streams hold ahead of their clients.", func(s *snapshot) int64 { return s.ProxyH2Buffered })
-	}
+	// Every counter and gauge Stats declares (its metric tag).
+	c.simple = append(c.simple, statMetrics(s.proxy != nil, s.pass != nil)...)
 	if w := s.wt; w != nil {
-		st := w.Stats()
-		counter("webtransport_sessions_total", "WebTransport sessions opened.", func(*snapshot) int64 { return st.Sessions.Load() })
-		counter("webtransport_sessions_refused_total", "WebTransport sessions refused at max_sessions or during a stop (503).", func(*snapshot) int64 { return st.Refused.Load() })
-		gauge("webtransport_sessions_open", "WebTransport sessions open now.", func(*snapshot) int64 { return w.Open() })
-		counter("webtransport_streams_total", "Client streams bound to a WebTransport session.", func(*snapshot) int64 { return st.Streams.Load() })
-		counter("webtransport_streams_orphaned_total", "Client streams refused because their session was not found (WT_BUFFERED_STREAM_REJECTED).", func(*snapshot) int64 { return st.StreamsOrphan.Load() })
-		counter("webtransport_datagrams_received_total", "WebTransport datagrams received.", func(*snapshot) int64 { return st.DatagramsIn.Load() })
-		counter("webtransport_datagrams_sent_total", "WebTransport datagrams sent.", func(*snapshot) int64 { return st.DatagramsOut.Load() })
-		counter("webtransport_bytes_received_total", "WebTransport payload bytes received (streams, datagrams, capsules).", func(*snapshot) int64 { return st.BytesIn.Load() })
-		counter("webtransport_bytes_sent_total", "WebTransport payload bytes sent (streams, datagrams).", func(*snapshot) int64 { return st.BytesOut.Load() })
-	}
-	if s.pass != nil {
-		counter("passthrough_relayed_total", "TCP connections relayed by TLS passthrough.", func(s *snapshot) int64 { return s.PassRelayed })
-		gauge("passthrough_open", "TCP passthrough relays open now.", func(s *snapshot) int64 { return s.PassActive })
-		counter("passthrough_bytes_up_total", "Bytes relayed from clients to upstreams (closed relays).", func(s *snapshot) int64 { return s.PassBytesUp })
-		counter("passthrough_bytes_down_total", "Bytes relayed from upstreams to clients (closed relays).", func(s *snapshot) int64 { return s.PassBytesDown })
-		counter("quic_passthrough_relayed_total", "QUIC flows relayed.", func(s *snapshot) int64 { return s.QUICPassRelayed })
-		gauge("quic_passthrough_open", "QUIC flows relayed now.", func(s *snapshot) int64 { return s.QUICPassActive })
-		counter("quic_passthrough_unconfirmed_total", "QUIC flows closed because their client never answered the upstream (header_timeout) or never finished its handshake (15 s), or for a new flow at max_connections.", func(s *snapshot) int64 { return s.QUICPassUnconfirmed })
-		counter("quic_passthrough_one_sided_total", "QUIC flows closed because their upstream had said nothing for a while as their client kept sending.", func(s *snapshot) int64 { return s.QUICPassOneSided })
+		c.simple = append(c.simple, atomicMetrics(w.Stats())...)
+		c.simple = append(c.simple, simpleMetric{d("webtransport_sessions_open", "WebTransport sessions open now."), prometheus.GaugeValue,
+			func(*snapshot) float64 { return float64(w.Open()) }})
 	}
 	return c
 }
@@ -148,11 +81,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	snap := &snapshot{Stats: s.counters(), h3Bytes: s.stats.h3Bytes.Load()}
 	snap.t = s.tlsTotals()
-	if s.alog != nil {
-		snap.logWritten, snap.logDrops = s.alog.Written.Load(), s.alog.Dropped.Load()
-	}
-	snap.digestHits, snap.digestMisses = s.digests.Cache().Hits.Load(), s.digests.Cache().Misses.Load()
-	snap.digestBacklog = int64(s.digests.Backlog())
 	for _, m := range c.simple {
 		if v := m.value(snap); !math.IsNaN(v) {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, v)

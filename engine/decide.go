@@ -150,12 +150,12 @@ func (s *Server) outcome(log *slog.Logger, lim *loglimit.Limiter, d *decision, s
 	case d != nil && d.route != nil && d.status != 0:
 		lim.Note("proxy: request refused", "status", status, "route", d.route.Key, "reason", d.reason, "path", string(path), "peer", peer)
 	case status >= 500 && path != nil:
-		s.stats.serverErrors.Add(1)
+		s.stats.ServerErrors.Add(1)
 		log.Warn("server error", "status", status, "path", string(path), "peer", peer, "err", err)
 	case status == 404:
-		s.stats.notFound.Add(1)
+		s.stats.NotFound.Add(1)
 	case (status == 400 || status == 403) && err != nil:
 		lim.Note("refused path", "status", status, "path", string(path), "peer", peer, "reason", err)
 	}
-	s.stats.requests.Add(1)
+	s.stats.Requests.Add(1)
 }

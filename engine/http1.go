@@ -178,7 +178,7 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 		if err != nil {
 			var pe *h1.Error
 			errors.As(err, &pe)
-			h.srv.stats.badRequests.Add(1)
+			h.srv.stats.BadRequests.Add(1)
 			h.lc.note("bad request", "peer", c.Peer(), "status", pe.Status, "reason", pe.Reason)
 			st.closeAfter = true
 			files.ErrorResponse(&st.files.Resp, pe.Status)

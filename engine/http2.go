@@ -70,7 +70,7 @@ func (hh *h2Handler) start(c *reactor.Conn, s *transport.Stream) *h2Conn {
 		OnEvent:              hc.event,
 	}, hc)
 	hh.conns[hc] = struct{}{}
-	srv.stats.h2Conns.Add(1)
+	srv.stats.H2Connections.Add(1)
 	// The header_timeout set at accept still runs: it covers the TLS
 	// handshake, the preface and the first request (stateFirst).
 	return hc
@@ -106,7 +106,7 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 		if err != nil {
 			var ce *h2.ConnError
 			if errors.As(err, &ce) && ce.Code != 0 {
-				hh.srv.stats.h2ConnErrors.Add(1)
+				hh.srv.stats.H2ConnErrors.Add(1)
 			}
 			break
 		}
@@ -213,7 +213,7 @@ func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 	if end > 0 && !hc.present(hs, resp, end) {
 		// The file shrank under the length this response promised: h2
 		// resets this stream alone (INTERNAL_ERROR).
-		hc.h.srv.stats.h2BodyFailures.Add(1)
+		hc.h.srv.stats.H2BodyFailures.Add(1)
 		hc.h.lc.note("file shrank while being sent; HTTP/2 stream reset",
 			"peer", hc.c.Peer(), "path", string(st.Req.Path), "stream", st.ID)
 		return false
@@ -363,7 +363,7 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	}
 	path, _ := splitTarget(r.Path)
 	srv.outcome(hh.lc.log, hh.lc.limiter, &hs.d, resp.Status, resp.Err, path, hc.c.Peer())
-	srv.stats.h2Streams.Add(1)
+	srv.stats.H2Streams.Add(1)
 
 	hh.fields.f = hh.fields.f[:0]
 	writeFields(&hh.fields, resp, hs.d.site, hh.lc.httpDate())
@@ -397,7 +397,7 @@ func (hc *h2Conn) StreamDone(st *h2.Stream) {
 		return // refused or malformed before the handler saw it
 	}
 	if st.Reset {
-		hc.h.srv.stats.h2Resets.Add(1)
+		hc.h.srv.stats.H2Resets.Add(1)
 	}
 	hc.logStream(hs)
 	if hs.proxy != nil {
@@ -443,7 +443,7 @@ func (hh *h2Handler) tick() {
 	body := int64(hh.srv.cfg.Limits.BodyTimeout.D())
 	for hc := range hh.conns {
 		if hc.conn.ExpireHeaders(now, header) != nil {
-			hh.srv.stats.h2ConnErrors.Add(1)
+			hh.srv.stats.H2ConnErrors.Add(1)
 			hc.c.Wake()
 			continue
 		}

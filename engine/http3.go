@@ -220,7 +220,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	srv := hh.srv
 	resp := &sc.files.Resp
 	srv.outcome(srv.log, hh.limiter, d, resp.Status, resp.Err, path, r.RemoteAddr)
-	srv.stats.h3Streams.Add(1)
+	srv.stats.H3Streams.Add(1)
 	s := d.site
 	switch {
 	case d.route != nil:
@@ -250,7 +250,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 		rate = int64(s.limitRate)
 	}
 	if bulk {
-		srv.stats.bulk.Add(1)
+		srv.stats.Bulk.Add(1)
 		if p := int64(srv.cfg.H3.BulkPaceRate); p > 0 && (rate == 0 || p < rate) {
 			rate = p
 		}
@@ -275,7 +275,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	}
 	body, err := h3.TakeOver(w, pacer, srv.cfg.Limits.SendTimeout.D())
 	if err != nil {
-		srv.stats.h3Resets.Add(1)
+		srv.stats.H3Resets.Add(1)
 		return 0
 	}
 	if bulk {
@@ -289,10 +289,10 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	if err := hh.writeBody(body, resp, sc.buf); err != nil {
 		switch {
 		case errors.Is(err, h3.ErrStalled):
-			srv.stats.h3Stalled.Add(1)
+			srv.stats.H3Stalled.Add(1)
 			body.Abort(http3.ErrCodeRequestCanceled)
 		case h3.ClientGone(err):
-			srv.stats.h3Resets.Add(1)
+			srv.stats.H3Resets.Add(1)
 		default:
 			srv.log.Warn("HTTP/3 response cut short", "path", r.RequestURI, "peer", r.RemoteAddr, "err", err)
 			body.Abort(http3.ErrCodeInternalError)

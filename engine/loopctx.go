@@ -103,9 +103,9 @@ func (lc *loopCtx) logResponse(rec *accesslog.Record, sent int64, ktls bool) {
 func (lc *loopCtx) bulkPolicy(c *reactor.Conn, resp *files.Response, s *site) {
 	k := &lc.srv.cfg.Kernel
 	if resp.Bulk >= int64(k.BulkThreshold) && k.BulkCongestion != "off" {
-		lc.srv.stats.bulk.Add(1)
+		lc.srv.stats.Bulk.Add(1)
 		if err := c.SetCongestion(k.BulkCongestion); err != nil {
-			lc.srv.stats.congestionErrors.Add(1)
+			lc.srv.stats.CongestionErrors.Add(1)
 			if !lc.warnedCC {
 				lc.warnedCC = true
 				lc.log.Warn("cannot set bulk congestion control; bulk responses use the system default",

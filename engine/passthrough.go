@@ -181,8 +181,8 @@ func (pc *passConn) start() {
 	u.Relay(c)
 	c.Relay(u)
 	px := pc.h.srv.pass
-	px.Stats.Relayed.Add(1)
-	px.Stats.Active.Add(1)
+	px.Stats.PassRelayed.Add(1)
+	px.Stats.PassActive.Add(1)
 	pc.movedAt = c.Loop().Now().UnixNano()
 	pc.h.addRelay(pc)
 }
@@ -214,9 +214,9 @@ func (pc *passConn) closed(x *reactor.Conn) {
 	if pc.started && !pc.counted {
 		pc.counted = true
 		px := pc.h.srv.pass
-		px.Stats.Active.Add(-1)
-		px.Stats.BytesUp.Add(pc.u.Sent() - int64(pc.header))
-		px.Stats.BytesDown.Add(pc.c.Sent())
+		px.Stats.PassActive.Add(-1)
+		px.Stats.PassBytesUp.Add(pc.u.Sent() - int64(pc.header))
+		px.Stats.PassBytesDown.Add(pc.c.Sent())
 		pc.up.Active.Add(-1)
 		pc.h.removeRelay(pc)
 	} else if !pc.started && pc.u != nil && x == pc.c {

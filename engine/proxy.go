@@ -34,11 +34,13 @@ type proxyTable struct {
 	h2Buffered atomic.Int64
 }
 
-// proxyCounters count what the upstream pools did.
+// proxyCounters count what the upstream pools did; each is named as the
+// Stats field it fills (loadCounters).
 type proxyCounters struct {
-	opened, reused, failed, retried, timeouts, badResponses, drained, queued atomic.Int64
-	// unsolicited: connections closed for bytes no request asked for.
-	unsolicited atomic.Int64
+	ProxyOpened, ProxyReused, ProxyFailed, ProxyRetried, ProxyTimeouts atomic.Int64
+	ProxyBadResponses, ProxyDrained, ProxyQueued                       atomic.Int64
+	// ProxyUnsolicited: connections closed for bytes no request asked for.
+	ProxyUnsolicited atomic.Int64
 }
 
 // newProxyTable is cfg's table; nil without routes that terminate TLS.
@@ -107,7 +109,7 @@ func (p *proxyPool) put(uc *upConn, r *routing.Route) {
 // unsolicited counts and logs a connection closed for bytes its upstream
 // sent that no request asked for; found says when they were seen.
 func (p *proxyPool) unsolicited(uc *upConn, found string) {
-	p.lc.srv.proxy.stats.unsolicited.Add(1)
+	p.lc.srv.proxy.stats.ProxyUnsolicited.Add(1)
 	p.lc.note("proxy: upstream sent bytes no request asked for; connection closed, not reused",
 		"upstream", uc.up.Name, "found", found)
 }
@@ -380,7 +382,7 @@ func (ex *exchange) connect(fresh bool) bool {
 			uc = pool.get(u)
 		}
 		if uc != nil {
-			ex.lc.srv.proxy.stats.reused.Add(1)
+			ex.lc.srv.proxy.stats.ProxyReused.Add(1)
 		} else {
 			if share || pool.full(u, ex.r) {
 				// Every connection this loop may open to u is busy, or
@@ -388,7 +390,7 @@ func (ex *exchange) connect(fresh bool) bool {
 				// up to response_timeout (expire).
 				ex.waitSince = now
 				pool.wait[u] = append(pool.wait[u], ex)
-				ex.lc.srv.proxy.stats.queued.Add(1)
+				ex.lc.srv.proxy.stats.ProxyQueued.Add(1)
 				return false
 			}
 			uc = &upConn{up: u, pool: pool, ex: ex}
@@ -397,7 +399,7 @@ func (ex *exchange) connect(fresh bool) bool {
 				continue
 			}
 			pool.open[u]++
-			ex.lc.srv.proxy.stats.opened.Add(1)
+			ex.lc.srv.proxy.stats.ProxyOpened.Add(1)
 		}
 		uc.ex = ex
 		uc.used++
@@ -437,7 +439,7 @@ func (ex *exchange) dropUp() *upConn {
 // upstreamFailed marks u down for a while after a failed connection
 // (upstream.failed) and says so.
 func (ex *exchange) upstreamFailed(u *routing.Upstream, err error) {
-	ex.lc.srv.proxy.stats.failed.Add(1)
+	ex.lc.srv.proxy.stats.ProxyFailed.Add(1)
 	backoff := u.Failed()
 	ex.lc.note("upstream connection failed; trying another, and skipping this one for a while",
 		"route", ex.r.Key, "upstream", u.Name, "err", err, "backoff", backoff)
@@ -545,7 +547,7 @@ func (ex *exchange) readHead() bool {
 			return false
 		}
 		if err != nil {
-			ex.lc.srv.proxy.stats.badResponses.Add(1)
+			ex.lc.srv.proxy.stats.ProxyBadResponses.Add(1)
 			ex.fail(502, "bad response from upstream", err)
 			return false
 		}
@@ -576,7 +578,7 @@ func (ex *exchange) readHead() bool {
 		} else {
 			ex.respDone = true
 		}
-		ex.lc.srv.stats.requests.Add(1)
+		ex.lc.srv.stats.Requests.Add(1)
 		ex.cl.writeHead(r, r.Get("connection"), bodyLen, hasBody)
 		ex.respHead = true
 		uc.SetReadDeadline(0)
@@ -655,7 +657,7 @@ func (ex *exchange) pumpResponse(headNow bool) {
 		}
 		n, data, err := ex.respBody.Read(in)
 		if err != nil {
-			ex.lc.srv.proxy.stats.badResponses.Add(1)
+			ex.lc.srv.proxy.stats.ProxyBadResponses.Add(1)
 			ex.lc.note("bad body framing from upstream; resetting the client's response",
 				"route", ex.r.Key, "upstream", ex.up.up.Name, "err", err)
 			ex.abort("bad upstream body framing")
@@ -741,16 +743,16 @@ func (ex *exchange) upstreamClosed() {
 	case uc.c.TimedOut() && ex.awaitClient:
 		ex.fail(408, "the client's request body stopped (body_timeout)", nil)
 	case uc.c.TimedOut() && ex.waitingResp:
-		ex.lc.srv.proxy.stats.timeouts.Add(1)
+		ex.lc.srv.proxy.stats.ProxyTimeouts.Add(1)
 		ex.fail(504, "upstream response_timeout", nil)
 	case uc.c.TimedOut():
-		ex.lc.srv.proxy.stats.timeouts.Add(1)
+		ex.lc.srv.proxy.stats.ProxyTimeouts.Add(1)
 		ex.fail(504, "upstream timed out taking the request", nil)
 	case uc.used > 1 && ex.idempotent && ex.reqSent == 0 && !ex.retried:
 		// A pooled connection the upstream closed as it was reused:
 		// safe to send again on a fresh one.
 		ex.retried = true
-		ex.lc.srv.proxy.stats.retried.Add(1)
+		ex.lc.srv.proxy.stats.ProxyRetried.Add(1)
 		ex.headSent, ex.waitingResp = false, false
 		if ex.connect(true) {
 			ex.pump()
@@ -834,7 +836,7 @@ func (ex *exchange) clientGone() {
 	if ex.up != nil && ex.reqDone && !ex.early && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
-		ex.lc.srv.proxy.stats.drained.Add(1)
+		ex.lc.srv.proxy.stats.ProxyDrained.Add(1)
 		if !ex.respHead {
 			d := drainWait
 			if rt := ex.r.Cfg.ResponseTimeout.D(); rt > 0 && rt < d {

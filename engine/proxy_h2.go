@@ -121,7 +121,7 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		f = append(f, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(bodyLen, 10)})
 	}
 	cl.fields = f
-	hc.h.srv.stats.h2Streams.Add(1)
+	hc.h.srv.stats.H2Streams.Add(1)
 	hs.rec.Respond(r.Status, false)
 	n := int64(0)
 	if hasBody {

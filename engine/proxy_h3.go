@@ -182,7 +182,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 			if err != nil {
 				lc.loop.Post(cl.clientGone)
 				if h3.ClientGone(err) {
-					srv.stats.h3Resets.Add(1)
+					srv.stats.H3Resets.Add(1)
 				} else {
 					body.Abort(http3.ErrCodeRequestCanceled)
 				}
@@ -358,7 +358,7 @@ func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	if !hasBody {
 		n = 0
 	}
-	cl.lc.srv.stats.h3Streams.Add(1)
+	cl.lc.srv.stats.H3Streams.Add(1)
 	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n})
 }
 

@@ -77,7 +77,7 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 			files.ErrorResponse(resp, 404)
 			break
 		}
-		h.srv.stats.acmeChallenges.Add(1)
+		h.srv.stats.ACMEChallenges.Add(1)
 		b := []byte(body)
 		*resp = files.Response{Status: 200, ContentType: "text/plain", ContentLength: int64(len(b)),
 			Parts: []files.Part{{Mem: b, Len: int64(len(b))}}}
@@ -102,7 +102,7 @@ func (h *h1Handler) handleRedirect(c *reactor.Conn, st *h1Conn, n int) bool {
 		h.locBuf = loc
 		files.ErrorResponse(resp, 308)
 		resp.Location = loc
-		h.srv.stats.redirects.Add(1)
+		h.srv.stats.Redirects.Add(1)
 	}
 	if string(r.Method) == "HEAD" {
 		resp.NoBody = true

@@ -76,89 +76,104 @@ type Server struct {
 	stats serverCounters
 }
 
+// serverCounters are the data path's atomics; each is named as the
+// Stats field it fills (loadCounters).
 type serverCounters struct {
-	requests, badRequests, notFound, serverErrors, bulk, congestionErrors atomic.Int64
-	redirects, acmeChallenges                                             atomic.Int64
+	Requests, BadRequests, NotFound, ServerErrors, Bulk, CongestionErrors atomic.Int64
+	Redirects, ACMEChallenges                                             atomic.Int64
 
-	h2Conns, h2Streams, h2Resets, h2ConnErrors, h2BodyFailures atomic.Int64
-	h2Events                                                   [h2.EventHeaderTimeout + 1]atomic.Int64
+	H2Connections, H2Streams, H2Resets, H2ConnErrors, H2BodyFailures atomic.Int64
+	h2Events                                                         [h2.EventHeaderTimeout + 1]atomic.Int64
 
-	h3Streams, h3Resets, h3Stalled, h3Bytes atomic.Int64
+	H3Streams, H3Resets, H3Stalled atomic.Int64
+	h3Bytes                        atomic.Int64
 }
 
-// Stats is a snapshot of the server's counters.
+// Stats is a snapshot of the server's counters. Each counter is
+// declared here once: a field's metric tag names it on /metrics ("name"
+// for a counter, "name,gauge" for a gauge), its help tag says what it
+// counts, and its when tag leaves it out of a server without the
+// capability ("proxy", "pass"); the collector exports every tagged field
+// (stats.go). Fields without a metric tag are exported in labelled
+// families or not at all.
 type Stats struct {
 	reactor.Stats
 	Requests         int64 // responses queued
 	BadRequests      int64 // requests refused as malformed (4xx from the parser)
 	NotFound         int64
 	ServerErrors     int64 // 5xx answers
-	Bulk             int64 // responses that took the bulk path
-	CongestionErrors int64 // bulk responses whose congestion control could not be set
-	Redirects        int64 // 308s to https:// from the [redirect_http] listener
-	ACMEChallenges   int64 // ACME validations answered: tls-alpn-01 handshakes begun, http-01 key authorizations sent
+	Bulk             int64 `metric:"bulk_responses_total" help:"Responses that took the bulk path (congestion control switched to bulk_congestion)."` // responses that took the bulk path
+	CongestionErrors int64 `metric:"bulk_congestion_errors_total" help:"Bulk responses whose congestion control could not be set."`                   // bulk responses whose congestion control could not be set
+	Redirects        int64 `metric:"redirects_total" help:"308s to https:// from [redirect_http]."`                                                   // 308s to https:// from the [redirect_http] listener
+	ACMEChallenges   int64 `metric:"acme_challenges_total" help:"ACME validations answered."`                                                         // ACME validations answered: tls-alpn-01 handshakes begun, http-01 key authorizations sent
 	CacheEntries     int
-	CacheHits        int64
-	CacheMisses      int64
+	CacheHits        int64 `metric:"open_file_cache_hits_total" help:"Requests answered from the open-file cache."`
+	CacheMisses      int64 `metric:"open_file_cache_misses_total" help:"Requests that opened a file on a worker."`
 
 	TLSHandshakes      int64 // completed
 	TLSHandshakeErrors int64 // failed, or not TLS at all
-	TLSRecordErrors    int64 // bad records, unexpected messages: each closed its connection
-	TLSAlertsReceived  int64 // fatal alerts from clients
+	TLSRecordErrors    int64 `metric:"tls_record_errors_total" help:"TLS connections closed for a bad record or an unexpected message."` // bad records, unexpected messages: each closed its connection
+	TLSAlertsReceived  int64 `metric:"tls_alerts_received_total" help:"Fatal TLS alerts received from clients."`                         // fatal alerts from clients
 	TLSKeyUpdates      int64 // KeyUpdate messages from clients
 	TLSUserBytes       int64 // response bytes sealed in userspace
 	TLSUserBatches     int64 // batches they were sealed in (one write each)
 	TLSKernelBytes     int64 // response bytes handed to kernel TLS
-	Promotions         int64 // connections whose transmission moved to the kernel
-	PromoteFailures    int64 // promotions that failed (the connection stayed in userspace)
+	Promotions         int64 `metric:"ktls_promotions_total" help:"Connections whose transmission moved to kernel TLS."`                                 // connections whose transmission moved to the kernel
+	PromoteFailures    int64 `metric:"ktls_promotion_failures_total" help:"Promotions to kernel TLS that failed (the connection went on in userspace)."` // promotions that failed (the connection stayed in userspace)
 
-	H2Connections  int64 // HTTP/2 connections (ALPN h2 or h2c prior knowledge)
-	H2Streams      int64 // HTTP/2 responses queued
-	H2Resets       int64 // HTTP/2 streams reset before their response was out
+	H2Connections  int64 `metric:"h2_connections_total" help:"HTTP/2 connections."`                            // HTTP/2 connections (ALPN h2 or h2c prior knowledge)
+	H2Streams      int64 `metric:"h2_streams_total" help:"HTTP/2 responses."`                                  // HTTP/2 responses queued
+	H2Resets       int64 `metric:"h2_resets_total" help:"HTTP/2 streams reset before their response was out."` // HTTP/2 streams reset before their response was out
 	H2BodyFailures int64 // HTTP/2 streams reset because their file shrank under them
 	H2ConnErrors   int64 // HTTP/2 connections ended by GOAWAY with an error
 	// H2Events counts HTTP/2 limits hit and protocol errors by kind
 	// (h2.Event).
 	H2Events map[string]int64
 
-	H3Connections int64 // HTTP/3 connections accepted
-	H3Active      int64 // HTTP/3 connections open now
-	H3Refused     int64 // HTTP/3 connection attempts (Initial packets) refused at max_connections
-	H3Streams     int64 // HTTP/3 responses
-	H3Resets      int64 // HTTP/3 responses the client reset or abandoned
-	H3Stalled     int64 // HTTP/3 responses reset after send_timeout without progress
+	H3Connections int64 `metric:"h3_connections_total" help:"HTTP/3 connections accepted."`                            // HTTP/3 connections accepted
+	H3Active      int64 `metric:"h3_open_connections,gauge" help:"HTTP/3 connections open now."`                       // HTTP/3 connections open now
+	H3Refused     int64 `metric:"h3_refused_total" help:"HTTP/3 connection attempts refused at max_connections."`      // HTTP/3 connection attempts (Initial packets) refused at max_connections
+	H3Streams     int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
+	H3Resets      int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned
+	H3Stalled     int64 `metric:"h3_stalled_total" help:"HTTP/3 responses reset after send_timeout without progress."` // HTTP/3 responses reset after send_timeout without progress
 	// H3ConnErrors counts HTTP/3 connections closed with an error, by
 	// side and code ("local H3_FRAME_UNEXPECTED").
 	H3ConnErrors map[string]int64
 
-	FilesHashed        int64         // digests computed in the background
+	FilesHashed        int64         `metric:"digests_computed_total" help:"BLAKE3 digests computed."` // digests computed in the background
 	HashesJoined       int64         // hash requests that joined hashing already under way for the same content
-	BytesHashed        int64         // bytes they covered
-	HashTime           time.Duration // time the hashing workers spent (CPU-bound: about their CPU time)
+	BytesHashed        int64         `metric:"digest_bytes_total" help:"Bytes hashed."`                     // bytes they covered
+	HashTime           time.Duration `metric:"digest_seconds_total" help:"Time the hashing workers spent."` // time the hashing workers spent (CPU-bound: about their CPU time)
 	ManifestMismatches int64         // files whose bytes contradicted the manifest
 	DigestsKnown       int           // digests in the cache
+	DigestCacheHits    int64         `metric:"digest_cache_hits_total" help:"BLAKE3 digests found in the digest cache when a file was opened."`
+	DigestCacheMisses  int64         `metric:"digest_cache_misses_total" help:"Files opened whose digest the cache did not know."`
+	DigestBacklog      int64         `metric:"digest_backlog,gauge" help:"Files waiting for a hashing worker."`
+
+	AccessLogLines   int64 `metric:"access_log_lines_total" help:"Access log lines written."`
+	AccessLogDropped int64 `metric:"access_log_dropped_lines_total" help:"Access log lines dropped: the disk fell behind by access_log_buffer, or a write failed."`
 
 	// The reverse proxy's upstream connections.
-	ProxyOpened       int64 // connections opened to upstreams
-	ProxyReused       int64 // requests sent on a pooled connection
-	ProxyFailed       int64 // connections that failed (refused, connect timeout): the upstream backs off
-	ProxyRetried      int64 // idempotent requests sent again after a pooled connection closed under them
-	ProxyTimeouts     int64 // response_timeout or send timeouts to upstreams (504)
-	ProxyBadResponses int64 // upstream responses the proxy could not relay (502, or a reset mid-body)
-	ProxyDrained      int64 // responses read and dropped after their client went away, to keep the connection
-	ProxyH2Buffered   int64 // proxied response bytes HTTP/2 streams hold ahead of their clients, now
-	ProxyQueued       int64 // requests that waited for a connection (max_conns)
+	ProxyOpened       int64 `metric:"upstream_connections_opened_total" help:"Connections opened to upstreams." when:"proxy"`                                          // connections opened to upstreams
+	ProxyReused       int64 `metric:"upstream_connections_reused_total" help:"Proxied requests sent on a pooled connection." when:"proxy"`                             // requests sent on a pooled connection
+	ProxyFailed       int64 `metric:"upstream_connect_failures_total" help:"Upstream connections that failed (refused, connect timeout)." when:"proxy"`                // connections that failed (refused, connect timeout): the upstream backs off
+	ProxyRetried      int64 `metric:"upstream_retries_total" help:"Idempotent requests sent again after a pooled connection closed under them." when:"proxy"`          // idempotent requests sent again after a pooled connection closed under them
+	ProxyTimeouts     int64 `metric:"upstream_timeouts_total" help:"Upstream response or send timeouts (504)." when:"proxy"`                                           // response_timeout or send timeouts to upstreams (504)
+	ProxyBadResponses int64 `metric:"upstream_bad_responses_total" help:"Upstream responses that could not be relayed (502, or a reset mid-body)." when:"proxy"`       // upstream responses the proxy could not relay (502, or a reset mid-body)
+	ProxyDrained      int64 `metric:"upstream_drained_total" help:"Upstream responses read and dropped after their client left, to keep the connection." when:"proxy"` // responses read and dropped after their client went away, to keep the connection
+	ProxyH2Buffered   int64 `metric:"upstream_h2_buffered_bytes,gauge" help:"Proxied response bytes HTTP/2 streams hold ahead of their clients." when:"proxy"`         // proxied response bytes HTTP/2 streams hold ahead of their clients, now
+	ProxyQueued       int64 `metric:"upstream_queued_total" help:"Proxied requests that waited for a connection (max_conns)." when:"proxy"`                            // requests that waited for a connection (max_conns)
 	// ProxyUnsolicited counts upstream connections closed, not reused,
 	// because their upstream sent bytes no request asked for (behind a
 	// response, while idle, or found when taken from the pool): they
 	// would have been read as the next request's response.
-	ProxyUnsolicited int64
+	ProxyUnsolicited int64 `metric:"upstream_unsolicited_total" help:"Upstream connections closed, not reused, for bytes no request asked for (an upstream answering twice)." when:"proxy"`
 
 	// TLS passthrough (routes with tls_termination = false).
-	PassRelayed   int64 // TCP connections relayed to an upstream
-	PassActive    int64 // TCP relays open now
-	PassBytesUp   int64 // bytes relayed from clients to upstreams (closed relays)
-	PassBytesDown int64 // bytes relayed from upstreams to clients (closed relays)
+	PassRelayed   int64 `metric:"passthrough_relayed_total" help:"TCP connections relayed by TLS passthrough." when:"pass"`                 // TCP connections relayed to an upstream
+	PassActive    int64 `metric:"passthrough_open,gauge" help:"TCP passthrough relays open now." when:"pass"`                               // TCP relays open now
+	PassBytesUp   int64 `metric:"passthrough_bytes_up_total" help:"Bytes relayed from clients to upstreams (closed relays)." when:"pass"`   // bytes relayed from clients to upstreams (closed relays)
+	PassBytesDown int64 `metric:"passthrough_bytes_down_total" help:"Bytes relayed from upstreams to clients (closed relays)." when:"pass"` // bytes relayed from upstreams to clients (closed relays)
 	// PassFailures counts connections not relayed, by reason: no_sni,
 	// no_route, not_tls, bad_hello, hello_timeout, upstream_unreachable.
 	PassFailures map[string]int64
@@ -166,11 +181,12 @@ type Stats struct {
 	// way, datagrams dropped because the engine serves no HTTP/3 of its
 	// own, and ClientHellos not relayed by reason (those above, and
 	// table_full; a client's retransmitted Initial counts again).
-	QUICPassRelayed, QUICPassActive    int64
+	QUICPassRelayed                    int64 `metric:"quic_passthrough_relayed_total" help:"QUIC flows relayed." when:"pass"`
+	QUICPassActive                     int64 `metric:"quic_passthrough_open,gauge" help:"QUIC flows relayed now." when:"pass"`
 	QUICPassBytesUp, QUICPassBytesDown int64
 	QUICPassDropped                    int64
-	QUICPassUnconfirmed                int64 // flows dropped because the client never answered the upstream (after header_timeout, at most 10 s) or never finished its handshake (15 s)
-	QUICPassOneSided                   int64 // flows closed because their upstream had said nothing for a while as their client kept sending (for a new flow at max_connections after 1 s, otherwise after 15 s)
+	QUICPassUnconfirmed                int64 `metric:"quic_passthrough_unconfirmed_total" help:"QUIC flows closed because their client never answered the upstream (header_timeout) or never finished its handshake (15 s), or for a new flow at max_connections." when:"pass"` // flows dropped because the client never answered the upstream (after header_timeout, at most 10 s) or never finished its handshake (15 s)
+	QUICPassOneSided                   int64 `metric:"quic_passthrough_one_sided_total" help:"QUIC flows closed because their upstream had said nothing for a while as their client kept sending." when:"pass"`                                                                 // flows closed because their upstream had said nothing for a while as their client kept sending (for a new flow at max_connections after 1 s, otherwise after 15 s)
 	QUICPassFailures                   map[string]int64
 }
 
@@ -458,7 +474,7 @@ func (s *Server) setupTLS() error {
 			// Names the engine does not manage get an ordinary
 			// handshake, which has no protocol in common with the
 			// client's: no_application_protocol.
-			s.stats.acmeChallenges.Add(1)
+			s.stats.ACMEChallenges.Add(1)
 			return s.acme.ChallengeConfig(base), nil
 		}
 		var c *tls.Config
@@ -630,103 +646,6 @@ func (s *Server) Reload(next *config.Config) error {
 // ReopenLogs reopens the access log file (after logrotate renamed it).
 // engine serve calls it on SIGUSR1, as nginx does.
 func (s *Server) ReopenLogs() error { return s.alog.Reopen() }
-
-// Stats returns the server's counters.
-func (s *Server) Stats() Stats {
-	st := s.counters()
-	st.DigestsKnown, st.CacheEntries = s.digests.Cache().Len(), s.cache.Len()
-	return st
-}
-
-// counters is Stats without the two cache sizes, which are read under
-// the caches' locks (a reactor takes the digest cache's when it asks for
-// a digest): what /metrics reads at every scrape, atomics only.
-func (s *Server) counters() Stats {
-	t := s.tlsTotals()
-	st := Stats{
-		Stats:            s.group.Stats(),
-		Requests:         s.stats.requests.Load(),
-		BadRequests:      s.stats.badRequests.Load(),
-		NotFound:         s.stats.notFound.Load(),
-		ServerErrors:     s.stats.serverErrors.Load(),
-		Bulk:             s.stats.bulk.Load(),
-		Redirects:        s.stats.redirects.Load(),
-		ACMEChallenges:   s.stats.acmeChallenges.Load(),
-		CongestionErrors: s.stats.congestionErrors.Load(),
-
-		TLSHandshakes:      t.Handshakes,
-		TLSHandshakeErrors: t.HandshakeErrors,
-		TLSRecordErrors:    t.RecordErrors,
-		TLSAlertsReceived:  t.AlertsReceived,
-		TLSKeyUpdates:      t.KeyUpdates,
-		TLSUserBytes:       t.UserBytes,
-		TLSUserBatches:     t.UserBatches,
-		TLSKernelBytes:     t.KernelBytes,
-		Promotions:         t.Promotions,
-		PromoteFailures:    t.PromoteFailures,
-
-		H2Connections:  s.stats.h2Conns.Load(),
-		H2Streams:      s.stats.h2Streams.Load(),
-		H2Resets:       s.stats.h2Resets.Load(),
-		H2BodyFailures: s.stats.h2BodyFailures.Load(),
-		H2ConnErrors:   s.stats.h2ConnErrors.Load(),
-		H2Events:       s.h2Events(),
-		H3Streams:      s.stats.h3Streams.Load(),
-		H3Resets:       s.stats.h3Resets.Load(),
-		H3Stalled:      s.stats.h3Stalled.Load(),
-
-		FilesHashed:        s.digests.Files.Load(),
-		HashesJoined:       s.digests.Joined.Load(),
-		BytesHashed:        s.digests.Bytes.Load(),
-		HashTime:           time.Duration(s.digests.Nanos.Load()),
-		ManifestMismatches: s.digests.Mismatches.Load(),
-		CacheHits:          s.cache.Hits.Load(),
-		CacheMisses:        s.cache.Misses.Load(),
-	}
-	if p := s.proxy; p != nil {
-		st.ProxyOpened, st.ProxyReused, st.ProxyFailed = p.stats.opened.Load(), p.stats.reused.Load(), p.stats.failed.Load()
-		st.ProxyRetried, st.ProxyTimeouts, st.ProxyBadResponses = p.stats.retried.Load(), p.stats.timeouts.Load(), p.stats.badResponses.Load()
-		st.ProxyDrained, st.ProxyH2Buffered, st.ProxyQueued = p.stats.drained.Load(), p.h2Buffered.Load(), p.stats.queued.Load()
-		st.ProxyUnsolicited = p.stats.unsolicited.Load()
-	}
-	if p := s.pass; p != nil {
-		st.PassRelayed, st.PassActive = p.Stats.Relayed.Load(), p.Stats.Active.Load()
-		st.PassBytesUp, st.PassBytesDown = p.Stats.BytesUp.Load(), p.Stats.BytesDown.Load()
-		st.PassFailures, st.QUICPassFailures = map[string]int64{}, map[string]int64{}
-		for i := range p.Stats.Failures {
-			if n := p.Stats.Failures[i].Load(); n > 0 {
-				st.PassFailures[passthrough.ReasonNames[i]] = n
-			}
-			if n := p.Stats.QUICFailures[i].Load(); n > 0 {
-				st.QUICPassFailures[passthrough.ReasonNames[i]] = n
-			}
-		}
-		st.QUICPassRelayed, st.QUICPassActive = p.Stats.QUICRelayed.Load(), p.Stats.QUICActive.Load()
-		st.QUICPassBytesUp, st.QUICPassBytesDown = p.Stats.QUICBytesUp.Load(), p.Stats.QUICBytesDown.Load()
-		st.QUICPassDropped, st.QUICPassUnconfirmed = p.Stats.QUICDropped.Load(), p.Stats.QUICUnconfirmed.Load()
-		st.QUICPassOneSided = p.Stats.QUICOneSided.Load()
-	}
-	s.h3Stats(&st)
-	return st
-}
-
-func (s *Server) h3Stats(st *Stats) {
-	if s.h3 == nil {
-		return
-	}
-	h := s.h3.Stats()
-	st.H3Connections, st.H3Active, st.H3Refused, st.H3ConnErrors = h.Connections, h.Active, h.Refused, h.ConnErrors
-}
-
-func (s *Server) h2Events() map[string]int64 {
-	m := map[string]int64{}
-	for i := range s.stats.h2Events {
-		if n := s.stats.h2Events[i].Load(); n > 0 {
-			m[h2.Event(i).String()] = n
-		}
-	}
-	return m
-}
 
 // disabled reads a debug kill-switch. These environment variables are
 // unstable and exist for diagnosis only: ENGINE_DISABLE_STEERING=1 skips

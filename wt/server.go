@@ -79,15 +79,15 @@ type Server struct {
 
 // Stats are a Server's counters.
 type Stats struct {
-	Sessions       atomic.Int64 // accepted
-	Refused        atomic.Int64 // refused at MaxSessions
-	Streams        atomic.Int64 // client streams bound to a session
-	StreamsOrphan  atomic.Int64 // refused: no such session
-	DatagramsIn    atomic.Int64
-	DatagramsOut   atomic.Int64
-	BytesIn        atomic.Int64 // stream and datagram payload from clients
-	BytesOut       atomic.Int64 // to clients
-	ClosedByClient atomic.Int64
+	Sessions       atomic.Int64    `metric:"webtransport_sessions_total" help:"WebTransport sessions opened."`
+	Refused        atomic.Int64    `metric:"webtransport_sessions_refused_total" help:"WebTransport sessions refused at max_sessions or during a stop (503)."`
+	Streams        atomic.Int64    `metric:"webtransport_streams_total" help:"Client streams bound to a WebTransport session."`
+	StreamsOrphan  atomic.Int64    `metric:"webtransport_streams_orphaned_total" help:"Client streams refused because their session was not found (WT_BUFFERED_STREAM_REJECTED)."`
+	DatagramsIn    atomic.Int64    `metric:"webtransport_datagrams_received_total" help:"WebTransport datagrams received."`
+	DatagramsOut   atomic.Int64    `metric:"webtransport_datagrams_sent_total" help:"WebTransport datagrams sent."`
+	BytesIn        atomic.Int64    `metric:"webtransport_bytes_received_total" help:"WebTransport payload bytes received (streams, datagrams, capsules)."`
+	BytesOut       atomic.Int64    `metric:"webtransport_bytes_sent_total" help:"WebTransport payload bytes sent (streams, datagrams)."`
+	ClosedByClient atomic.Int64    // sessions the client ended (its capsule or FIN)
 	ClosedAbruptly atomic.Int64    // CONNECT stream reset or connection gone
 	ClosedByCode   [9]atomic.Int64 // server closes by code: [0] CodeDone and others, [1+code-0x100] for 0x100..0x107
 }

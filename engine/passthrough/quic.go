@@ -313,7 +313,7 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 		}
 		r.mu.Unlock()
 		if !r.own {
-			r.px.Stats.QUICDropped.Add(1)
+			r.px.Stats.QUICPassDropped.Add(1)
 		}
 		return true
 	}
@@ -368,8 +368,8 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 	cl.flows = append(cl.flows, f)
 	r.flows++
 	r.mu.Unlock()
-	r.px.Stats.QUICRelayed.Add(1)
-	r.px.Stats.QUICActive.Add(1)
+	r.px.Stats.QUICPassRelayed.Add(1)
+	r.px.Stats.QUICPassActive.Add(1)
 	for _, h := range pd.held {
 		f.toUpstream(h)
 	}
@@ -415,9 +415,9 @@ func (r *Router) makeRoom() bool {
 	}
 	victim := unconfirmed
 	if victim != nil {
-		r.px.Stats.QUICUnconfirmed.Add(1)
+		r.px.Stats.QUICPassUnconfirmed.Add(1)
 	} else if victim = oneSided; victim != nil {
-		r.px.Stats.QUICOneSided.Add(1)
+		r.px.Stats.QUICPassOneSided.Add(1)
 	} else {
 		return false
 	}
@@ -524,7 +524,7 @@ func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitia
 func (f *quicFlow) toUpstream(d []byte) {
 	if _, err := f.up.Write(d); err == nil {
 		f.clientLast.Store(f.r.now().UnixNano())
-		f.r.px.Stats.QUICBytesUp.Add(int64(len(d)))
+		f.r.px.Stats.QUICPassBytesUp.Add(int64(len(d)))
 	}
 }
 
@@ -589,7 +589,7 @@ func (f *quicFlow) fromUpstream() {
 			}
 			if err == nil {
 				f.answered.Store(true)
-				r.px.Stats.QUICBytesDown.Add(int64(n))
+				r.px.Stats.QUICPassBytesDown.Add(int64(n))
 			}
 		})
 		if f.gone.Load() || errors.Is(err, net.ErrClosed) {
@@ -653,12 +653,12 @@ func (r *Router) expire(now time.Time) {
 			}
 			if !f.confirmed.Load() && now.Sub(f.opened) > r.helloWait ||
 				!f.established.Load() && now.Sub(f.opened) > quicHandshakeMax {
-				r.px.Stats.QUICUnconfirmed.Add(1)
+				r.px.Stats.QUICPassUnconfirmed.Add(1)
 				dead = append(dead, f)
 				continue
 			}
 			if f.oneSided() > quicOneSidedMax {
-				r.px.Stats.QUICOneSided.Add(1)
+				r.px.Stats.QUICPassOneSided.Add(1)
 				dead = append(dead, f)
 				continue
 			}
@@ -683,7 +683,7 @@ func (f *quicFlow) close() {
 	}
 	f.up.Close()
 	f.ups.Active.Add(-1)
-	f.r.px.Stats.QUICActive.Add(-1)
+	f.r.px.Stats.QUICPassActive.Add(-1)
 }
 
 // drop removes a flow from the tables and closes it.

@@ -215,9 +215,9 @@ func TestQUICRouterOneSided(t *testing.T) {
 			t.Fatal("a flow opened in place of an idle, an active or a briefly one-sided one")
 		}
 		h.wantOpen("no flow makes room", "idle", "active", "new", "new 2")
-		if st := &h.r.px.Stats; st.QUICOneSided.Load() != 2 || st.QUICUnconfirmed.Load() != 0 || st.QUICFailures[ReasonTableFull].Load() != 1 {
+		if st := &h.r.px.Stats; st.QUICPassOneSided.Load() != 2 || st.QUICPassUnconfirmed.Load() != 0 || st.QUICFailures[ReasonTableFull].Load() != 1 {
 			t.Errorf("closed one-sided %d, unconfirmed %d, refused %d; want 2, 0 and 1",
-				st.QUICOneSided.Load(), st.QUICUnconfirmed.Load(), st.QUICFailures[ReasonTableFull].Load())
+				st.QUICPassOneSided.Load(), st.QUICPassUnconfirmed.Load(), st.QUICFailures[ReasonTableFull].Load())
 		}
 	})
 	t.Run("the sweep", func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestQUICRouterOneSided(t *testing.T) {
 			}
 		}
 		h.wantOpen("one-sided for 20 s", "idle", "active")
-		if n := h.r.px.Stats.QUICOneSided.Load(); n != 1 {
+		if n := h.r.px.Stats.QUICPassOneSided.Load(); n != 1 {
 			t.Errorf("closed one-sided: %d; want 1", n)
 		}
 	})
@@ -284,8 +284,8 @@ func TestQUICRouterUnfinished(t *testing.T) {
 	step(2 * time.Second)
 	h.r.expire(h.now())
 	h.wantOpen("the sweep, 16 s on", "done", "new")
-	if st := &h.r.px.Stats; st.QUICUnconfirmed.Load() != 2 || st.QUICOneSided.Load() != 0 {
-		t.Errorf("closed unconfirmed %d, one-sided %d; want 2 and 0", st.QUICUnconfirmed.Load(), st.QUICOneSided.Load())
+	if st := &h.r.px.Stats; st.QUICPassUnconfirmed.Load() != 2 || st.QUICPassOneSided.Load() != 0 {
+		t.Errorf("closed unconfirmed %d, one-sided %d; want 2 and 0", st.QUICPassUnconfirmed.Load(), st.QUICPassOneSided.Load())
 	}
 }
 

@@ -18,21 +18,21 @@ type Table struct {
 	Stats  Counters
 }
 
-// Counters count what passthrough did. Failures are counted by
-// reason, as Stats reports them.
+// Counters count what passthrough did, each named as the engine's Stats
+// field it fills. Failures are counted by reason, as Stats reports them.
 type Counters struct {
-	Relayed, Active, BytesUp, BytesDown atomic.Int64
+	PassRelayed, PassActive, PassBytesUp, PassBytesDown atomic.Int64
 	Failures                            [NReasons]atomic.Int64
 
 	// QUIC: flows, the datagram bytes each way, datagrams dropped for
 	// want of HTTP/3 of the engine's own.
-	QUICRelayed, QUICActive, QUICBytesUp, QUICBytesDown, QUICDropped atomic.Int64
-	// QUICUnconfirmed counts flows dropped because their client never
+	QUICPassRelayed, QUICPassActive, QUICPassBytesUp, QUICPassBytesDown, QUICPassDropped atomic.Int64
+	// QUICPassUnconfirmed counts flows dropped because their client never
 	// answered the upstream (a spoofed address, or a client gone) or
 	// never finished its handshake with it (forged answers);
-	// QUICOneSided, flows closed because their upstream had gone quiet
+	// QUICPassOneSided, flows closed because their upstream had gone quiet
 	// while their client kept sending (see quicFlow.oneSided).
-	QUICUnconfirmed, QUICOneSided atomic.Int64
+	QUICPassUnconfirmed, QUICPassOneSided atomic.Int64
 	QUICFailures                  [NReasons]atomic.Int64
 }
 

@@ -99,11 +99,12 @@ func (c *Config) withDefaults() {
 	}
 }
 
-// Stats are counters summed over loops.
+// Stats are counters summed over loops. A field's metric and help tags
+// name and describe it on the engine's /metrics.
 type Stats struct {
-	Accepted    int64 // connections accepted
+	Accepted    int64 `metric:"connections_accepted_total" help:"TCP connections accepted."` // connections accepted
 	Rejected    int64 // closed at once: over MaxConns with no waiting connection to close
-	Reclaimed   int64 // waiting connections closed to admit new ones at MaxConns
+	Reclaimed   int64 `metric:"connections_reclaimed_total" help:"Idle connections closed to admit new ones at max_connections."` // waiting connections closed to admit new ones at MaxConns
 	Open        int64 // connections open now
 	BytesMem    int64 // bytes written from memory
 	BytesFile   int64 // bytes written by sendfile
@@ -118,7 +119,7 @@ type Stats struct {
 	// that refusal to the socket's next writable event. Bytes per write is
 	// (BytesMem+BytesFile)/Writes.
 	Writes     int64
-	SocketFull int64
+	SocketFull int64 `metric:"socket_full_total" help:"Times a socket refused more output (EAGAIN): the client or the path is slower than the disk."`
 	FullWait   time.Duration
 	PerLoop    []int64 // connections accepted, per loop
 	// PerLoopOpen is the connections open now, per loop.
