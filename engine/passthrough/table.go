@@ -22,7 +22,7 @@ type Table struct {
 // field it fills. Failures are counted by reason, as Stats reports them.
 type Counters struct {
 	PassRelayed, PassActive, PassBytesUp, PassBytesDown atomic.Int64
-	Failures                            [NReasons]atomic.Int64
+	Failures                                            [NReasons]atomic.Int64
 
 	// QUIC: flows, the datagram bytes each way, datagrams dropped for
 	// want of HTTP/3 of the engine's own.
@@ -33,7 +33,7 @@ type Counters struct {
 	// QUICPassOneSided, flows closed because their upstream had gone quiet
 	// while their client kept sending (see quicFlow.oneSided).
 	QUICPassUnconfirmed, QUICPassOneSided atomic.Int64
-	QUICFailures                  [NReasons]atomic.Int64
+	QUICFailures                          [NReasons]atomic.Int64
 }
 
 // Reason is why a connection meant for passthrough was not relayed.
