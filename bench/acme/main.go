@@ -19,7 +19,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -43,6 +42,7 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/bench/peer"
 	"github.com/mediaship/engine/internal/selfsigned"
 	"github.com/mediaship/engine/internal/stats"
 )
@@ -85,18 +85,18 @@ func main() {
 		e := startEngine(engineBin, cfg)
 		var d time.Duration
 		for {
-			got, err := get(e.addr, "a.example.com", "/file.bin", ca.roots)
+			got, err := get(e.Addr, "a.example.com", "/file.bin", ca.roots)
 			if err == nil && blake3.Sum256(got) == want {
 				d = time.Since(t0)
 				break
 			}
 			if time.Since(t0) > time.Minute {
-				e.stop()
-				log.Fatalf("no verified response within a minute: %v\n%s", err, e.log.String())
+				e.Stop()
+				log.Fatalf("no verified response within a minute: %v\n%s", err, e.Log())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		e.stop() // the next engine takes the same port, where Pebble validates
+		e.Stop() // the next engine takes the same port, where Pebble validates
 		startTimes = append(startTimes, d)
 		log.Printf("start to first verified response: %v", d.Round(time.Millisecond))
 	}
@@ -106,9 +106,9 @@ func main() {
 	acmeSite := fmt.Sprintf("[[sites]]\ndomain = \"a.example.com\"\nroot = %q\n[sites.tls]\nacme = true\n", root)
 	acmeCfg := ca.engineConfig(work, "acme", root, storage, acmeSite)
 	acmeE := startEngine(engineBin, acmeCfg)
-	defer acmeE.stop()
+	defer acmeE.Stop()
 	for {
-		if _, err := get(acmeE.addr, "a.example.com", "/file.bin", ca.roots); err == nil {
+		if _, err := get(acmeE.Addr, "a.example.com", "/file.bin", ca.roots); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -117,8 +117,8 @@ func main() {
 	fileSite := fmt.Sprintf("[[sites]]\ndomain = \"a.example.com\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n", root, certFile, keyFile)
 	fileCfg := ca.engineConfig(work, "file", root, "", fileSite)
 	fileE := startEngine(engineBin, fileCfg)
-	defer fileE.stop()
-	servers := []*engineProc{acmeE, fileE}
+	defer fileE.Stop()
+	servers := []*peer.Engine{acmeE, fileE}
 	names := []string{"ACME certificate (certmagic cache)", "the same certificate and key from files"}
 	rates := make([][]float64, 2)
 	cpus := make([][]float64, 2)
@@ -262,62 +262,13 @@ func goTool(name string) string {
 	return p
 }
 
-type engineProc struct {
-	cmd  *exec.Cmd
-	addr string
-	log  *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startEngine(bin, cfg string) *engineProc {
-	cmd := exec.Command(bin, "serve", "-c", cfg)
-	stderr, _ := cmd.StderrPipe()
-	e := &engineProc{cmd: cmd, log: &syncBuf{}}
-	if err := cmd.Start(); err != nil {
+// startEngine starts bin serve -c cfg, or ends the run.
+func startEngine(bin, cfg string) *peer.Engine {
+	e, err := peer.StartEngine(bin, cfg, -1, false)
+	if err != nil {
 		log.Fatal(err)
 	}
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		l := sc.Text()
-		e.log.Write([]byte(l + "\n"))
-		if i := strings.Index(l, "msg=serving addr="); i >= 0 {
-			e.addr = strings.Fields(l[i+len("msg=serving addr="):])[0]
-			break
-		}
-	}
-	if e.addr == "" {
-		log.Fatalf("engine did not start:\n%s", e.log.String())
-	}
-	go io.Copy(e.log, stderr)
 	return e
-}
-
-func (e *engineProc) stop() {
-	e.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { e.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		e.cmd.Process.Kill()
-		<-done
-	}
 }
 
 func get(addr, name, path string, roots *x509.CertPool) ([]byte, error) {
@@ -343,12 +294,12 @@ func get(addr, name, path string, roots *x509.CertPool) ([]byte, error) {
 // handshakes runs conns loops of full handshakes against e for d and
 // returns how many completed, the server CPU they cost and the key
 // exchanges they negotiated.
-func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool) (int64, time.Duration, map[string]int64) {
+func handshakes(e *peer.Engine, conns int, d time.Duration, roots *x509.CertPool) (int64, time.Duration, map[string]int64) {
 	var n, fails atomic.Int64
 	var mu sync.Mutex
 	groups := map[string]int64{}
 	stop := time.Now().Add(d)
-	cpu0 := bench.ProcessCPU(e.cmd.Process.Pid)
+	cpu0 := bench.ProcessCPU(e.Cmd.Process.Pid)
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
@@ -356,7 +307,7 @@ func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool)
 			defer wg.Done()
 			conf := &tls.Config{RootCAs: roots, ServerName: "a.example.com", SessionTicketsDisabled: true}
 			for time.Now().Before(stop) {
-				c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.addr, conf)
+				c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.Addr, conf)
 				if err != nil {
 					fails.Add(1)
 					continue
@@ -371,7 +322,7 @@ func handshakes(e *engineProc, conns int, d time.Duration, roots *x509.CertPool)
 		}()
 	}
 	wg.Wait()
-	cpu := bench.ProcessCPU(e.cmd.Process.Pid) - cpu0
+	cpu := bench.ProcessCPU(e.Cmd.Process.Pid) - cpu0
 	if fails.Load() > 0 {
 		log.Printf("%d handshakes failed", fails.Load())
 	}
@@ -397,12 +348,11 @@ func storedCert(storage, name string) (string, string) {
 }
 
 func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := peer.FreePort()
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 func durs(ds []time.Duration) []float64 {

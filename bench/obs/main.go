@@ -22,13 +22,11 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +34,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/bench/peer"
 	"github.com/mediaship/engine/integrity"
 )
 
@@ -235,30 +234,11 @@ func startEngine(bin, work, root string, i int, v variant) *engineProc {
 	cfg += "[admin]\nlisten = \"127.0.0.1:0\"\n"
 	path := filepath.Join(work, fmt.Sprintf("engine-%d.toml", i))
 	os.WriteFile(path, []byte(cfg), 0o644)
-	e.cmd = exec.Command(bin, "serve", "-c", path)
-	if taskset, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
-		e.cmd = exec.Command(taskset, "-c", "1", bin, "serve", "-c", path) // the harness keeps CPU 0
-	}
-	stderr, _ := e.cmd.StderrPipe()
-	if err := e.cmd.Start(); err != nil {
+	pe, err := peer.StartEngine(bin, path, 1, true) // the harness keeps CPU 0
+	if err != nil {
 		log.Fatal(err)
 	}
-	sc := bufio.NewScanner(stderr)
-	var seen strings.Builder
-	for (e.addr == "" || e.admin == "") && sc.Scan() {
-		l := sc.Text()
-		seen.WriteString(l + "\n")
-		if j := strings.Index(l, "msg=serving addr="); j >= 0 {
-			e.addr = strings.Fields(l[j+len("msg=serving addr="):])[0]
-		}
-		if j := strings.Index(l, `msg="admin listener" addr=`); j >= 0 {
-			e.admin = strings.Fields(l[j+len(`msg="admin listener" addr=`):])[0]
-		}
-	}
-	if e.addr == "" || e.admin == "" {
-		log.Fatalf("engine did not start:\n%s", seen.String())
-	}
-	go io.Copy(io.Discard, stderr)
+	e.cmd, e.addr, e.admin = pe.Cmd, pe.Addr, pe.Admin
 	return e
 }
 
@@ -268,7 +248,11 @@ func startEngine(bin, work, root string, i int, v variant) *engineProc {
 func startNginx(bin, work, root string, i int, v variant) *engineProc {
 	dir := filepath.Join(work, fmt.Sprintf("nginx-%d", i))
 	os.MkdirAll(dir, 0o755)
-	e := &engineProc{logPath: filepath.Join(dir, "access.log"), addr: freeAddr()}
+	addr, err := peer.FreeAddr()
+	if err != nil {
+		log.Fatal(err)
+	}
+	e := &engineProc{logPath: filepath.Join(dir, "access.log"), addr: addr}
 	user := ""
 	if os.Geteuid() == 0 {
 		user = "user root;"
@@ -298,10 +282,7 @@ http {
 `, user, dir, logLine, e.addr, root)
 	path := filepath.Join(dir, "nginx.conf")
 	os.WriteFile(path, []byte(conf), 0o644)
-	e.cmd = exec.Command(bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	if taskset, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
-		e.cmd = exec.Command(taskset, "-c", "1", bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
-	}
+	e.cmd = peer.Command(1, bin, "-c", path, "-e", filepath.Join(dir, "error.log"))
 	if err := e.cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
@@ -318,43 +299,26 @@ http {
 	return e
 }
 
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // stop reads the final drop count and stops the server.
 func (e *engineProc) stop() {
 	if e.stopped {
 		return
 	}
 	e.stopped = true
-	if e.admin == "" {
-		e.cmd.Process.Signal(syscall.SIGQUIT) // nginx's graceful stop
-	} else if resp, err := http.Get("http://" + e.admin + "/metrics"); err == nil {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "engine_access_log_dropped_lines_total "); ok {
-				e.dropped, _ = strconv.ParseFloat(v, 64)
-			}
-		}
-		resp.Body.Close()
-	}
+	sig := os.Signal(syscall.SIGQUIT) // nginx's graceful stop
 	if e.admin != "" {
-		e.cmd.Process.Signal(os.Interrupt)
+		sig = os.Interrupt
+		if resp, err := http.Get("http://" + e.admin + "/metrics"); err == nil {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if v, ok := strings.CutPrefix(sc.Text(), "engine_access_log_dropped_lines_total "); ok {
+					e.dropped, _ = strconv.ParseFloat(v, 64)
+				}
+			}
+			resp.Body.Close()
+		}
 	}
-	done := make(chan struct{})
-	go func() { e.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		e.cmd.Process.Kill()
-		<-done
-	}
+	peer.Stop(e.cmd, sig)
 }
 
 func countLines(path string) int64 {

@@ -14,22 +14,20 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mediaship/engine/bench"
+	"github.com/mediaship/engine/bench/peer"
 	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/internal/selfsigned"
 )
@@ -184,27 +182,11 @@ idle_timeout = "10s"
 `, root, root, filepath.Join(work, "cert.pem"), filepath.Join(work, "key.pem"))
 	path := filepath.Join(work, "engine.toml")
 	os.WriteFile(path, []byte(cfg), 0o644)
-	p := &proc{Cmd: exec.Command(bin, "serve", "-c", path)}
-	if taskset, err := exec.LookPath("taskset"); err == nil && runtime.NumCPU() >= 2 {
-		p.Cmd = exec.Command(taskset, "-c", "1", bin, "serve", "-c", path)
-	}
-	stderr, _ := p.StderrPipe()
-	if err := p.Start(); err != nil {
+	e, err := peer.StartEngine(bin, path, 1, false) // the harness keeps CPU 0
+	if err != nil {
 		log.Fatal(err)
 	}
-	sc := bufio.NewScanner(stderr)
-	var seen strings.Builder
-	for p.addr == "" && sc.Scan() {
-		l := sc.Text()
-		seen.WriteString(l + "\n")
-		if j := strings.Index(l, "msg=serving addr="); j >= 0 {
-			p.addr = strings.Fields(l[j+len("msg=serving addr="):])[0]
-		}
-	}
-	if p.addr == "" {
-		log.Fatalf("engine did not start:\n%s", seen.String())
-	}
-	go io.Copy(io.Discard, stderr)
+	p := &proc{Cmd: e.Cmd, addr: e.Addr}
 	return p
 }
 
