@@ -22,9 +22,13 @@ import (
 //     name its handshake was for (tlsHost); on plain HTTP its Host;
 //  3. an extended CONNECT on the WebTransport diagnostics path (HTTP/3):
 //     421 as for a site (step 4), else the endpoint judges the session;
-//  4. a proxy route for that host and path: 421 when the proxy does not
-//     speak the protocol or the connection's TLS facts are not the host's,
-//     400 for a path the upstream could read otherwise; else proxied;
+//  4. a proxy route for that host and path, when its domain names the
+//     host at least as specifically as any site's does (exact, then the
+//     longest wildcard, then "*" or the default: routing.Rank), as the
+//     certificate table chooses the host's facts: 421 when the proxy does
+//     not speak the protocol or the connection's TLS facts are not the
+//     host's, 400 for a path the upstream could read otherwise; else
+//     proxied;
 //  5. the site for that host: 421 when it does not speak the protocol or
 //     the connection's TLS facts are not the host's, then 405 for a
 //     method other than GET and HEAD, 400 for a target that is no path;
@@ -90,8 +94,9 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		}
 		return d, buf
 	}
+	st, rank := s.sites.match(buf)
 	if px := s.proxy; px != nil && len(f.path) > 0 && f.path[0] == '/' {
-		if rt := px.Match(buf, f.path); rt != nil {
+		if rt, r := px.Match(buf, f.path); rt != nil && r >= rank {
 			d.route = rt
 			switch {
 			case !px.speaks(f.proto) || misdirected:
@@ -102,7 +107,6 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 			return d, buf
 		}
 	}
-	st := s.sites.byName(buf)
 	d.site = st
 	switch m := string(f.method); {
 	case !st.speaks(f.proto, f.tls) || misdirected:

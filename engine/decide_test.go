@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -133,6 +134,114 @@ upstreams = [%[8]q]
 		}
 		if len(lines) != len(protos) || lines[0] != lines[1] || lines[1] != lines[2] {
 			t.Errorf("refusals of %s logged %d times, want %d alike:\n%s", path, len(lines), len(protos), strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// TestMostSpecificNameWins: a name goes to whatever names it most
+// specifically, site or route (exact, then the longest wildcard, then
+// "*"), on every protocol, as its certificate and minimum version are
+// chosen; a route's wildcard or "*" does not take a name a site names
+// more specifically.
+func TestMostSpecificNameWins(t *testing.T) {
+	rootA, rootB, rootC := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(rootA, "f.txt"), "file-a")
+	writeFile(t, filepath.Join(rootB, "f.txt"), "file-b")
+	writeFile(t, filepath.Join(rootC, "f.txt"), "file-c")
+	pki := newPKI(t, t.TempDir(), "exact.p.test", "*.p.test", "*.s.p.test", "named.test", "unnamed.test")
+	up, hits := countingBackend(t)
+	site := func(domain, root string) string {
+		return fmt.Sprintf("[[sites]]\ndomain = %q\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\nmin_version = \"1.2\"\n",
+			domain, root, pki.certFile, pki.keyFile)
+	}
+	ts := start(t, site("exact.p.test", rootA)+site("*.s.p.test", rootB)+site("named.test", rootC)+
+		fmt.Sprintf(`[reverse_proxy]
+enabled = true
+[reverse_proxy.tls]
+cert = %q
+key = %q
+min_version = "1.3"
+[[reverse_proxy.routes]]
+domain = "*.p.test"
+upstreams = [%[3]q]
+[[reverse_proxy.routes]]
+domain = "*"
+upstreams = [%[3]q]
+`, pki.certFile, pki.keyFile, up.hostPort())+ktlsAuto)
+
+	rows := []struct {
+		name, body string // body "" for the upstream
+		v12        bool
+	}{
+		{"exact.p.test", "file-a", false},
+		{"exact.p.test", "file-a", true}, // the site's minimum version, not the route's
+		{"x.s.p.test", "file-b", false},
+		{"x.s.p.test", "file-b", true},
+		{"named.test", "file-c", false},
+		{"other.p.test", "", false},
+		{"unnamed.test", "", false},
+	}
+	for _, r := range rows {
+		for _, proto := range []string{"h1", "h2", "h3"} {
+			if r.v12 && proto == "h3" {
+				continue // QUIC is TLS 1.3
+			}
+			before := hits.Load()
+			code, body, err := namedRequest(t, ts.addr, pki.pool, proto, "GET", r.name, r.name, "/f.txt", r.v12)
+			if err != nil {
+				t.Fatalf("%s %+v: %v", proto, r, err)
+			}
+			want := r.body
+			if want == "" {
+				want = "upstream " + r.name + " /f.txt"
+			}
+			if code != 200 || body != want {
+				t.Errorf("%s %+v: %d %q, want 200 %q", proto, r, code, body, want)
+			}
+			if reached := hits.Load() > before; reached != (r.body == "") {
+				t.Errorf("%s %+v: upstream reached %v", proto, r, reached)
+			}
+		}
+	}
+}
+
+// TestPassthroughMostSpecific: a passthrough wildcard relays only the
+// names no site or terminating route names more specifically.
+func TestPassthroughMostSpecific(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "f.txt"), "file-a")
+	origin := startTLSOrigin(t, "x.pt.test", digestOrigin("origin"))
+	pki := newPKI(t, t.TempDir(), "*.site.pt.test", "*.t.pt.test")
+	up, hits := countingBackend(t)
+	ts := start(t, passthroughConfig(fmt.Sprintf(`[[sites]]
+domain = "*.site.pt.test"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+`, root, pki.certFile, pki.keyFile)+ktlsAuto, "*.pt.test", origin.addr)+fmt.Sprintf(`[reverse_proxy.tls]
+cert = %q
+key = %q
+[[reverse_proxy.routes]]
+domain = "*.t.pt.test"
+tls_termination = true
+upstreams = [%q]
+`, pki.certFile, pki.keyFile, up.hostPort()))
+
+	msg := []byte("through the relay")
+	got, cn, err := passRoundTrip(ts.addr, "x.pt.test", &tls.Config{RootCAs: origin.pki.pool}, nil, msg)
+	if err != nil || cn != "x.pt.test" || got != digestLine("origin", msg) {
+		t.Errorf("x.pt.test: %q from %q, %v; want the origin's relayed answer", got, cn, err)
+	}
+	for _, proto := range []string{"h1", "h2"} {
+		code, body, err := namedRequest(t, ts.addr, pki.pool, proto, "GET", "a.site.pt.test", "a.site.pt.test", "/f.txt", false)
+		if err != nil || code != 200 || body != "file-a" {
+			t.Errorf("%s a.site.pt.test: %d %q %v; want the site's file", proto, code, body, err)
+		}
+		before := hits.Load()
+		code, body, err = namedRequest(t, ts.addr, pki.pool, proto, "GET", "a.t.pt.test", "a.t.pt.test", "/x", false)
+		if err != nil || code != 200 || body != "upstream a.t.pt.test /x" || hits.Load() == before {
+			t.Errorf("%s a.t.pt.test: %d %q %v; want the terminating route's upstream", proto, code, body, err)
 		}
 	}
 }

@@ -574,8 +574,9 @@ func (s *Server) alpn(sni string) []string {
 	if s.sites == nil {
 		return s.alpnAll()
 	}
-	if name := serverName(sni); s.proxy != nil && !s.sites.names(name) && s.proxy.HasDomain(name) {
-		// A domain only routes name: what the proxy answers.
+	if name := serverName(sni); s.proxy != nil && s.proxy.Rank(name) > s.sites.rank(name) {
+		// A route's domain names it more specifically than any site's
+		// (decide's rule): what the proxy answers. At a tie, the site's.
 		return alpnList(s.proxy.H1, s.proxy.H2)
 	}
 	st, _ := s.sites.lookup([]byte(sni), nil)

@@ -142,10 +142,17 @@ func (t *siteTable) lookup(host []byte, buf []byte) (*site, []byte) {
 // byName chooses the site for a normalized host: exact, longest
 // wildcard, "*", the default.
 func (t *siteTable) byName(name []byte) *site {
-	if s, ok := t.domains.Lookup(name); ok {
-		return s
+	s, _ := t.match(name)
+	return s
+}
+
+// match is byName with the rank the site's domain names the host by
+// (RankNone for the default).
+func (t *siteTable) match(name []byte) (*site, routing.Rank) {
+	if s, r := t.domains.Match(name); r != routing.RankNone {
+		return s, r
 	}
-	return t.def
+	return t.def, routing.RankNone
 }
 
 // tlsHost is the name a request on a TLS connection is routed and judged
@@ -161,6 +168,12 @@ func tlsHost(host []byte, sni string, buf []byte) []byte {
 		buf = append(buf, serverName(sni)...)
 	}
 	return buf
+}
+
+// rank is how specifically a site's domain names host (normalized).
+func (t *siteTable) rank(host string) routing.Rank {
+	_, r := t.domains.MatchString(host)
+	return r
 }
 
 // names reports whether a site is configured for host (normalized:

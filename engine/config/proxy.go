@@ -179,6 +179,16 @@ func (c *Config) validatePassthrough(errs *Errors) {
 			errs.add(c.errAt(fmt.Sprintf("reverse_proxy.routes[%d].tls_termination", i), "%q is relayed by one route and terminated by reverse_proxy.routes[%d]; a domain's TLS is either passed through or terminated, so give both routes the same tls_termination", r.Domain, j))
 		}
 	}
+	site := map[string]int{} // domain -> its site
+	for i := range c.Sites {
+		site[httpsyntax.NormalizeName(c.Sites[i].Domain)] = i
+	}
+	for i := range rp.Routes {
+		r := &rp.Routes[i]
+		if j, ok := site[httpsyntax.NormalizeName(r.Domain)]; ok && r.Passthrough {
+			errs.add(c.errAt(fmt.Sprintf("reverse_proxy.routes[%d].domain", i), "%q is relayed by this passthrough route and served by sites[%d]; a name's TLS is either passed through or terminated: remove one, or give the route tls_termination = true", r.Domain, j))
+		}
+	}
 	if c.Passthrough() && !c.HasTLS() && (c.Root != "" || len(c.Sites) > 0) {
 		errs.add(c.errAt("reverse_proxy.tls_termination", "passthrough routes make the listener a TLS one, and the files of root and [[sites]] have no certificate to be served with there; add [sites.tls] cert and key (or run serve --self-signed), or serve the files from another listener"))
 	}

@@ -170,6 +170,9 @@ func TestProxyConfigErrors(t *testing.T) {
 		{"domain relayed and terminated", pass + "domain = \"a\"\nupstreams = [\"h:443\"]\n[[reverse_proxy.routes]]\ndomain = \"a\"\npath_prefix = \"/x/\"\nupstreams = [\"h:80\"]\ntls_termination = true\n",
 			[]string{"engine.toml:8: reverse_proxy.routes[1].domain: \"a\" terminates TLS on a listener that has no certificate",
 				"engine.toml:11: reverse_proxy.routes[1].tls_termination: \"a\" is relayed by one route and terminated by reverse_proxy.routes[0]"}},
+		{"domain relayed and a site's", "[[sites]]\ndomain = \"A.\"\nroot = \".\"\n[sites.tls]\ncert = \"c.pem\"\nkey = \"c.pem\"\n" +
+			"[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"h:443\"]\n",
+			[]string{"engine.toml:11: reverse_proxy.routes[0].domain: \"a\" is relayed by this passthrough route and served by sites[0]"}},
 		{"no upstreams", route + "domain = \"a\"\n",
 			[]string{"engine.toml:4: reverse_proxy.routes[0].upstreams: missing"}},
 		{"no domain", route + "upstreams = [\"127.0.0.1:80\"]\n",

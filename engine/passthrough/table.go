@@ -15,7 +15,12 @@ import (
 type Table struct {
 	// Immutable after construction.
 	Routes *routing.Routes
-	Stats  Counters
+	// local names what the engine terminates: sites' and terminating
+	// routes' domains. A passthrough route takes a name only when it
+	// names it more specifically (routing.Rank); the config refuses a
+	// domain that is both relayed and terminated.
+	local routing.Table[struct{}]
+	Stats Counters
 }
 
 // Counters count what passthrough did, each named as the engine's Stats
@@ -59,13 +64,33 @@ func New(cfg *config.Config) (*Table, error) {
 	if rt == nil || err != nil {
 		return nil, err
 	}
-	return &Table{Routes: rt}, nil
+	p := &Table{Routes: rt}
+	for i := range cfg.Sites {
+		p.local.Add(cfg.Sites[i].Domain, struct{}{})
+	}
+	for i := range cfg.ReverseProxy.Routes {
+		if r := &cfg.ReverseProxy.Routes[i]; !r.Passthrough {
+			p.local.Add(r.Domain, struct{}{})
+		}
+	}
+	return p, nil
 }
 
 // Route is the passthrough route for a server name ("" for none: only a
-// "*" route takes it), or nil.
+// "*" route takes it), or nil: the route of the most specific domain
+// naming it (exact, longest wildcard, "*"), unless a site or terminating
+// route names it as specifically or more (a site "a.example.com" keeps
+// its name from a passthrough "*.example.com").
 func (p *Table) Route(name string) *routing.Route {
-	return p.Routes.Match([]byte(name), []byte("/"))
+	name = routing.Normalize(name)
+	rt, r := p.Routes.Match([]byte(name), []byte("/"))
+	if rt == nil {
+		return nil
+	}
+	if _, l := p.local.MatchString(name); l >= r {
+		return nil
+	}
+	return rt
 }
 
 // logsPerSecond bounds the lines the QUIC router logs a second about

@@ -126,19 +126,21 @@ func resolveUpstream(name string) (netip.AddrPort, error) {
 	return ap, err
 }
 
-// HasDomain reports whether some route is for host (normalized),
+// Rank is how specifically some route's domain names host (normalized),
 // counting "*" routes.
-func (t *Routes) HasDomain(host string) bool {
-	_, ok := t.domains.LookupString(host)
-	return ok
+func (t *Routes) Rank(host string) Rank {
+	_, r := t.domains.MatchString(host)
+	return r
 }
 
 // Match returns the route for host (lowercase, no port) and path, or nil:
 // the longest prefix among the routes of the most specific domain that
-// has routes (exact, then the longest wildcard, then "*").
-func (t *Routes) Match(host, path []byte) *Route {
-	rs, _ := t.domains.Lookup(host)
-	return longestPrefix(rs, path)
+// has routes (exact, then the longest wildcard, then "*"), and the rank
+// that domain names host by (RankNone with no domain for host, even
+// when no prefix matches).
+func (t *Routes) Match(host, path []byte) (*Route, Rank) {
+	rs, r := t.domains.Match(host)
+	return longestPrefix(rs, path), r
 }
 
 func longestPrefix(rs []*Route, path []byte) *Route {

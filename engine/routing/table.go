@@ -59,46 +59,68 @@ func (t *Table[V]) Add(name string, v V) bool {
 	return true
 }
 
-// Lookup returns the value for a normalized name: its exact name's, else
-// the longest matching wildcard's, else "*"'s. ok is false when none
-// matches.
-func (t *Table[V]) Lookup(name []byte) (v V, ok bool) {
+// Rank is how specifically a table names a name: not at all, by "*",
+// by a wildcard (the longer its suffix, the higher), or exactly. Ranks
+// of one name in different tables compare: the most specific wins.
+type Rank int
+
+const (
+	RankNone  Rank = 0
+	RankAny   Rank = 1 // "*"
+	RankExact Rank = 1 << 30
+)
+
+// Match returns the value for a normalized name: its exact name's, else
+// the longest matching wildcard's, else "*"'s, with the rank it matched
+// by; RankNone when none matches.
+func (t *Table[V]) Match(name []byte) (v V, r Rank) {
 	if v, ok := t.exact[string(name)]; ok {
-		return v, true
+		return v, RankExact
 	}
 	for _, w := range t.wild {
 		if len(name) > len(w.suffix) && string(name[len(name)-len(w.suffix):]) == w.suffix {
-			return w.v, true
+			return w.v, RankAny + Rank(len(w.suffix))
 		}
 	}
-	return t.any, t.hasAny
+	if t.hasAny {
+		return t.any, RankAny
+	}
+	return v, RankNone
+}
+
+// Lookup is Match without the rank: ok is false when nothing matches.
+func (t *Table[V]) Lookup(name []byte) (v V, ok bool) {
+	v, r := t.Match(name)
+	return v, r != RankNone
 }
 
 // LookupString is Lookup for a name held as a string.
 func (t *Table[V]) LookupString(name string) (v V, ok bool) {
+	v, r := t.MatchString(name)
+	return v, r != RankNone
+}
+
+// MatchString is Match for a name held as a string.
+func (t *Table[V]) MatchString(name string) (v V, r Rank) {
 	if v, ok := t.exact[name]; ok {
-		return v, true
+		return v, RankExact
 	}
 	for _, w := range t.wild {
 		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return w.v, true
+			return w.v, RankAny + Rank(len(w.suffix))
 		}
 	}
-	return t.any, t.hasAny
+	if t.hasAny {
+		return t.any, RankAny
+	}
+	return v, RankNone
 }
 
 // Names reports whether a normalized name is given by its exact name or
 // a wildcard: "*" names nothing.
 func (t *Table[V]) Names(name string) bool {
-	if _, ok := t.exact[name]; ok {
-		return true
-	}
-	for _, w := range t.wild {
-		if len(name) > len(w.suffix) && strings.HasSuffix(name, w.suffix) {
-			return true
-		}
-	}
-	return false
+	_, r := t.MatchString(name)
+	return r > RankAny
 }
 
 // Any returns "*"'s value, if one was added.
