@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/netip"
@@ -248,6 +249,9 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 		chunk := append([]byte(nil), buf[:n]...)
 		end := err == io.EOF
 		failed := err != nil && !end
+		// quic-go's body reports a stream that ended short of its
+		// Content-Length so: a malformed request (RFC 9114 §4.1.2).
+		short := errors.Is(err, io.ErrUnexpectedEOF)
 		var trailers []byte
 		if end {
 			// quic-go fills r.Trailer as the body ends.
@@ -260,8 +264,18 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 			}
 		}
 		cl.lc.loop.Post(func() {
-			if failed {
+			switch ex := cl.ex; {
+			case failed && short && ex != nil:
+				ex.fail(400, "the request body ended before its Content-Length", nil)
+				return
+			case failed && ex != nil:
+				// The client reset its stream (or quic-go did, for a body
+				// over its length): the exchange ends, and so does the
+				// request's goroutine, which may wait on no context.
 				cl.clientGone()
+				cl.send(h3Event{kind: h3Abort})
+				return
+			case failed:
 				return
 			}
 			cl.in = append(cl.in, chunk...)
