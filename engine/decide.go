@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"log/slog"
 
+	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/internal/loglimit"
@@ -96,11 +98,16 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 	}
 	st, rank := s.sites.match(buf)
 	if px := s.proxy; px != nil && len(f.path) > 0 && f.path[0] == '/' {
-		if rt, r := px.Match(buf, f.path); rt != nil && r >= rank {
+		if rt, r := px.Match(buf, routePath(f.path)); rt != nil && r >= rank {
 			d.route = rt
-			switch {
+			switch m := string(f.method); {
 			case !px.speaks(f.proto) || misdirected:
 				d.status, d.reason = 421, reasonMisdirected
+			case m == "CONNECT" || m == "TRACE":
+				// A tunnel or an echo of the request's fields (cookies
+				// included) is nothing a reverse proxy passes on; nginx
+				// refuses both too.
+				d.status, d.reason = 405, reasonMethod
 			case reframe.UnsafePath(f.path):
 				d.status, d.reason = 400, reasonProxyPath
 			}
@@ -117,6 +124,28 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		d.status, d.reason = 400, reasonTarget
 	}
 	return d, buf
+}
+
+// routePath is the path routes are matched by: the path as a site reads
+// it (percent-decoded once, "." segments and repeated slashes dropped:
+// files.CleanPath), so that "/ap%69/x" and "//api/x" are the "/api/"
+// route's, as they would be the site's file /api/x; the upstream is sent
+// the path as the client wrote it. A path CleanPath refuses is matched as
+// sent (its site would refuse it, and UnsafePath refuses most).
+func routePath(p []byte) []byte {
+	if bytes.IndexByte(p, '%') < 0 && !bytes.Contains(p, []byte("//")) && !bytes.Contains(p, []byte("/.")) {
+		return p
+	}
+	rel, dirSlash, err := files.CleanPath(p, nil)
+	if err != nil {
+		return p
+	}
+	out := append(make([]byte, 0, len(rel)+2), '/')
+	out = append(out, rel...)
+	if dirSlash && len(rel) > 0 {
+		out = append(out, '/')
+	}
+	return out
 }
 
 // speaks reports whether the site answers protocol proto; plain HTTP/2

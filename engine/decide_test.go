@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,7 +27,10 @@ func TestOneDecision(t *testing.T) {
 	up, hits := countingBackend(t)
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	logs := &syncBuffer{}
-	ts := startLog(t, fmt.Sprintf(`access_log = %q
+	// shutdown_grace: quic-go's client may leave a connection open after
+	// a stream its server reset; the engine's stop then waits for it.
+	ts := startLog(t, fmt.Sprintf(`shutdown_grace = "2s"
+access_log = %q
 access_log_format = "json"
 [[sites]]
 domain = "a.test"
@@ -70,6 +74,10 @@ upstreams = [%[8]q]
 		{"a.test", "a.test", "DELETE", "/api/x", 200, "a.test", "upstream a.test /api/x", true},
 		{"b.test", "a.test", "GET", "/api/y", 421, "a.test", "", false},
 		{"a.test", "a.test", "GET", "/api/%2e%2e/z", 400, "a.test", "", false},
+		{"a.test", "a.test", "TRACE", "/api/x", 405, "a.test", "", false},
+		{"a.test", "a.test", "GET", "/ap%69/x", 200, "a.test", "upstream a.test /api/x", true},
+		{"a.test", "a.test", "GET", "//api/x", 200, "a.test", "upstream a.test //api/x", true},
+		{"a.test", "a.test", "GET", "/api/%u002e", 400, "a.test", "", false},
 	}
 	pool := map[string]*testPKI{"a.test": a, "b.test": b}
 	protos := []string{"h1", "h2", "h3"}
@@ -79,6 +87,13 @@ upstreams = [%[8]q]
 			// The query tags the request's access log line.
 			target := fmt.Sprintf("%s?row=%d&proto=%s", r.path, i, proto)
 			code, body, err := namedRequest(t, ts.addr, pool[r.sni].pool, proto, r.method, r.sni, r.host, target, false)
+			if proto == "h3" && unparsable(r.path) {
+				// quic-go's server resets the stream itself.
+				if err == nil {
+					t.Errorf("%s row %d %+v: %d, want the stream reset by quic-go", proto, i, r, code)
+				}
+				continue
+			}
 			if err != nil {
 				t.Fatalf("%s row %d %+v: %v", proto, i, r, err)
 			}
@@ -114,6 +129,9 @@ upstreams = [%[8]q]
 	}
 	for i, r := range rows {
 		for _, proto := range protos {
+			if proto == "h3" && unparsable(r.path) {
+				continue
+			}
 			tag := fmt.Sprintf("row=%d&proto=%s", i, proto)
 			l, ok := got[tag]
 			want := line{Site: r.site, Method: r.method, Path: fmt.Sprintf("%s?%s", r.path, tag), Status: r.status, Protocol: l.Protocol}
@@ -136,6 +154,13 @@ upstreams = [%[8]q]
 			t.Errorf("refusals of %s logged %d times, want %d alike:\n%s", path, len(lines), len(protos), strings.Join(lines, "\n"))
 		}
 	}
+}
+
+// unparsable reports whether Go's url package refuses a request target,
+// as quic-go's HTTP/3 server does before the engine sees it.
+func unparsable(target string) bool {
+	_, err := url.ParseRequestURI(target)
+	return err != nil
 }
 
 // TestMostSpecificNameWins: a name goes to whatever names it most

@@ -905,6 +905,39 @@ upstreams = [%q]
 		}
 	}
 
+	// What an outside attack on the decision found: CONNECT and TRACE
+	// are not passed on; a Host with an empty label or a percent escape
+	// is malformed; a path that is not a route's as sent but is once
+	// read as a site reads it ("/ap%69/", "//api/") is the route's; a
+	// broken escape is not sent upstream.
+	for _, tc := range []struct {
+		req  string
+		want int
+		body string
+	}{
+		{"CONNECT /api/tunnel HTTP/1.1\r\nHost: a\r\n\r\n", 405, ""},
+		{"TRACE /api/trace HTTP/1.1\r\nHost: a\r\nCookie: secret\r\n\r\n", 405, ""},
+		{"GET /api/b HTTP/1.1\r\nHost: x..a\r\n\r\n", 400, ""},
+		{"GET /api/b HTTP/1.1\r\nHost: .a\r\n\r\n", 400, ""},
+		{"GET /api/b HTTP/1.1\r\nHost: evil.com%2fa\r\n\r\n", 400, ""},
+		{"GET /api/b HTTP/1.1\r\nHost: []\r\n\r\n", 400, ""},
+		{"GET /ap%69/enc HTTP/1.1\r\nHost: a\r\n\r\n", 200, "echo /api/enc"},
+		{"GET //api/dbl HTTP/1.1\r\nHost: a\r\n\r\n", 200, "echo //api/dbl"},
+		{"GET /api/%u002e HTTP/1.1\r\nHost: a\r\n\r\n", 400, ""},
+	} {
+		c = dial(t, ts.addr)
+		c.send(tc.req)
+		method, _, _ := strings.Cut(tc.req, " ")
+		if r, body := c.response(method); r.StatusCode != tc.want || tc.body != "" && string(body) != tc.body {
+			t.Errorf("%q: %d %q, want %d %q", tc.req, r.StatusCode, body, tc.want, tc.body)
+		}
+	}
+	for _, p := range []string{"/api/tunnel", "/api/trace"} {
+		if _, ok := seen.Load(p); ok {
+			t.Errorf("%s reached the upstream", p)
+		}
+	}
+
 	c = dial(t, ts.addr)
 	c.send("GET /api/old HTTP/1.0\r\n\r\n")
 	if r, _ := c.response("GET"); r.StatusCode != 200 || header("/api/old").Get("X-Host") == "" {

@@ -343,8 +343,10 @@ func httpToken(v []byte) bool {
 
 // UnsafePath reports whether a request path would mean something
 // else to an upstream than to the route that matched it: dot segments,
-// or an encoded slash, dot or backslash (a path that "/api/../admin"
-// would reach the upstream's /admin through the route for /api/).
+// an encoded slash, dot or backslash (a path that "/api/../admin"
+// would reach the upstream's /admin through the route for /api/), or a
+// "%" that starts no escape (servers decode "%u002e" and the like
+// their own ways).
 func UnsafePath(p []byte) bool {
 	// segEnd: what may follow a dot segment for some server to read it as
 	// one: the end, "/", or ";" (Tomcat and Jetty read "..;x" as "..").
@@ -354,13 +356,14 @@ func UnsafePath(p []byte) bool {
 		case '\\':
 			return true
 		case '%':
-			if i+2 < len(p) {
-				a, b := p[i+1], p[i+2]|0x20
-				// %2e %2f %5c, and %c0 %c1 (overlong UTF-8 for "." and "/",
-				// never valid).
-				if a == '2' && (b == 'e' || b == 'f') || a == '5' && b == 'c' || a|0x20 == 'c' && (b == '0' || b == '1') {
-					return true
-				}
+			if i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+				return true
+			}
+			// %2e %2f %5c, and %c0 %c1 (overlong UTF-8 for "." and "/",
+			// never valid).
+			a, b := p[i+1]|0x20, p[i+2]|0x20
+			if a == '2' && (b == 'e' || b == 'f') || a == '5' && b == 'c' || a == 'c' && (b == '0' || b == '1') {
+				return true
 			}
 		case '.':
 			if p[i-1] == '/' && (segEnd(i+1) || p[i+1] == '.' && segEnd(i+2)) {
@@ -380,4 +383,8 @@ func CopyRespField(name, conn []byte, status int, hasBody bool) bool {
 		return !hasBody && status != 204 && status >= 200
 	}
 	return !DropField(name, conn)
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c|0x20 >= 'a' && c|0x20 <= 'f'
 }

@@ -1,9 +1,17 @@
 package httpsyntax
 
-import "bytes"
+import (
+	"bytes"
+	"net/netip"
+)
 
-// ValidHost checks the uri-host [ ":" port ] grammar loosely: reg-name or
-// IPv4 characters, or a bracketed IPv6 literal, and a numeric port.
+// ValidHost checks the uri-host [ ":" port ] grammar loosely: a name of
+// letters, digits, "-", "_", "~" and dots, without an empty label (a
+// single trailing dot and "." alone are allowed), or a bracketed IPv6
+// literal; and a numeric port. Percent-encoding, which RFC 3986's
+// reg-name allows, is refused: no client sends a name so (names beyond
+// ASCII go as punycode), and an upstream could decode "%2f" in the Host
+// it is sent into a path.
 func ValidHost(h []byte) bool {
 	if len(h) == 0 || len(h) > 255 {
 		return len(h) == 0 // an empty Host is allowed (RFC 9112 §3.2)
@@ -19,6 +27,9 @@ func ValidHost(h []byte) bool {
 				return false
 			}
 		}
+		if a, err := netip.ParseAddr(string(h[1:end])); err != nil || !a.Is6() {
+			return false
+		}
 		host = nil
 		h = h[end+1:]
 		if len(h) > 0 && h[0] != ':' {
@@ -29,8 +40,15 @@ func ValidHost(h []byte) bool {
 	} else {
 		h = nil
 	}
-	for _, c := range host {
-		if !(isAlnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '%') {
+	for i, c := range host {
+		switch {
+		case c == '.':
+			// An empty label: a leading dot or two in a row ("." alone
+			// and a trailing dot name the root and a fully qualified name).
+			if i == 0 && len(host) > 1 || i > 0 && host[i-1] == '.' {
+				return false
+			}
+		case !(isAlnum(c) || c == '-' || c == '_' || c == '~'):
 			return false
 		}
 	}
