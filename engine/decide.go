@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"log/slog"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
@@ -101,7 +103,7 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		if rt, r := px.Match(buf, routePath(f.path)); rt != nil && r >= rank {
 			d.route = rt
 			switch m := string(f.method); {
-			case !px.speaks(f.proto) || misdirected:
+			case !proxySpeaks(px, f.proto) || misdirected:
 				d.status, d.reason = 421, reasonMisdirected
 			case m == "CONNECT" || m == "TRACE":
 				// A tunnel or an echo of the request's fields (cookies
@@ -162,7 +164,7 @@ func (s *site) speaks(proto uint8, tls bool) bool {
 
 // speaks reports whether the proxy answers protocol proto
 // ([reverse_proxy.protocols]).
-func (t *proxyTable) speaks(proto uint8) bool {
+func proxySpeaks(t *proxy.Table, proto uint8) bool {
 	switch proto {
 	case protoH1:
 		return t.H1

@@ -8,11 +8,10 @@
 // transport.Stream chosen once per connection (conn.go), HTTP/3
 // (http3.go) on quic-go; the per-loop context they share (loopctx.go);
 // the one decision every request goes through, and the one accounting of
-// its answer (decide.go); the proxy's client sides and exchange
-// (proxy*.go); the TCP passthrough relay on the reactor (passthrough.go);
+// its answer (decide.go); the proxy's client sides (proxy_h*.go); the TCP passthrough relay on the reactor (passthrough.go);
 // and the WebTransport diagnostics endpoint (webtransport.go).
 // Capabilities live in packages that never import this one: routing,
-// files, digests, reframe, passthrough, acme, accesslog, admin,
+// files, digests, proxy, reframe, passthrough, acme, accesslog, admin,
 // transport, reactor, config.
 //
 // The invariant: a client can hold nothing forever. Every state in which

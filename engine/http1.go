@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
@@ -44,7 +46,7 @@ type h1Conn struct {
 	closeAfter  bool // close once the queued response is written
 	headStarted bool // the first byte of a request head has arrived
 	requests    int
-	proxy       *exchange        // a proxied request in progress
+	proxy       *proxy.Exchange  // a proxied request in progress
 	challenge   *challengeAnswer // an HTTP-01 lookup on a worker, or its answer
 
 	// For the metrics and the access log of the response being sent.
@@ -75,7 +77,7 @@ func newH1Handler(lc *loopCtx, redirect bool) *h1Handler {
 // closed releases what a connection's HTTP/1.1 state holds.
 func (h *h1Handler) closed(c *reactor.Conn, st *h1Conn) {
 	if st.proxy != nil {
-		st.proxy.clientGone()
+		st.proxy.ClientGone()
 		st.proxy = nil
 	}
 	if st.rec.Active() {
@@ -93,16 +95,16 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 	for {
 		s.Pump()
 		if st.proxy != nil {
-			if s.EOF() && st.proxy.reqDone {
+			if s.EOF() && st.proxy.BodySent() {
 				// The client closed while its response was on the way
 				// (nginx's 499): the exchange drains or drops the
 				// upstream side, and nobody is left to answer.
-				st.proxy.clientGone()
+				st.proxy.ClientGone()
 				st.proxy = nil
 				c.Close()
 				return
 			}
-			st.proxy.pump()
+			st.proxy.Pump()
 			if st.proxy != nil || c.Closed() {
 				return // the exchange moves on the reactor's events
 			}

@@ -3,6 +3,8 @@ package engine
 import (
 	"log/slog"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
@@ -23,7 +25,7 @@ type loopCtx struct {
 	loop    *reactor.Loop
 	log     *slog.Logger
 	metrics *respMetrics // the loop's responses, every protocol on it
-	proxy   *proxyPool   // nil without reverse proxy routes
+	proxy   *proxy.Loop  // nil without reverse proxy routes
 
 	limiter *loglimit.Limiter
 
@@ -57,7 +59,7 @@ func newLoopCtx(s *Server, l *reactor.Loop, redirect bool) *loopCtx {
 		return lc
 	}
 	if s.proxy != nil {
-		lc.proxy = newProxyPool(lc)
+		lc.proxy = proxy.NewLoop(s.proxy, l, lc.log, lc.limiter, &s.cfg.Limits, &s.stats.Requests)
 		s.loops = append(s.loops, lc)
 	}
 	return lc
@@ -77,7 +79,7 @@ const clientLogsPerSecond = 20
 func (lc *loopCtx) tick() (more bool) {
 	lc.flushLog()
 	held := lc.limiter.Flush()
-	waiting := lc.proxy != nil && lc.proxy.expire(lc.loop.Now().UnixNano())
+	waiting := lc.proxy != nil && lc.proxy.Expire(lc.loop.Now().UnixNano())
 	return held || waiting
 }
 

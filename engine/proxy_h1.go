@@ -3,6 +3,8 @@ package engine
 import (
 	"strconv"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/reframe"
@@ -35,7 +37,7 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n
 	cl.log = h1.Request{Method: reframe.Clone(r.Method), Target: reframe.Clone(r.Target), Path: reframe.Clone(r.Path), Minor: r.Minor}
 	h.beginRecord(c, st, r)
 	st.rec.SetSite(h.srv.siteProxy(), rt.Cfg.Domain)
-	ex, tooLarge := newExchange(h.lc, cl, c.Peer(), rt, r.Method, r.Path, r.HasBody(), r.ContentLength)
+	ex, tooLarge := h.lc.proxy.NewExchange(cl, c.Peer(), rt, r.Method, r.Path, r.HasBody(), r.ContentLength)
 	st.s.Consume(n)
 	st.headStarted = false
 	st.requests++
@@ -46,29 +48,28 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n
 	st.proxy = ex
 	if tooLarge {
 		st.closeAfter = true // the body stays unread
-		ex.fail(413, "request body over max_body", nil)
+		ex.Fail(413, "request body over max_body", nil)
 		return
 	}
 	cl.reqBody.ResetRequest(r)
-	ex.reqChunked = r.Chunked
-	ex.expect100 = r.HasBody() && r.Minor == 1 && h1.EqualFold(r.Get("expect"), "100-continue")
 	via := "1.1"
 	if r.Minor == 0 {
 		via = "1.0"
 	}
-	ex.head = reframe.Head(&reframe.Request{Method: r.Method, Path: r.Path, Query: r.Query, Host: r.Host,
+	head := reframe.Head(&reframe.Request{Method: r.Method, Path: r.Path, Query: r.Query, Host: r.Host,
 		Fields: r.Headers, Connection: r.Get("connection"), Via: via, Peer: c.Peer().Addr(),
 		TLS: st.s.Session() != nil, ContentLength: r.ContentLength, Chunked: r.Chunked, Upstream: rt.DefaultHost()}, h.srv.proxy.Trusted)
-	ex.start()
+	ex.SetRequest(head, r.Chunked, r.HasBody() && r.Minor == 1 && h1.EqualFold(r.Get("expect"), "100-continue"))
+	ex.Start()
 }
 
-func (cl *h1Client) pullBody() ([]byte, bool, error) {
+func (cl *h1Client) PullBody() ([]byte, bool, error) {
 	s := cl.st.s
 	for {
 		in := s.Input()
 		if len(in) == 0 {
 			if s.EOF() || cl.c.Closed() {
-				return nil, false, errClientGone
+				return nil, false, proxy.ErrClientGone
 			}
 			// The body must keep coming: body_timeout between arrivals.
 			cl.c.SetReadDeadline(cl.h.srv.cfg.Limits.BodyTimeout.D())
@@ -92,7 +93,7 @@ func (cl *h1Client) pullBody() ([]byte, bool, error) {
 	}
 }
 
-func (cl *h1Client) bodyTaken() {
+func (cl *h1Client) BodyTaken() {
 	cl.st.s.Consume(cl.taken)
 	cl.taken = 0
 	// The client delivered: no deadline for it until pullBody finds it
@@ -102,9 +103,9 @@ func (cl *h1Client) bodyTaken() {
 	cl.c.Wake() // it may have stopped reading with a full buffer
 }
 
-func (cl *h1Client) continue100() { cl.st.s.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")) }
+func (cl *h1Client) Continue100() { cl.st.s.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")) }
 
-func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
 	h, st := cl.h, cl.st
 	b := h1.AppendStatusLine(h.head[:0], r.Status)
 	if len(r.Reason) > 0 {
@@ -132,7 +133,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 			st.closeAfter = true // HTTP/1.0: the end of the body is the close
 		}
 	}
-	if st.proxy != nil && !st.proxy.reqDone {
+	if st.proxy != nil && !st.proxy.BodySent() {
 		// The rest of the request body will not be read (the exchange
 		// sends no more of it up): no deadline waits for it, so a client
 		// that stops its upload on seeing the answer still gets it all.
@@ -161,7 +162,7 @@ func (cl *h1Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 // the socket to have taken what was queued: bulk bodies move a turn's
 // worth at a time (letting more queue up behind a busy socket cost CPU:
 // a proxied 100 MB body over TLS took 2.5 s/GiB instead of 2.0).
-func (cl *h1Client) room() bool {
+func (cl *h1Client) Room() bool {
 	if !cl.bodyStarted {
 		return true
 	}
@@ -169,7 +170,7 @@ func (cl *h1Client) room() bool {
 	return !cl.st.s.Busy()
 }
 
-func (cl *h1Client) body(p []byte) {
+func (cl *h1Client) Body(p []byte) {
 	s := cl.st.s
 	cl.bodyStarted = true
 	if cl.chunk {
@@ -184,7 +185,7 @@ func (cl *h1Client) body(p []byte) {
 
 // splice moves the rest of a Content-Length body from the upstream's
 // socket to a plain TCP client's with splice(2): no copy in userspace.
-func (cl *h1Client) splice(uc *reactor.Conn, n int64) bool {
+func (cl *h1Client) Splice(uc *reactor.Conn, n int64) bool {
 	if cl.chunk {
 		return false // re-framed
 	}
@@ -193,7 +194,7 @@ func (cl *h1Client) splice(uc *reactor.Conn, n int64) bool {
 	return cl.st.s.SpliceFrom(uc, n)
 }
 
-func (cl *h1Client) end(trailers []byte) {
+func (cl *h1Client) End(trailers []byte) {
 	if cl.chunk {
 		s := cl.st.s
 		s.Write([]byte("0\r\n"))
@@ -204,11 +205,11 @@ func (cl *h1Client) end(trailers []byte) {
 	}
 }
 
-func (cl *h1Client) reqTrailers() []byte { return cl.reqBody.Trailers() }
+func (cl *h1Client) ReqTrailers() []byte { return cl.reqBody.Trailers() }
 
-func (cl *h1Client) fail(status int) {
+func (cl *h1Client) Fail(status int) {
 	st := cl.st
-	if st.proxy != nil && !st.proxy.reqDone {
+	if st.proxy != nil && !st.proxy.BodySent() {
 		st.closeAfter = true // the rest of the request body will not be read
 	}
 	st.proxy = nil
@@ -219,17 +220,28 @@ func (cl *h1Client) fail(status int) {
 	cl.h.send(cl.c, st, &cl.log, nil)
 }
 
-func (cl *h1Client) abort() {
+func (cl *h1Client) Abort() {
 	cl.st.proxy = nil
 	cl.c.Abort()
 }
 
-func (cl *h1Client) wake() {
+func (cl *h1Client) Wake() {
 	cl.st.s.Pump()
 	cl.c.Wake()
 }
 
-func (cl *h1Client) finished() {
+func (cl *h1Client) Finished() {
 	cl.st.proxy = nil
 	cl.st.sending = true // serve waits for the stream to drain, logs, and reads the next request
 }
+
+// The client sides are the proxy's clients; HTTP/1.1 takes splices and
+// HTTP/2 keeps a byte budget (checked here: the exchange asks for these
+// by type assertion).
+var (
+	_ proxy.Client       = (*h1Client)(nil)
+	_ proxy.SpliceClient = (*h1Client)(nil)
+	_ proxy.Client       = (*h2Client)(nil)
+	_ proxy.RoomBytes    = (*h2Client)(nil)
+	_ proxy.Client       = (*h3Client)(nil)
+)

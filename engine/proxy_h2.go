@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/mediaship/engine/engine/files"
@@ -21,7 +23,7 @@ import (
 type h2Client struct {
 	hc      *h2Conn
 	hs      *h2Strm
-	ex      *exchange
+	ex      *proxy.Exchange
 	in      []byte
 	inEnd   bool
 	gone    bool // the stream was reset or ended before the exchange
@@ -41,10 +43,10 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	hs.proxy = cl
 	hs.rec.SetSite(hh.srv.siteProxy(), rt.Cfg.Domain)
 	path, query := splitTarget(r.Path)
-	ex, tooLarge := newExchange(hh.lc, cl, hc.c.Peer(), rt, r.Method, path, !st.RemoteDone(), r.ContentLength)
+	ex, tooLarge := hh.lc.proxy.NewExchange(cl, hc.c.Peer(), rt, r.Method, path, !st.RemoteDone(), r.ContentLength)
 	cl.ex = ex
 	if tooLarge {
-		ex.fail(413, "request body over max_body", nil)
+		ex.Fail(413, "request body over max_body", nil)
 		return
 	}
 	fields := make([]h1.Header, 0, len(r.Fields))
@@ -52,17 +54,17 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 		if !reframe.ValidFieldValue(f.Value) {
 			// HTTP/2 forbids only NUL, CR and LF in values; an HTTP/1.1
 			// upstream must not get other controls either.
-			ex.fail(400, "control character in a request field", nil)
+			ex.Fail(400, "control character in a request field", nil)
 			return
 		}
 		fields = append(fields, h1.Header{Name: f.Name, Value: f.Value})
 	}
-	ex.reqChunked = !ex.reqDone && r.ContentLength < 0
-	ex.head = reframe.Head(&reframe.Request{Method: r.Method, Path: path, Query: query, Host: r.Get("host"),
+	chunked := !ex.BodySent() && r.ContentLength < 0
+	ex.SetRequest(reframe.Head(&reframe.Request{Method: r.Method, Path: path, Query: query, Host: r.Get("host"),
 		Fields: fields, Via: "2", Peer: hc.c.Peer().Addr(), TLS: hc.s.Session() != nil,
-		ContentLength: r.ContentLength, Chunked: ex.reqChunked, Upstream: rt.DefaultHost()}, hh.srv.proxy.Trusted)
+		ContentLength: r.ContentLength, Chunked: chunked, Upstream: rt.DefaultHost()}, hh.srv.proxy.Trusted), chunked, false)
 	hc.conn.MarkBusy(st)
-	ex.start()
+	ex.Start()
 }
 
 // Body takes request DATA for a proxied stream (h2.BodyHandler); other
@@ -75,40 +77,33 @@ func (hc *h2Conn) Body(st *h2.Stream, p []byte, end bool) {
 	cl := hs.proxy
 	cl.in = append(cl.in, p...)
 	cl.inEnd = cl.inEnd || end
-	if up := cl.ex.up; up != nil {
-		up.c.Wake() // the exchange pumps on the upstream's turn, not inside Feed
-	}
+	cl.ex.WakeUpstream() // the exchange pumps on the upstream's turn, not inside Feed
 }
 
-func (cl *h2Client) pullBody() ([]byte, bool, error) {
+func (cl *h2Client) PullBody() ([]byte, bool, error) {
 	if cl.gone {
-		return nil, false, errClientGone
+		return nil, false, proxy.ErrClientGone
 	}
 	if len(cl.in) == 0 && !cl.inEnd {
-		cl.ex.awaitClient = true
-		if up := cl.ex.up; up != nil {
-			// The upstream waits for the client: body_timeout bounds it.
-			up.c.SetReadDeadline(cl.hc.h.srv.cfg.Limits.BodyTimeout.D())
-		}
+		// The upstream waits for the client: body_timeout bounds it.
+		cl.ex.AwaitClient(cl.hc.h.srv.cfg.Limits.BodyTimeout.D())
 		return nil, false, nil
 	}
-	cl.ex.awaitClient = false
+	cl.ex.AwaitClient(0)
 	return cl.in, cl.inEnd, nil
 }
 
-func (cl *h2Client) bodyTaken() {
+func (cl *h2Client) BodyTaken() {
 	n := len(cl.in)
 	cl.in = cl.in[:0]
-	if up := cl.ex.up; up != nil {
-		up.c.SetReadDeadline(0)
-	}
+	cl.ex.AwaitClient(0)
 	cl.hc.conn.Consumed(cl.hs.st, n)
-	cl.wake() // the WINDOW_UPDATE goes out now, not with the next event
+	cl.Wake() // the WINDOW_UPDATE goes out now, not with the next event
 }
 
-func (cl *h2Client) continue100() {}
+func (cl *h2Client) Continue100() {}
 
-func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
 	hc, hs := cl.hc, cl.hs
 	f := cl.fields[:0]
 	for _, h := range r.Headers {
@@ -130,7 +125,7 @@ func (cl *h2Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	hc.conn.Respond(hs.st, r.Status, f, n)
 }
 
-func (cl *h2Client) room() bool {
+func (cl *h2Client) Room() bool {
 	srv := cl.hc.h.srv
 	rs := &srv.cfg.Runtime.Settings
 	// Past the stream's budget, or beyond a floor the connection's or the
@@ -141,17 +136,17 @@ func (cl *h2Client) room() bool {
 		return false
 	}
 	return len(cl.out) < h2ProxyFloor ||
-		cl.hc.proxyBuffered < int(rs.ProxyH2TLSConnectionSendBuffer) && srv.proxy.h2Buffered.Load() < int64(rs.ProxyH2TLSTotalSendBuffer)
+		cl.hc.proxyBuffered < int(rs.ProxyH2TLSConnectionSendBuffer) && srv.proxy.H2Buffered.Load() < int64(rs.ProxyH2TLSTotalSendBuffer)
 }
 
 // roomBytes is how many more body bytes room allows: the exchange passes
 // no more of a Content-Length body at once, so a stream's buffer stays
 // within its budget instead of overshooting it by a whole upstream read.
-func (cl *h2Client) roomBytes() int {
+func (cl *h2Client) RoomBytes() int {
 	srv := cl.hc.h.srv
 	rs := &srv.cfg.Runtime.Settings
 	limit := int(rs.ProxyH2TLSMaxSendBuffer)
-	if cl.hc.proxyBuffered >= int(rs.ProxyH2TLSConnectionSendBuffer) || srv.proxy.h2Buffered.Load() >= int64(rs.ProxyH2TLSTotalSendBuffer) {
+	if cl.hc.proxyBuffered >= int(rs.ProxyH2TLSConnectionSendBuffer) || srv.proxy.H2Buffered.Load() >= int64(rs.ProxyH2TLSTotalSendBuffer) {
 		limit = min(limit, h2ProxyFloor)
 	}
 	return max(limit-len(cl.out), 0)
@@ -161,23 +156,23 @@ func (cl *h2Client) roomBytes() int {
 // server-wide budget is spent.
 const h2ProxyFloor = 32 << 10
 
-func (cl *h2Client) body(p []byte) {
+func (cl *h2Client) Body(p []byte) {
 	cl.out = append(cl.out, p...)
 	cl.ready += int64(len(p))
 	cl.hc.proxyBuffered += len(p)
-	cl.hc.h.srv.proxy.h2Buffered.Add(int64(len(p)))
+	cl.hc.h.srv.proxy.H2Buffered.Add(int64(len(p)))
 	cl.hc.conn.BodyReady(cl.hs.st, cl.ready)
 }
 
 // end ends the stream's body, with the upstream's trailers in a HEADERS
 // frame after the last DATA when it sent any.
-func (cl *h2Client) end(trailers []byte) {
+func (cl *h2Client) End(trailers []byte) {
 	cl.hc.conn.EndBody(cl.hs.st, reframe.TrailerFields(trailers))
 }
 
 // reqTrailers are the request's trailer fields as lines, for a body
 // re-framed chunked to the upstream (reframe.AppendTrailers filters them).
-func (cl *h2Client) reqTrailers() []byte {
+func (cl *h2Client) ReqTrailers() []byte {
 	var b []byte
 	for _, f := range cl.hs.st.Trailers {
 		if reframe.ValidFieldValue(f.Value) {
@@ -200,14 +195,14 @@ func (cl *h2Client) take(out interface{ Write([]byte) }, hdr []byte, off int64, 
 	cl.out = cl.out[:rest]
 	cl.outBase = off + int64(n)
 	cl.hc.proxyBuffered -= i + n
-	cl.hc.h.srv.proxy.h2Buffered.Add(-int64(i + n))
-	if cl.ex != nil && cl.ex.up != nil {
-		cl.ex.up.c.Wake() // room again: read more from the upstream
+	cl.hc.h.srv.proxy.H2Buffered.Add(-int64(i + n))
+	if cl.ex != nil {
+		cl.ex.WakeUpstream() // room again: read more from the upstream
 	}
 	return true
 }
 
-func (cl *h2Client) fail(status int) {
+func (cl *h2Client) Fail(status int) {
 	hc, hs := cl.hc, cl.hs
 	cl.detach()
 	if cl.gone || hc.c.Closed() {
@@ -218,20 +213,20 @@ func (cl *h2Client) fail(status int) {
 	hc.respond(hs)
 }
 
-func (cl *h2Client) abort() {
+func (cl *h2Client) Abort() {
 	cl.detach()
 	if !cl.gone {
 		cl.hc.conn.AbortStream(cl.hs.st)
-		cl.wake() // the RST_STREAM goes out
+		cl.Wake() // the RST_STREAM goes out
 	}
 }
 
-func (cl *h2Client) wake() {
+func (cl *h2Client) Wake() {
 	cl.hc.output()
 	cl.hc.c.Wake()
 }
 
-func (cl *h2Client) finished() { cl.detach() }
+func (cl *h2Client) Finished() { cl.detach() }
 
 // detach ends the exchange's hold on the stream (MarkBusy).
 func (cl *h2Client) detach() {
@@ -245,7 +240,7 @@ func (cl *h2Client) detach() {
 // response was produced to the end.
 func (cl *h2Client) streamDone() {
 	cl.hc.proxyBuffered -= len(cl.out)
-	cl.hc.h.srv.proxy.h2Buffered.Add(-int64(len(cl.out)))
+	cl.hc.h.srv.proxy.H2Buffered.Add(-int64(len(cl.out)))
 	cl.out, cl.in = nil, nil
 	if !cl.hs.st.Reset {
 		// Produced to the end: a response without a body ends its stream
@@ -256,6 +251,6 @@ func (cl *h2Client) streamDone() {
 	cl.gone = true
 	if ex := cl.ex; ex != nil {
 		cl.detach()
-		ex.clientGone()
+		ex.ClientGone()
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/mediaship/engine/engine/files"
@@ -54,7 +56,7 @@ type h3Event struct {
 // touched only on the loop; events and more cross to the goroutine.
 type h3Client struct {
 	lc     *loopCtx
-	ex     *exchange
+	ex     *proxy.Exchange
 	events chan h3Event  // loop -> goroutine
 	more   chan struct{} // loop -> goroutine: the last request body chunk went up
 	queued atomic.Int32  // data events not yet written by the goroutine
@@ -136,12 +138,12 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 	}
 	head := reframe.Head(&reframe.Request{Method: []byte(r.Method), Path: path, Query: query, Host: []byte(r.Host),
 		Fields: fields, Via: "3", Peer: peer.Addr(), TLS: true, ContentLength: reqLen, Chunked: hasBody && r.ContentLength < 0, Upstream: rt.DefaultHost()}, srv.proxy.Trusted)
-	ex, tooLarge := newExchange(lc, cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
-	ex.head, ex.reqChunked = head, hasBody && r.ContentLength < 0
+	ex, tooLarge := lc.proxy.NewExchange(cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
+	ex.SetRequest(head, hasBody && r.ContentLength < 0, false)
 	if tooLarge {
-		lc.loop.Post(func() { ex.fail(413, "request body over max_body", nil) })
+		lc.loop.Post(func() { ex.Fail(413, "request body over max_body", nil) })
 	} else {
-		lc.loop.Post(func() { cl.ex = ex; ex.start() })
+		lc.loop.Post(func() { cl.ex = ex; ex.Start() })
 	}
 	ctx := r.Context()
 	if hasBody {
@@ -266,7 +268,7 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 		cl.lc.loop.Post(func() {
 			switch ex := cl.ex; {
 			case failed && short && ex != nil:
-				ex.fail(400, "the request body ended before its Content-Length", nil)
+				ex.Fail(400, "the request body ended before its Content-Length", nil)
 				return
 			case failed && ex != nil:
 				// The client reset its stream (or quic-go did, for a body
@@ -298,8 +300,8 @@ func (cl *h3Client) feed(first []byte, firstErr error, r *http.Request, done <-c
 
 // wakeUpstream has the exchange's upstream connection run (on the loop).
 func (cl *h3Client) wakeUpstream() {
-	if ex := cl.ex; ex != nil && ex.up != nil {
-		ex.up.c.Wake()
+	if ex := cl.ex; ex != nil {
+		ex.WakeUpstream()
 	}
 }
 
@@ -309,7 +311,7 @@ func (cl *h3Client) clientGone() {
 	cl.gone = true
 	if ex := cl.ex; ex != nil {
 		cl.ex = nil
-		ex.clientGone()
+		ex.ClientGone()
 	}
 }
 
@@ -324,29 +326,26 @@ func (cl *h3Client) send(ev h3Event) {
 	}
 }
 
-func (cl *h3Client) pullBody() ([]byte, bool, error) {
+func (cl *h3Client) PullBody() ([]byte, bool, error) {
 	if cl.gone {
-		return nil, false, errClientGone
+		return nil, false, proxy.ErrClientGone
 	}
 	if len(cl.in) == 0 && !cl.inEnd {
 		if ex := cl.ex; ex != nil {
-			ex.awaitClient = true
-			if ex.up != nil {
-				ex.up.c.SetReadDeadline(cl.lc.srv.cfg.Limits.BodyTimeout.D())
-			}
+			ex.AwaitClient(cl.lc.srv.cfg.Limits.BodyTimeout.D())
 		}
 		return nil, false, nil
 	}
 	if ex := cl.ex; ex != nil {
-		ex.awaitClient = false
+		ex.AwaitClient(0)
 	}
 	return cl.in, cl.inEnd, nil
 }
 
-func (cl *h3Client) bodyTaken() {
+func (cl *h3Client) BodyTaken() {
 	cl.in = cl.in[:0]
-	if ex := cl.ex; ex != nil && ex.up != nil {
-		ex.up.c.SetReadDeadline(0)
+	if ex := cl.ex; ex != nil {
+		ex.AwaitClient(0)
 	}
 	select {
 	case cl.more <- struct{}{}:
@@ -354,9 +353,9 @@ func (cl *h3Client) bodyTaken() {
 	}
 }
 
-func (cl *h3Client) continue100() {}
+func (cl *h3Client) Continue100() {}
 
-func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
 	hdr := http.Header{}
 	for _, f := range r.Headers {
 		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) {
@@ -376,11 +375,11 @@ func (cl *h3Client) writeHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n})
 }
 
-func (cl *h3Client) room() bool {
+func (cl *h3Client) Room() bool {
 	return !cl.gone && cl.queued.Load() < h3ProxyChunks && len(cl.pend) < h3PendMax+h3.FrameHeaderRoom
 }
 
-func (cl *h3Client) body(p []byte) {
+func (cl *h3Client) Body(p []byte) {
 	if cl.pend == nil {
 		cl.pend = make([]byte, h3.FrameHeaderRoom, h3.FrameHeaderRoom+max(len(p), 16<<10))
 	}
@@ -390,7 +389,7 @@ func (cl *h3Client) body(p []byte) {
 	}
 }
 
-func (cl *h3Client) end(trailers []byte) {
+func (cl *h3Client) End(trailers []byte) {
 	cl.flush()
 	ev := h3Event{kind: h3End}
 	reframe.EachTrailer(trailers, func(_, name, value []byte) {
@@ -403,8 +402,8 @@ func (cl *h3Client) end(trailers []byte) {
 	cl.send(ev)
 }
 
-func (cl *h3Client) reqTrailers() []byte { return cl.inTrailers }
-func (cl *h3Client) fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
-func (cl *h3Client) abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
-func (cl *h3Client) wake()               { cl.flush() }
-func (cl *h3Client) finished()           { cl.ex = nil }
+func (cl *h3Client) ReqTrailers() []byte { return cl.inTrailers }
+func (cl *h3Client) Fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
+func (cl *h3Client) Abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
+func (cl *h3Client) Wake()               { cl.flush() }
+func (cl *h3Client) Finished()           { cl.ex = nil }

@@ -8,9 +8,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
-	"github.com/mediaship/engine/internal/testnet"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +18,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/testnet"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/mediaship/engine/internal/testtool"
 )

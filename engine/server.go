@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mediaship/engine/engine/proxy"
+
 	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/admin"
@@ -47,7 +49,7 @@ type Server struct {
 	limits  h1.Limits
 	h3      *h3.Server          // nil when no site serves HTTP/3
 	wt      *wt.Server          // [webtransport] sessions; nil unless enabled
-	proxy   *proxyTable         // nil without reverse proxy routes that terminate TLS
+	proxy   *proxy.Table        // nil without reverse proxy routes that terminate TLS
 	pass    *passthrough.Table  // nil without passthrough routes
 	quic    *passthrough.Router // QUIC passthrough; nil without it
 	quicUDP *net.UDPConn        // its socket when the engine serves no HTTP/3 itself
@@ -213,7 +215,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		MaxTargetBytes: int(cfg.Limits.MaxURIBytes),
 	}
 	var err error
-	if s.proxy, err = newProxyTable(cfg); err != nil {
+	if s.proxy, err = proxy.New(cfg); err != nil {
 		return nil, err
 	}
 	if s.pass, err = passthrough.New(cfg); err != nil {

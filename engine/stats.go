@@ -50,8 +50,8 @@ func (s *Server) counters() Stats {
 	}
 	loadCounters(&st, &s.stats)
 	if p := s.proxy; p != nil {
-		loadCounters(&st, &p.stats)
-		st.ProxyH2Buffered = p.h2Buffered.Load()
+		loadCounters(&st, &p.Stats)
+		st.ProxyH2Buffered = p.H2Buffered.Load()
 	}
 	if s.alog != nil {
 		st.AccessLogLines, st.AccessLogDropped = s.alog.Written.Load(), s.alog.Dropped.Load()

@@ -1,0 +1,207 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/h1"
+	"github.com/mediaship/engine/internal/loglimit"
+)
+
+// Loop is the proxy on one reactor loop: that loop's idle upstream
+// connections, newest last, and the requests waiting for a connection to
+// an upstream that has max_conns open from this loop, oldest first; and
+// what its exchanges need of the loop. Owned by the loop's goroutine.
+type Loop struct {
+	// Immutable after construction.
+	t        *Table
+	rl       *reactor.Loop
+	log      *slog.Logger
+	lim      *loglimit.Limiter // for what clients and upstreams cause at will
+	requests *atomic.Int64     // the server's count of requests answered
+
+	idle   map[*routing.Upstream][]*upConn
+	open   map[*routing.Upstream]int // connections open (connecting, busy or idle)
+	wait   map[*routing.Upstream][]*Exchange
+	byIP   map[netip.Addr]int // upstream connections held by each client address's exchanges
+	parser *h1.Parser         // upstream response heads
+}
+
+// NewLoop is t's proxy on loop rl, logging to log (and through lim),
+// counting the responses it relays in requests; limits bound the
+// upstreams' response heads.
+func NewLoop(t *Table, rl *reactor.Loop, log *slog.Logger, lim *loglimit.Limiter, limits *config.Limits, requests *atomic.Int64) *Loop {
+	return &Loop{t: t, rl: rl, log: log, lim: lim, requests: requests,
+		idle: map[*routing.Upstream][]*upConn{}, open: map[*routing.Upstream]int{}, wait: map[*routing.Upstream][]*Exchange{}, byIP: map[netip.Addr]int{},
+		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(limits.MaxHeaderBytes), MaxHeaders: limits.MaxHeaders * 2})}
+}
+
+// get returns an idle connection to u, or nil.
+func (p *Loop) get(u *routing.Upstream) *upConn {
+	l := p.idle[u]
+	for len(l) > 0 {
+		uc := l[len(l)-1]
+		l = l[:len(l)-1]
+		p.idle[u] = l
+		// Bytes that came after the last response (an upstream answering
+		// twice, its error, or a close on its way) would be read as the
+		// next response: such a connection is not reused, even if its
+		// event has not been seen.
+		stale, data := uc.c.Stale()
+		if !stale {
+			uc.c.SetReadDeadline(0)
+			return uc
+		}
+		if data {
+			p.unsolicited(uc, "when taken from the pool")
+		}
+		uc.c.Close()
+	}
+	return nil
+}
+
+// put keeps uc for the next exchange, or closes it when the upstream's
+// share of idle connections is full.
+func (p *Loop) put(uc *upConn, r *routing.Route) {
+	uc.ex = nil
+	if len(p.idle[uc.up]) >= *r.Cfg.MaxIdle || p.rl.Draining() {
+		uc.c.Close()
+		return
+	}
+	uc.c.SetReadDeadline(r.Cfg.IdleTimeout.D())
+	p.idle[uc.up] = append(p.idle[uc.up], uc)
+	p.admitLater(uc.up)
+}
+
+// unsolicited counts and logs a connection closed for bytes its upstream
+// sent that no request asked for; found says when they were seen.
+func (p *Loop) unsolicited(uc *upConn, found string) {
+	p.t.Stats.ProxyUnsolicited.Add(1)
+	p.lim.Note("proxy: upstream sent bytes no request asked for; connection closed, not reused",
+		"upstream", uc.up.Name, "found", found)
+}
+
+// full reports whether r may open no more connections to u from this
+// loop (max_conns).
+func (p *Loop) full(u *routing.Upstream, r *routing.Route) bool {
+	limit := *r.Cfg.MaxConns
+	return limit > 0 && p.open[u] >= limit
+}
+
+// overShare reports whether the client at ip holds half of max_conns
+// already (its exchanges on this loop, to any upstream), and should wait
+// for one of its own to end even though a connection may be free: so
+// that one client that stops reading on many streams cannot hold every
+// connection. Addresses in trusted_proxies (a load balancer in front,
+// carrying many clients) are not limited.
+func (p *Loop) overShare(r *routing.Route, ip netip.Addr) bool {
+	limit := *r.Cfg.MaxConns
+	if limit == 0 || p.byIP[ip] < max(1, limit/2) {
+		return false
+	}
+	for _, t := range p.t.Trusted {
+		if t.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
+// admitLater starts the oldest request waiting for u, if any, once the
+// current event is handled: a connection came back to the pool, or one
+// closed and another may open.
+func (p *Loop) admitLater(u *routing.Upstream) {
+	if len(p.wait[u]) == 0 {
+		return
+	}
+	p.rl.Post(func() {
+		l := p.wait[u]
+		for i, ex := range l {
+			if !ex.done && (len(p.idle[u]) == 0 && p.full(u, ex.r) || p.overShare(ex.r, ex.peer.Addr())) {
+				continue // no connection for it yet; the oldest that can go, goes
+			}
+			p.wait[u] = append(l[:i], l[i+1:]...)
+			l[len(l)-1] = nil
+			if ex.done {
+				p.admitLater(u) // its client went away: the next may go
+				return
+			}
+			ex.waitSince = 0
+			if ex.connect(false) {
+				ex.Pump()
+			}
+			return
+		}
+	})
+}
+
+// Expire answers 503 to the requests that waited response_timeout for a
+// connection, and reports whether any is still waiting.
+func (p *Loop) Expire(now int64) (waiting bool) {
+	for u, l := range p.wait {
+		for len(l) > 0 && (l[0].done || now-l[0].waitSince > int64(l[0].r.Cfg.ResponseTimeout.D())) {
+			ex := l[0]
+			l[0] = nil
+			l = l[1:]
+			if !ex.done {
+				ex.Fail(503, "every connection to the upstream stayed busy (max_conns) for response_timeout", nil)
+			}
+		}
+		p.wait[u] = l
+		if len(l) == 0 {
+			delete(p.wait, u)
+		}
+		waiting = waiting || len(l) > 0
+	}
+	return waiting
+}
+
+func (p *Loop) remove(uc *upConn) {
+	l := p.idle[uc.up]
+	for i, x := range l {
+		if x == uc {
+			p.idle[uc.up] = append(l[:i], l[i+1:]...)
+			return
+		}
+	}
+}
+
+// upConn is one connection to an upstream, served by its own reactor
+// handler.
+type upConn struct {
+	c    *reactor.Conn
+	up   *routing.Upstream
+	pool *Loop
+	ex   *Exchange // nil while idle in the pool
+	used int       // exchanges it has carried
+}
+
+func (uc *upConn) Open(c *reactor.Conn) { uc.c = c }
+
+func (uc *upConn) Serve(c *reactor.Conn) {
+	if uc.ex != nil {
+		uc.ex.Pump()
+		return
+	}
+	// Idle: the upstream closed it, or sent bytes nobody asked for.
+	if len(c.Input()) > 0 {
+		uc.pool.unsolicited(uc, "while idle in the pool")
+		c.Close()
+	} else if c.EOF() {
+		c.Close()
+	}
+}
+
+func (uc *upConn) Closed(c *reactor.Conn) {
+	uc.pool.open[uc.up]--
+	uc.pool.admitLater(uc.up)
+	if uc.ex != nil {
+		uc.ex.upstreamClosed()
+		return
+	}
+	uc.pool.remove(uc)
+}
