@@ -286,11 +286,11 @@ func sameFooting(list []*server) (string, error) {
 		if pair.e == nil || pair.b == nil {
 			continue // one process only (a proxy)
 		}
-		ea, err := readProcAttrs(pair.e.cmd.Process.Pid)
+		ea, err := readProcAttrs(pair.e.Cmd.Process.Pid)
 		if err != nil {
 			return fmt.Sprintf("The harness could not read the processes' attributes to compare them (%v).", err), nil
 		}
-		ba, err := readProcAttrs(pair.b.cmd.Process.Pid)
+		ba, err := readProcAttrs(pair.b.Cmd.Process.Pid)
 		if err != nil {
 			return fmt.Sprintf("The harness could not read the processes' attributes to compare them (%v).", err), nil
 		}

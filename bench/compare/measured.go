@@ -134,7 +134,7 @@ func upstreamAbout(b *backend, o *origin) string {
 	v, _ := exec.Command("nginx", "-v").CombinedOutput()
 	s := strings.TrimSpace(string(v))
 	if o != nil && o.udp != nil {
-		s += "; the QUIC origin is " + goProgramAbout(o.udp.cmd.Path)
+		s += "; the QUIC origin is " + goProgramAbout(o.udp.Cmd.Path)
 	}
 	return s
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mediaship/engine/bench/peer"
 )
 
 // passthroughMatrix compares relaying TLS unopened: each server relays it
@@ -60,7 +62,7 @@ func startOrigin(work string, peers peerTemplates, withH3 bool, gohttpBin string
 // startEnginePass runs the engine with one passthrough route, every name
 // (and none) to the origin, over TCP and QUIC.
 func startEnginePass(spec engineSpec, work string, o *origin) (*server, error) {
-	ports, err := freePorts(true) // QUIC passthrough on UDP at the same number
+	ports, err := peer.FreePorts(true) // QUIC passthrough on UDP at the same number
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +83,7 @@ func startEnginePass(spec engineSpec, work string, o *origin) (*server, error) {
 
 // startNginxPass runs nginx from nginx-pass.conf.tmpl.
 func startNginxPass(work string, peers peerTemplates, o *origin) (*server, error) {
-	ports, err := freePorts(false)
+	ports, err := peer.FreePorts(false)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,7 @@ func startNginxPass(work string, peers peerTemplates, o *origin) (*server, error
 // startHAProxyPass runs HAProxy from haproxy-pass.cfg.tmpl, in the
 // foreground.
 func startHAProxyPass(work string, peers peerTemplates, o *origin) (*server, error) {
-	ports, err := freePorts(false)
+	ports, err := peer.FreePorts(false)
 	if err != nil {
 		return nil, err
 	}

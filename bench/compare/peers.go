@@ -10,13 +10,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mediaship/engine/bench/peer"
 )
 
 // startLighttpd runs the system's lighttpd (Debian's package, with its
 // TLS module) with the peers' template: plain on one port, TLS with
 // HTTP/1.1 and HTTP/2 on another, one process.
 func startLighttpd(work string, peers peerTemplates) (*server, error) {
-	ports, err := freePorts(false, false) // plain, TLS
+	ports, err := peer.FreePorts(false, false) // plain, TLS
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +77,7 @@ func firstLine(s string) string {
 // startGoHTTP runs the Go net/http peer: http.FileServer, plain and TLS
 // (HTTP/1.1 and HTTP/2) in one process.
 func startGoHTTP(work, bin string) (*server, error) {
-	ports, err := freePorts(false, false) // plain, TLS
+	ports, err := peer.FreePorts(false, false) // plain, TLS
 	if err != nil {
 		return nil, err
 	}

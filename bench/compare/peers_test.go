@@ -247,26 +247,26 @@ func TestPeersAnswer(t *testing.T) {
 		requireDebTool(t, toolNginx)
 		s := startPeer(t, "nginx (nginx.conf.tmpl)", func() (*server, error) { return startNginx(r.work, r.peers, ktls) })
 		r.answers(t, s, viaPlain, viaTLS, viaH2, viaTLSNR)
-		noWarnings(t, "nginx", s.proc.log, r.errorLog("nginx"))
+		noWarnings(t, "nginx", s.proc.Log, r.errorLog("nginx"))
 		t.Run("clients", func(t *testing.T) { r.clients(t, s) })
 	})
 	t.Run("lighttpd", func(t *testing.T) {
 		requireDebTool(t, toolLighttpd)
 		s := startPeer(t, "lighttpd (lighttpd.conf.tmpl)", func() (*server, error) { return startLighttpd(r.work, r.peers) })
 		r.answers(t, s, viaPlain, viaTLS, viaH2)
-		noWarnings(t, "lighttpd", s.proc.log, r.errorLog("lighttpd"))
+		noWarnings(t, "lighttpd", s.proc.Log, r.errorLog("lighttpd"))
 	})
 	t.Run("gohttp", func(t *testing.T) {
 		bin := buildGoHTTP(t)
 		s := startPeer(t, "gohttp", func() (*server, error) { return startGoHTTP(r.work, bin) })
 		r.answers(t, s, viaPlain, viaTLS, viaH2)
-		noWarnings(t, "gohttp", s.proc.log)
+		noWarnings(t, "gohttp", s.proc.Log)
 	})
 	t.Run("caddy", func(t *testing.T) {
 		bin := requireCaddy(t)
 		s := startPeer(t, "caddy (Caddyfile.tmpl)", func() (*server, error) { return startCaddy(r.work, r.peers, bin) })
 		r.answers(t, s, viaPlain, viaTLS, viaH2, viaH3)
-		noWarnings(t, "caddy", s.proc.log)
+		noWarnings(t, "caddy", s.proc.Log)
 	})
 	// --client proxy: every proxy in front of the nginx file server.
 	t.Run("proxy", func(t *testing.T) {
@@ -277,7 +277,7 @@ func TestPeersAnswer(t *testing.T) {
 		}
 		t.Cleanup(b.proc.stop)
 		r.answer(t, "nginx backend", "h1", "http://"+b.addr)
-		noWarnings(t, "nginx backend", b.proc.log, r.errorLog("nginx-backend"))
+		noWarnings(t, "nginx backend", b.proc.Log, r.errorLog("nginx-backend"))
 		proxies := []struct {
 			name     string
 			tools    []debTool
@@ -308,7 +308,7 @@ func TestPeersAnswer(t *testing.T) {
 				}
 				s := startPeer(t, p.name, f)
 				r.answers(t, s, p.via...)
-				noWarnings(t, p.name, s.proc.log, p.errorLog)
+				noWarnings(t, p.name, s.proc.Log, p.errorLog)
 				// The answers came through the backend, not from a
 				// file the proxy found some other way.
 				if after, err := b.accepts(); err != nil || after-before < 2 {
@@ -328,17 +328,17 @@ func TestPeersAnswer(t *testing.T) {
 		t.Cleanup(o.stop)
 		origin := &server{name: "origin", tls: "https://" + o.addr, h2: true, h3: "https://" + o.addr}
 		r.answers(t, origin, viaTLS, viaH2, viaH3)
-		noWarnings(t, "origin", o.tcp.log, r.errorLog("nginx-origin"), o.udp.log)
+		noWarnings(t, "origin", o.tcp.Log, r.errorLog("nginx-origin"), o.udp.Log)
 		t.Run("nginx (nginx-pass.conf.tmpl)", func(t *testing.T) {
 			s := startPeer(t, "nginx (nginx-pass.conf.tmpl)", func() (*server, error) { return startNginxPass(r.work, r.peers, o) })
 			r.answers(t, s, viaTLS, viaH2)
-			noWarnings(t, "nginx (nginx-pass.conf.tmpl)", s.proc.log, r.errorLog("nginx-pass"))
+			noWarnings(t, "nginx (nginx-pass.conf.tmpl)", s.proc.Log, r.errorLog("nginx-pass"))
 		})
 		t.Run("haproxy (haproxy-pass.cfg.tmpl)", func(t *testing.T) {
 			requireDebTool(t, toolHAProxy)
 			s := startPeer(t, "haproxy (haproxy-pass.cfg.tmpl)", func() (*server, error) { return startHAProxyPass(r.work, r.peers, o) })
 			r.answers(t, s, viaTLS, viaH2)
-			noWarnings(t, "haproxy (haproxy-pass.cfg.tmpl)", s.proc.log)
+			noWarnings(t, "haproxy (haproxy-pass.cfg.tmpl)", s.proc.Log)
 		})
 	})
 }

@@ -4,14 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 )
-
-// dieWithParent: should this harness die without stopping them, the
-// servers follow.
-func dieWithParent() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-}
 
 // readProcAttrs reads what a running process was given that bears on its
 // speed and that it does not choose itself: nice and scheduling policy,

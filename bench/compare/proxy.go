@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mediaship/engine/bench/peer"
 )
 
 // proxyMatrix compares reverse proxies: each server terminates TLS in
@@ -54,7 +56,7 @@ func startNginxFile(work string, peers peerTemplates, name, portKey string, udp 
 	if _, err := exec.LookPath("nginx"); err != nil {
 		return "", nil, fmt.Errorf("nginx not installed (%s): install Debian's package with `apt-get install -y nginx` (as root) and run this again", role)
 	}
-	ports, err := freePorts(udp)
+	ports, err := peer.FreePorts(udp)
 	if err != nil {
 		return "", nil, err
 	}
@@ -120,7 +122,7 @@ func (b *backend) opened(f func()) (n int64, ok bool) {
 // startEngineProxy runs the engine with one route, every name and path
 // to the backend, TLS terminated with the run's certificate.
 func startEngineProxy(spec engineSpec, work string, b *backend) (*server, error) {
-	ports, err := freePorts(true) // TLS, with HTTP/3 on UDP at the same number
+	ports, err := peer.FreePorts(true) // TLS, with HTTP/3 on UDP at the same number
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +145,7 @@ func startEngineProxy(spec engineSpec, work string, b *backend) (*server, error)
 
 // startNginxProxy runs the system's nginx from nginx-proxy.conf.tmpl.
 func startNginxProxy(work string, peers peerTemplates, withKTLS bool, b *backend) (*server, error) {
-	ports, err := freePorts(false)
+	ports, err := peer.FreePorts(false)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +167,7 @@ func startNginxProxy(work string, peers peerTemplates, withKTLS bool, b *backend
 
 // startCaddyProxy runs Caddy from Caddyfile-proxy.tmpl.
 func startCaddyProxy(work string, peers peerTemplates, bin string, b *backend) (*server, error) {
-	ports, err := freePorts(true)
+	ports, err := peer.FreePorts(true)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +190,7 @@ func startCaddyProxy(work string, peers peerTemplates, bin string, b *backend) (
 // startHAProxy runs Debian's HAProxy from haproxy.cfg.tmpl, in the
 // foreground.
 func startHAProxy(work string, peers peerTemplates, b *backend) (*server, error) {
-	ports, err := freePorts(false)
+	ports, err := peer.FreePorts(false)
 	if err != nil {
 		return nil, err
 	}

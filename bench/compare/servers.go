@@ -5,10 +5,8 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mediaship/engine/bench/peer"
 )
 
 // caddyVersion is the Caddy measured when --caddy names none: pinned, so
@@ -42,13 +42,10 @@ type server struct {
 	tlsProc *proc
 }
 
-// proc is a started server process. done is closed once it has exited;
-// nothing but the goroutine startProc starts calls cmd.Wait.
-type proc struct {
-	cmd  *exec.Cmd
-	log  string // the file its stdout and stderr go to
-	done chan struct{}
-}
+// proc is a started server process: a peer.Process, whose Done is closed
+// once it has exited, with what this harness asks of it (to answer, to
+// stop).
+type proc struct{ *peer.Process }
 
 // peerTemplates is where the nginx and Caddy templates come from: the
 // embedded peers/ folder, or the one --peers names.
@@ -91,53 +88,6 @@ func startOnFreePorts(start func() (*server, error)) (*server, error) {
 	}
 }
 
-// freePorts returns one port on 127.0.0.1 per element of udp, free for TCP
-// and, where udp[i] is true, for UDP too: the engine and Caddy serve
-// HTTP/3 on their TLS port's number. The ports are free when chosen; a
-// server may still lose one to another process before it binds, which
-// startOnFreePorts answers by choosing again.
-func freePorts(udp ...bool) ([]int, error) {
-	return choosePorts(udp, func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") })
-}
-
-// choosePorts is freePorts with the source of TCP candidates as a
-// parameter, for tests. Every socket stays open until all ports are
-// chosen, so no port is handed out twice and a candidate whose UDP side
-// was taken is not offered again.
-func choosePorts(udp []bool, candidate func() (net.Listener, error)) ([]int, error) {
-	var held []io.Closer
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	ports := make([]int, 0, len(udp))
-	for _, needUDP := range udp {
-		const tries = 50
-		for try := 1; ; try++ {
-			if try > tries {
-				return nil, fmt.Errorf("no port on 127.0.0.1 free for both TCP and UDP in %d tries", tries)
-			}
-			l, err := candidate()
-			if err != nil {
-				return nil, fmt.Errorf("choose a free port: %w", err)
-			}
-			held = append(held, l)
-			port := l.Addr().(*net.TCPAddr).Port
-			if needUDP {
-				u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-				if err != nil {
-					continue // UDP taken: this TCP socket stays held, so the next candidate differs
-				}
-				held = append(held, u)
-			}
-			ports = append(ports, port)
-			break
-		}
-	}
-	return ports, nil
-}
-
 // portTaken reports whether a server's log says it could not bind. nginx:
 // "bind() to 127.0.0.1:8080 failed (98: Address already in use)"; Go
 // servers: "listen tcp 127.0.0.1:8080: bind: address already in use".
@@ -145,52 +95,31 @@ func portTaken(logText string) bool {
 	return strings.Contains(strings.ToLower(logText), "address already in use")
 }
 
+// startProc runs a server with its output in logFile and env added to
+// this harness's environment; it inherits the harness's CPU affinity and
+// limits, and is not pinned.
 func startProc(logFile string, name string, args []string, env ...string) (*proc, error) {
-	lf, err := os.Create(logFile)
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p, err := peer.Start(cmd, logFile)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = dieWithParent()
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return nil, err
-	}
-	p := &proc{cmd: cmd, log: logFile, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &proc{p}, nil
 }
 
-// stop asks the process to end, and kills it if it has not within 5 s.
-// Stopping a stopped process does nothing.
+// stop asks the process to end (SIGINT), and kills it if it has not
+// within peer.StopTimeout. Stopping a stopped process, or a nil one, does
+// nothing.
 func (p *proc) stop() {
 	if p == nil {
 		return
 	}
-	p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Stop(os.Interrupt)
 }
 
 // tail is the end of the process's log, for an error message.
-func (p *proc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	s := strings.TrimSpace(string(b))
-	if len(s) > 600 {
-		s = "..." + s[len(s)-600:]
-	}
-	return s
-}
+func (p *proc) tail() string { return p.Tail(600) }
 
 // waitReady polls a URL until it answers 200, and fails early when the
 // process exits: with errPortTaken when its log says a port was taken.
@@ -198,16 +127,14 @@ func (p *proc) waitReady(url string) error {
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	defer c.CloseIdleConnections()
 	exited := func() error {
-		select {
-		case <-p.done:
-		default:
+		if !p.Exited() {
 			return nil
 		}
-		name := filepath.Base(p.cmd.Path)
+		name := filepath.Base(p.Cmd.Path)
 		if t := p.tail(); portTaken(t) {
 			return fmt.Errorf("%s exited: %w:\n%s", name, errPortTaken, t)
 		}
-		return fmt.Errorf("%s exited (%v):\n%s", name, p.cmd.ProcessState, p.tail())
+		return fmt.Errorf("%s exited (%v):\n%s", name, p.Cmd.ProcessState, p.tail())
 	}
 	// nginx retries a failed bind five times, 500 ms apart, before it
 	// gives up; 15 s leaves room for that and a slow first start.
@@ -244,22 +171,17 @@ func (s *server) where() string {
 // pidFor is the process serving a row.
 func (s *server) pidFor(r row) int {
 	if r.tls && s.tlsProc != nil {
-		return s.tlsProc.cmd.Process.Pid
+		return s.tlsProc.Cmd.Process.Pid
 	}
-	return s.proc.cmd.Process.Pid
+	return s.proc.Cmd.Process.Pid
 }
 
 // exited says which of the server's processes has exited, with the end
 // of its log; "" while all of them run.
 func (s *server) exited() string {
 	for _, p := range []*proc{s.proc, s.tlsProc} {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-			return fmt.Sprintf("%s exited during the run (%v): %s", filepath.Base(p.cmd.Path), p.cmd.ProcessState, oneLine(p.tail()))
-		default:
+		if p != nil && p.Exited() {
+			return fmt.Sprintf("%s exited during the run (%v): %s", filepath.Base(p.Cmd.Path), p.Cmd.ProcessState, oneLine(p.tail()))
 		}
 	}
 	return ""
@@ -291,7 +213,7 @@ func goBuild(repo, work, name, pkg string) (string, error) {
 // same environment, CPU affinity and limits (inherited from this harness
 // by startProc).
 func startEngine(spec engineSpec, work string) (*server, error) {
-	ports, err := freePorts(false, true) // plain; TLS, with HTTP/3 on UDP at the same number
+	ports, err := peer.FreePorts(false, true) // plain; TLS, with HTTP/3 on UDP at the same number
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +256,7 @@ func startNginx(work string, peers peerTemplates, withKTLS bool) (*server, error
 	if _, err := exec.LookPath("nginx"); err != nil {
 		return nil, fmt.Errorf("nginx not installed: install Debian's package with `apt-get install -y nginx` (as root) and run this again")
 	}
-	ports, err := freePorts(false, false, false) // plain, TLS, TLS without resumption
+	ports, err := peer.FreePorts(false, false, false) // plain, TLS, TLS without resumption
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +299,7 @@ func nginxKTLS(offer bool) (directive, note string) {
 }
 
 func startCaddy(work string, peers peerTemplates, bin string) (*server, error) {
-	ports, err := freePorts(false, true) // plain; TLS, with HTTP/3 on UDP at the same number
+	ports, err := peer.FreePorts(false, true) // plain; TLS, with HTTP/3 on UDP at the same number
 	if err != nil {
 		return nil, err
 	}

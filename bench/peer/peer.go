@@ -1,7 +1,8 @@
 // Package peer starts and stops the servers the benchmark tools measure,
 // the engine's own binary first among them, and picks the ports they
-// listen on: what bench/obs, bench/acme and bench/wtcap share, so that
-// each starts a server, learns its addresses and stops it the same way.
+// listen on: what bench/obs, bench/acme, bench/wtcap and bench/compare
+// share, so that each starts a server, learns its addresses and stops it
+// the same way.
 //
 // Every wait has a deadline: a server that does not say it is serving
 // within StartTimeout, or does not stop within StopTimeout of being asked,
@@ -134,13 +135,7 @@ func Stop(cmd *exec.Cmd, sig os.Signal) {
 	if cmd.Process == nil {
 		return
 	}
-	cmd.Process.Signal(sig)
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(StopTimeout):
-		cmd.Process.Kill()
-		<-done
-	}
+	stopWithin(cmd.Process, sig, done)
 }
