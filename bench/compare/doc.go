@@ -103,6 +103,12 @@
 // and count, the kernel, the Go version, whether kernel TLS was active,
 // each peer's version and configuration, and the commit measured.
 //
+// Each --client value is a scenario (scenario.go): its rows, the
+// configuration each server runs in and what the servers stand in front
+// of, one per file (bench.go, external.go, proxy.go, passthrough.go).
+// run.go measures every scenario the same way, and the page says what
+// was measured by the scenario's name.
+//
 // Invariant: on each row every server is measured by the same client,
 // with the same fixtures, in the same run, servers taking turns within
 // each row and each repeat; so a ratio compares like with like, and a

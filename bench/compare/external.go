@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -48,6 +50,27 @@ func externalMatrix() []row {
 		{id: "1k-h1-tls-new-resumed", name: "1 KiB, new TLS connection per request, resumed (16 at once)", unit: "req/s [server µs/req]", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, resume: true, metric: "rps", client: clientSTime},
 		{id: "1k-h1-tls-new-full", name: "1 KiB, new TLS connection per request, full handshake (16 at once)", unit: "req/s [server µs/req]", proto: "h1", tls: true, file: "1k.bin", connections: 16, newConns: true, metric: "rps", client: clientSTime},
 	}
+}
+
+// externalScenario is --client external: each server as a file server,
+// measured by the external clients, with its CPU in every cell.
+type externalScenario struct{ standalone }
+
+func (externalScenario) name() string { return "external" }
+
+func (externalScenario) defaults(baseline bool) (servers, out string) {
+	if baseline {
+		return "engine,baseline,nginx,caddy", baselineOut
+	}
+	// Another client's figures are not the engine bench page.
+	return "engine,nginx,caddy,gohttp,lighttpd", "docs/BENCHMARKS-external.md"
+}
+
+// rows: eight rows; --quick shortens them but keeps them all.
+func (externalScenario) rows(bool) []row { return externalMatrix() }
+
+func (externalScenario) server(id string, l *launcher) (func() (*server, error), error) {
+	return fileServer(id, l)
 }
 
 // extEnv is what every external measurement shares. Immutable once the
@@ -253,4 +276,21 @@ func clientThreads(conns int) int {
 // -d and s_time's -time take whole seconds.
 func wholeSeconds(d time.Duration) int {
 	return max(1, int(d.Seconds()+0.5))
+}
+
+// newExtEnv gathers what the external clients need: the fixtures'
+// digests and sizes, and wrk's script, written into work.
+func newExtEnv(work string, manifest []integrity.Entry, large int64, samples int, sample, warmup time.Duration) (*extEnv, error) {
+	env := &extEnv{work: work, digests: map[string]integrity.Digest{}, samples: samples, sample: sample, warmup: warmup,
+		sizes:     map[string]int64{"large.bin": large, "1m.bin": 1 << 20, "1k.bin": 1024},
+		wrkScript: filepath.Join(work, "wrk-summary.lua")}
+	for _, e := range manifest {
+		env.digests[e.Path] = e.Digest
+	}
+	for name := range env.sizes {
+		if _, ok := env.digests[name]; !ok {
+			return nil, fmt.Errorf("the fixtures' manifest lacks %s", name)
+		}
+	}
+	return env, os.WriteFile(env.wrkScript, []byte(wrkScript), 0o644)
 }

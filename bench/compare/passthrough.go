@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,6 +24,77 @@ func passthroughMatrix() []row {
 		{id: "pass-large-h3", name: "relayed large file, 1 connection, h3 (QUIC passthrough)", unit: "MiB/s [relay CPU s/GiB]", proto: "h3", tls: true, file: "large.bin", connections: 1, metric: "mibps"},
 	}
 }
+
+// passScenario is --client passthrough: each server relaying TLS
+// unopened to one nginx TLS origin, and QUIC to a quic-go one, started
+// once for the whole run.
+type passScenario struct {
+	origin *origin // set by setup
+}
+
+func (*passScenario) name() string { return "passthrough" }
+
+func (*passScenario) defaults(baseline bool) (servers, out string) {
+	if baseline {
+		return "engine,baseline,nginx,haproxy", baselineOut
+	}
+	return "engine,nginx,haproxy", "docs/BENCHMARKS-passthrough.md"
+}
+
+func (*passScenario) rows(bool) []row { return passthroughMatrix() }
+
+// setup starts the origin, with its QUIC side when a row speaks HTTP/3.
+func (p *passScenario) setup(l *launcher, rows []row) error {
+	withH3 := slices.ContainsFunc(rows, func(r row) bool { return r.proto == "h3" })
+	gohttpBin := ""
+	if withH3 {
+		var err error
+		if gohttpBin, err = goBuild(l.repo, l.work, "gohttp", "./bench/compare/gohttp"); err != nil {
+			return fmt.Errorf("the QUIC origin (bench/compare/gohttp): %v", err)
+		}
+	}
+	o, err := startOrigin(l.work, l.peers, withH3, gohttpBin)
+	if err != nil {
+		return fmt.Errorf("the relays' origin: %v", err)
+	}
+	p.origin = o
+	log.Printf("origin (nginx, TLS; quic-go on UDP for h3): %s", o.addr)
+	return nil
+}
+
+func (p *passScenario) teardown() {
+	if p.origin != nil {
+		p.origin.stop()
+	}
+}
+
+func (p *passScenario) server(id string, l *launcher) (func() (*server, error), error) {
+	switch id {
+	case "engine", "baseline":
+		spec, err := l.engine(id)
+		if err != nil {
+			return nil, err
+		}
+		return func() (*server, error) { return startEnginePass(spec, l.work, p.origin) }, nil
+	case "nginx":
+		if err := l.tool("nginx", toolNginxStream); err != nil {
+			return nil, err
+		}
+		return func() (*server, error) { return startNginxPass(l.work, l.peers, p.origin) }, nil
+	case "haproxy":
+		if err := l.tool("haproxy", toolHAProxy); err != nil {
+			return nil, err
+		}
+		return func() (*server, error) { return startHAProxyPass(l.work, l.peers, p.origin) }, nil
+	case "lighttpd", "gohttp", "caddy":
+		return nil, fmt.Errorf("%s has no passthrough configuration here (Caddy needs the caddy-l4 plugin): --client passthrough compares engine, baseline, nginx and haproxy", id)
+	}
+	return nil, unknownServer(id)
+}
+
+func (*passScenario) measure(run func() outcome) outcome { return run() }
+
+func (p *passScenario) upstream() string { return upstreamAbout(nil, p.origin) }
 
 // toolNginxStream is nginx's stream module, which nginx's passthrough
 // (ssl_preread) needs.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +25,77 @@ func proxyMatrix() []row {
 		{id: "proxy-1k-h1-tls-5000", name: "proxied 1 KiB at a fixed 5,000 req/s, 64 connections, h1 TLS", unit: "p50 / p99 ms, failed [proxy µs/req]", proto: "h1", tls: true, file: "1k.bin", connections: 64, rate: 5000, metric: "latency"},
 	}
 }
+
+// proxyScenario is --client proxy: each server a TLS-terminating reverse
+// proxy in front of one nginx file server, the backend, started once for
+// the whole run.
+type proxyScenario struct {
+	backend *backend // set by setup
+}
+
+func (*proxyScenario) name() string { return "proxy" }
+
+func (*proxyScenario) defaults(baseline bool) (servers, out string) {
+	if baseline {
+		return "engine,baseline,nginx,caddy,haproxy", baselineOut
+	}
+	return "engine,nginx,caddy,haproxy", "docs/BENCHMARKS-proxy.md"
+}
+
+func (*proxyScenario) rows(bool) []row { return proxyMatrix() }
+
+func (p *proxyScenario) setup(l *launcher, _ []row) error {
+	b, err := startBackend(l.work, l.peers)
+	if err != nil {
+		return fmt.Errorf("the proxies' file server: %v", err)
+	}
+	p.backend = b
+	log.Printf("backend (nginx, files): http://%s", b.addr)
+	return nil
+}
+
+func (p *proxyScenario) teardown() {
+	if p.backend != nil {
+		p.backend.proc.stop()
+	}
+}
+
+func (p *proxyScenario) server(id string, l *launcher) (func() (*server, error), error) {
+	switch id {
+	case "engine", "baseline":
+		spec, err := l.engine(id)
+		if err != nil {
+			return nil, err
+		}
+		return func() (*server, error) { return startEngineProxy(spec, l.work, p.backend) }, nil
+	case "nginx":
+		return func() (*server, error) { return startNginxProxy(l.work, l.peers, l.offerKTLS, p.backend) }, nil
+	case "caddy":
+		bin, err := l.caddy()
+		if err != nil {
+			return nil, err
+		}
+		return func() (*server, error) { return startCaddyProxy(l.work, l.peers, bin, p.backend) }, nil
+	case "haproxy":
+		if err := l.tool("haproxy", toolHAProxy); err != nil {
+			return nil, err
+		}
+		return func() (*server, error) { return startHAProxy(l.work, l.peers, p.backend) }, nil
+	case "lighttpd", "gohttp":
+		return nil, fmt.Errorf("%s has no reverse proxy configuration here: --client proxy compares engine, baseline, nginx, caddy and haproxy", id)
+	}
+	return nil, unknownServer(id)
+}
+
+// measure counts the connections the backend accepted during the run.
+func (p *proxyScenario) measure(run func() outcome) outcome {
+	var o outcome
+	n, ok := p.backend.opened(func() { o = run() })
+	o.backendConns, o.hasBackend = n, ok
+	return o
+}
+
+func (p *proxyScenario) upstream() string { return upstreamAbout(p.backend, nil) }
 
 // toolHAProxy is Debian's HAProxy, a peer of the proxy rows.
 var toolHAProxy = debTool{bin: "haproxy", pkgs: []string{"haproxy"}}
