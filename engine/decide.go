@@ -70,6 +70,7 @@ const (
 	reasonMisdirected = "the connection's TLS facts are not the host's, or the host is not served over this protocol"
 	reasonProxyPath   = "a path the upstream could read as another"
 	reasonMethod      = "method not allowed"
+	reasonNoPrefix    = "no route of the host's domain takes the path"
 	reasonTarget      = "the target is not a path"
 )
 
@@ -100,7 +101,19 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 	}
 	st, rank := s.sites.match(buf)
 	if px := s.proxy; px != nil && len(f.path) > 0 && f.path[0] == '/' {
-		if rt, r := px.Match(buf, routePath(f.path)); rt != nil && r >= rank {
+		rt, r := px.Match(buf, routePath(f.path))
+		if rt == nil && r > rank {
+			// The name is a route domain's, more specifically than any
+			// site's: a path none of its prefixes takes is 404, never
+			// another site's files under the route's TLS facts (nginx:
+			// no location of the server block matched).
+			d.route, d.status, d.reason = px.Of(buf), 404, reasonNoPrefix
+			if misdirected {
+				d.status, d.reason = 421, reasonMisdirected
+			}
+			return d, buf
+		}
+		if rt != nil && r >= rank {
 			d.route = rt
 			switch m := string(f.method); {
 			case !proxySpeaks(px, f.proto) || misdirected:

@@ -173,7 +173,7 @@ func TestMostSpecificNameWins(t *testing.T) {
 	writeFile(t, filepath.Join(rootA, "f.txt"), "file-a")
 	writeFile(t, filepath.Join(rootB, "f.txt"), "file-b")
 	writeFile(t, filepath.Join(rootC, "f.txt"), "file-c")
-	pki := newPKI(t, t.TempDir(), "exact.p.test", "*.p.test", "*.s.p.test", "named.test", "unnamed.test")
+	pki := newPKI(t, t.TempDir(), "exact.p.test", "*.p.test", "*.s.p.test", "z.s.p.test", "named.test", "unnamed.test")
 	up, hits := countingBackend(t)
 	site := func(domain, root string) string {
 		return fmt.Sprintf("[[sites]]\ndomain = %q\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\nmin_version = \"1.2\"\n",
@@ -191,6 +191,10 @@ domain = "*.p.test"
 upstreams = [%[3]q]
 [[reverse_proxy.routes]]
 domain = "*"
+upstreams = [%[3]q]
+[[reverse_proxy.routes]]
+domain = "z.s.p.test"
+path_prefix = "/api/"
 upstreams = [%[3]q]
 `, pki.certFile, pki.keyFile, up.hostPort())+ktlsAuto)
 
@@ -226,6 +230,16 @@ upstreams = [%[3]q]
 			if reached := hits.Load() > before; reached != (r.body == "") {
 				t.Errorf("%s %+v: upstream reached %v", proto, r, reached)
 			}
+		}
+	}
+	// A name a route's domain names more specifically than any site's
+	// (z.s.p.test over *.s.p.test): a path none of its prefixes takes is
+	// 404, not the less specific site's file under the route's facts.
+	for _, proto := range []string{"h1", "h2", "h3"} {
+		before := hits.Load()
+		code, body, err := namedRequest(t, ts.addr, pki.pool, proto, "GET", "z.s.p.test", "z.s.p.test", "/f.txt", false)
+		if err != nil || code != 404 || strings.Contains(body, "file-b") || hits.Load() != before {
+			t.Errorf("%s z.s.p.test /f.txt: %d %q %v; want 404 from no site", proto, code, body, err)
 		}
 	}
 }

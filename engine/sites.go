@@ -41,6 +41,11 @@ type siteTable struct {
 	// Immutable after construction.
 	domains  routing.Table[*site] // by domain: exact, "*.example.com", "*"
 	def      *site
+	// defNamed: the default takes names nothing names by configuration
+	// (the top-level root, or a site marked default), as a "*" site
+	// would: it ranks with a "*" route (routing.RankAny), where a first
+	// site that is the default by its place ranks below every route.
+	defNamed bool
 	all      []*site
 	h2c      bool // some site accepts HTTP/2 with prior knowledge
 	roots    []*files.Root
@@ -77,6 +82,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 		}
 		t.emptyDir, dir = empty, empty
 	}
+	t.defNamed = cfg.Root != ""
 	if dir != "" {
 		r, err := root(dir, false)
 		if err != nil {
@@ -117,7 +123,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 		t.all = append(t.all, s)
 		t.domains.Add(sc.Domain, s) // config refuses a domain given twice
 		if sc.Default {
-			t.def = s
+			t.def, t.defNamed = s, true
 		}
 	}
 	if t.def == nil {
@@ -151,6 +157,9 @@ func (t *siteTable) byName(name []byte) *site {
 func (t *siteTable) match(name []byte) (*site, routing.Rank) {
 	if s, r := t.domains.Match(name); r != routing.RankNone {
 		return s, r
+	}
+	if t.defNamed {
+		return t.def, routing.RankAny
 	}
 	return t.def, routing.RankNone
 }

@@ -143,6 +143,16 @@ func (t *Routes) Match(host, path []byte) (*Route, Rank) {
 	return longestPrefix(rs, path), r
 }
 
+// Of is a route of the most specific domain that has routes for host,
+// whatever the path (the one with the longest prefix), or nil: what a
+// request its domain names but no prefix takes is answered under.
+func (t *Routes) Of(host []byte) *Route {
+	if rs, _ := t.domains.Match(host); len(rs) > 0 {
+		return rs[0]
+	}
+	return nil
+}
+
 func longestPrefix(rs []*Route, path []byte) *Route {
 	for _, r := range rs {
 		if len(path) >= len(r.Prefix) && string(path[:len(r.Prefix)]) == r.Prefix {
