@@ -304,3 +304,39 @@ func TestProxyEarlyResponseUploadStops(t *testing.T) {
 		t.Error("the early answer keeps the connection open, with the rest of the body unread")
 	}
 }
+
+// TestProxyDrainBounded: the response of a client that left is drained
+// for at most about a second in all, however slowly its upstream sends
+// the last bytes (one a second here): the upstream connection closes,
+// and no departed client holds a share of max_conns.
+func TestProxyDrainBounded(t *testing.T) {
+	closed := make(chan time.Duration, 4)
+	up := rawBackend(t, func(c net.Conn) {
+		readHead(c)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nx")
+		began := time.Now()
+		for range 99 {
+			time.Sleep(200 * time.Millisecond)
+			if _, err := c.Write([]byte("x")); err != nil {
+				break
+			}
+		}
+		closed <- time.Since(began)
+	})
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "max_conns = 1\nread_timeout = \"30s\"\n", up))
+	c := dial(t, ts.addr)
+	c.send("GET /drip HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c.Conn)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Fatalf("head: %q %v", line, err)
+	}
+	c.Close()
+	select {
+	case d := <-closed:
+		if d > scale(10*time.Second) {
+			t.Errorf("the drain held the upstream connection %v", d)
+		}
+	case <-time.After(scale(15 * time.Second)):
+		t.Fatal("the drain of a client that left still holds the upstream connection after 15 s")
+	}
+}

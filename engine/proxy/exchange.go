@@ -91,8 +91,9 @@ type Exchange struct {
 	// The client went away with the request sent: the response is read
 	// and dropped (up to drainMax body bytes) so that the connection can
 	// carry the next request instead of being closed.
-	draining bool
-	drained  int64
+	draining   bool
+	drained    int64
+	drainUntil time.Time // the drain's end, whatever the upstream sends
 	moved    int64 // response body bytes passed to the client
 }
 
@@ -145,10 +146,11 @@ func (ex *Exchange) AwaitClient(d time.Duration) {
 // connection costs to open. A longer body closes the connection.
 const drainMax = 64 << 10
 
-// drainWait is how long such an exchange waits for a response head that
-// has not come yet (at most response_timeout): an upstream still working
-// on the request after it learns of the close within drainWait and can
-// stop.
+// drainWait is how long such an exchange reads at most, its head and
+// body together (and at most response_timeout): an upstream still
+// working on the request learns of the close within drainWait and can
+// stop, and one that sends its last bytes slowly does not hold the
+// connection (and a share of max_conns) for a client long gone.
 const drainWait = time.Second
 
 // SpliceClient is a client that can take the rest of a body straight
@@ -393,7 +395,7 @@ func (ex *Exchange) readHead() bool {
 		ex.l.requests.Add(1)
 		ex.cl.WriteHead(r, r.Get("connection"), bodyLen, hasBody)
 		ex.respHead = true
-		uc.SetReadDeadline(0)
+		ex.readDeadline(0)
 		return true // pumpResponse wakes the client, with the body's first bytes queued too
 	}
 }
@@ -464,7 +466,7 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 				ex.abort("upstream closed mid-body")
 				return
 			}
-			uc.SetReadDeadline(ex.r.Cfg.ReadTimeout.D())
+			ex.readDeadline(ex.r.Cfg.ReadTimeout.D())
 			return
 		}
 		n, data, err := ex.respBody.Read(in)
@@ -649,18 +651,29 @@ func (ex *Exchange) ClientGone() {
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
 		ex.l.t.Stats.ProxyDrained.Add(1)
-		if !ex.respHead {
-			d := drainWait
-			if rt := ex.r.Cfg.ResponseTimeout.D(); rt > 0 && rt < d {
-				d = rt
-			}
-			ex.up.c.SetReadDeadline(d)
+		d := drainWait
+		if rt := ex.r.Cfg.ResponseTimeout.D(); rt > 0 && rt < d {
+			d = rt
 		}
+		ex.drainUntil = time.Now().Add(d)
+		ex.readDeadline(d)
 		ex.up.c.Wake() // it goes on with the upstream's events
 		return
 	}
 	ex.done = true
 	ex.release(false)
+}
+
+// readDeadline sets the upstream connection's read deadline d from now
+// (0: none), never past the end of a drain.
+func (ex *Exchange) readDeadline(d time.Duration) {
+	if ex.draining {
+		left := max(time.Until(ex.drainUntil), time.Millisecond)
+		if d == 0 || d > left {
+			d = left
+		}
+	}
+	ex.up.c.SetReadDeadline(d)
 }
 
 // drainClient stands in for a client that went away while its response
