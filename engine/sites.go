@@ -39,8 +39,8 @@ func (s *site) label() string {
 // siteTable chooses a site by Host.
 type siteTable struct {
 	// Immutable after construction.
-	domains  routing.Table[*site] // by domain: exact, "*.example.com", "*"
-	def      *site
+	domains routing.Table[*site] // by domain: exact, "*.example.com", "*"
+	def     *site
 	// defNamed: the default takes names nothing names by configuration
 	// (the top-level root, or a site marked default), as a "*" site
 	// would: it ranks with a "*" route (routing.RankAny), where a first

@@ -94,7 +94,7 @@ type Exchange struct {
 	draining   bool
 	drained    int64
 	drainUntil time.Time // the drain's end, whatever the upstream sends
-	moved    int64 // response body bytes passed to the client
+	moved      int64     // response body bytes passed to the client
 }
 
 // NewExchange is the exchange of a request for route rt on loop l,
