@@ -236,8 +236,14 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	if r.PathPrefix == "" {
 		r.PathPrefix = "/"
 	}
-	if r.PathPrefix[0] != '/' || strings.ContainsAny(r.PathPrefix, "?# \t\r\n\x00") {
+	switch {
+	case r.PathPrefix[0] != '/' || strings.ContainsAny(r.PathPrefix, "?# \t\r\n\x00"):
 		errs.add(c.errAt(key+".path_prefix", "%q is not a path prefix; expected one starting with \"/\" such as \"/api/\"", r.PathPrefix))
+	case strings.ContainsAny(r.PathPrefix, "%\\") || strings.Contains(r.PathPrefix, "//") || dotSegment(r.PathPrefix):
+		// Requests are matched by their path decoded once, with "."
+		// segments and repeated slashes dropped, and ".." refused: such
+		// a prefix would never match as written.
+		errs.add(c.errAt(key+".path_prefix", "%q is not a path as requests are matched by (decoded once, repeated slashes merged, no dot segments); write it plainly, such as \"/api/\"", r.PathPrefix))
 	}
 	id := httpsyntax.NormalizeName(r.Domain) + " " + r.PathPrefix
 	if j, dup := seen[id]; dup {
@@ -250,6 +256,8 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	for j, u := range r.Upstreams {
 		if err := checkHostPort(u); err != nil {
 			errs.add(c.errAt(key+".upstreams", "entry %d (%q) %v", j, u, err))
+		} else if c.isOwnListener(u) {
+			errs.add(c.errAt(key+".upstreams", "entry %d (%q) is this server's own listener (listen = %q): the route would send its connections back to itself, without end; name the upstream's address", j, u, c.Listen))
 		}
 	}
 	switch r.LB {
@@ -355,4 +363,56 @@ func checkHostPort(a string) error {
 		return fmt.Errorf("has host %q; expected an IP address or a host name", host)
 	}
 	return nil
+}
+
+// dotSegment reports whether path has a "." or ".." segment.
+func dotSegment(path string) bool {
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// isOwnListener reports whether upstream a (host:port, checked) is the
+// server's own listen address: its port on the listen address, or, with
+// the listener on every address, on a loopback address, "localhost" or
+// an address of this host. Other names are not resolved.
+func (c *Config) isOwnListener(a string) bool {
+	host, port, _ := net.SplitHostPort(a)
+	listen := c.Listen
+	if listen == "" {
+		listen = ":8080"
+	}
+	lhost, lport, err := net.SplitHostPort(listen)
+	if err != nil || port != lport {
+		return false
+	}
+	if host == lhost {
+		return true
+	}
+	l, err := netip.ParseAddr(lhost)
+	every := lhost == "" || err == nil && l.IsUnspecified()
+	if strings.EqualFold(host, "localhost") {
+		return every || err == nil && l.IsLoopback()
+	}
+	ip, perr := netip.ParseAddr(host)
+	if perr != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	if !every {
+		return err == nil && l.Unmap() == ip
+	}
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, ia := range addrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == ip {
+			return true
+		}
+	}
+	return false
 }
