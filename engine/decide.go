@@ -157,7 +157,10 @@ func routePath(p []byte) []byte {
 	}
 	out := append(make([]byte, 0, len(rel)+2), '/')
 	out = append(out, rel...)
-	if dirSlash && len(rel) > 0 {
+	if len(rel) > 0 && (dirSlash || reframe.UnsafePath(p)) {
+		// A path that ends in a dot segment or an encoded separator
+		// ("/api/.", "/api%2f") names the directory: the route's, to be
+		// refused there (400), not the site's to redirect.
 		out = append(out, '/')
 	}
 	return out

@@ -925,6 +925,9 @@ upstreams = [%q]
 		{"GET /ap%69/enc HTTP/1.1\r\nHost: a\r\n\r\n", 200, "echo /api/enc"},
 		{"GET //api/dbl HTTP/1.1\r\nHost: a\r\n\r\n", 200, "echo //api/dbl"},
 		{"GET /api/%u002e HTTP/1.1\r\nHost: a\r\n\r\n", 400, ""},
+		{"GET /api/. HTTP/1.1\r\nHost: a\r\n\r\n", 400, ""},
+		{"GET /api/%2e HTTP/1.1\r\nHost: a\r\n\r\n", 400, ""},
+		{"GET /api%2f HTTP/1.1\r\nHost: a\r\n\r\n", 400, ""},
 	} {
 		c = dial(t, ts.addr)
 		c.send(tc.req)
