@@ -335,7 +335,7 @@ func (ex *Exchange) pumpRequest() {
 			ex.reqDone = true
 			if ex.reqChunked {
 				uc.Write([]byte("0\r\n"))
-				uc.Write(reframe.AppendTrailers(nil, ex.cl.ReqTrailers()))
+				uc.Write(reframe.AppendRequestTrailers(nil, ex.cl.ReqTrailers()))
 				uc.Write([]byte("\r\n"))
 			}
 		}

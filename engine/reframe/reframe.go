@@ -280,6 +280,22 @@ func AppendTrailers(dst, raw []byte) []byte {
 	return dst
 }
 
+// AppendRequestTrailers is AppendTrailers for a request's trailers on
+// their way to the upstream: forwarding fields (X-Forwarded-*,
+// Forwarded, X-Real-IP, Via, underscored names) and Cookie are dropped
+// too, from any client, so that an upstream that merges trailers into
+// its header fields never takes them for the proxy's. (nginx passes no
+// request trailers at all.)
+func AppendRequestTrailers(dst, raw []byte) []byte {
+	EachTrailer(raw, func(line, name, _ []byte) {
+		if untrustedForward(name) || h1.EqualFold(name, "forwarded") || h1.EqualFold(name, "via") || h1.EqualFold(name, "cookie") {
+			return
+		}
+		dst = append(dst, line...)
+	})
+	return dst
+}
+
 // TrailerFields are the trailers of raw that may be passed on, as
 // HTTP/2 and HTTP/3 carry them: lower-case names, values trimmed.
 func TrailerFields(raw []byte) []hpack.HeaderField {

@@ -14,3 +14,10 @@ func TestUnsafePath(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendRequestTrailers(t *testing.T) {
+	raw := []byte("X-Checksum: abc\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nVia: 1.1 evil\r\nCookie: s=1\r\nX_Forwarded_For: 6.6.6.6\r\nContent-Length: 5\r\n")
+	if got := string(AppendRequestTrailers(nil, raw)); got != "X-Checksum: abc\r\n" {
+		t.Errorf("request trailers passed on: %q", got)
+	}
+}
