@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,10 +286,37 @@ func (s *Server) misdirected(sniName string, version uint16, host []byte) bool {
 		return false // the handshake was for this very name
 	}
 	t := s.certs.cur.Load()
-	if c := t.pick(h); c == nil || c != t.pick(sni) {
+	fh, fs := t.facts(h), t.facts(sni)
+	switch {
+	case fh == nil || fs == nil || fh.cert != fs.cert:
+		return true
+	case version < tls.VersionTLS13 && !fh.v12:
+		return true
+	case !groupsWithin(fs.groups, fh.groups):
+		// The handshake may have settled on a key exchange host's
+		// key_exchanges does not allow.
 		return true
 	}
-	return version < tls.VersionTLS13 && !t.allows12(h)
+	// A host without session tickets is not served on a connection that
+	// may be a resumption, or hand out tickets for.
+	return !s.tickets(h) && s.tickets(sni)
+}
+
+// groupsWithin reports whether every key exchange of a (nil: crypto/tls's
+// default, all of them) is in b.
+func groupsWithin(a, b []tls.CurveID) bool {
+	if b == nil {
+		return true
+	}
+	if a == nil {
+		return false
+	}
+	for _, g := range a {
+		if !slices.Contains(b, g) {
+			return false
+		}
+	}
+	return true
 }
 
 // servesName reports whether the engine answers host (normalized) on its

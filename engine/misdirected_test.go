@@ -406,3 +406,34 @@ func TestMisdirectedFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestMisdirectedTLSPolicy: a name's key_exchanges and session_tickets
+// = false are its connection's facts too: a request naming it on a
+// connection whose handshake named another name, one that allows key
+// exchanges or tickets it does not, is 421; the other way round is
+// served.
+func TestMisdirectedTLSPolicy(t *testing.T) {
+	root := siteRoot(t)
+	pki := newPKI(t, t.TempDir(), "s1.test", "s3.test", "s4.test")
+	site := func(name, extra string) string {
+		return fmt.Sprintf("[[sites]]\ndomain = %q\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s", name, root, pki.certFile, pki.keyFile, extra)
+	}
+	ts := start(t, ktlsAuto+site("s1.test", "")+site("s3.test", "key_exchanges = [\"P-384\"]\n")+site("s4.test", "session_tickets = false\n"))
+	for _, tc := range []struct {
+		sni, host string
+		want      int
+	}{
+		{"s1.test", "s3.test", 421},
+		{"s1.test", "s4.test", 421},
+		{"s3.test", "s1.test", 200},
+		{"s4.test", "s1.test", 200},
+		{"s3.test", "s3.test", 200},
+	} {
+		for _, proto := range []string{"h1", "h2", "h3"} {
+			code, _, err := namedRequest(t, ts.addr, pki.pool, proto, "GET", tc.sni, tc.host, "/index.html", false)
+			if err != nil || code != tc.want {
+				t.Errorf("%s SNI %s Host %s: %d %v, want %d", proto, tc.sni, tc.host, code, err, tc.want)
+			}
+		}
+	}
+}
