@@ -376,43 +376,62 @@ func dotSegment(path string) bool {
 }
 
 // isOwnListener reports whether upstream a (host:port, checked) is the
-// server's own listen address: its port on the listen address, or, with
-// the listener on every address, on a loopback address, "localhost" or
-// an address of this host. Other names are not resolved.
+// server's own listener, as far as can be told without resolving names:
+// an IP address the listener answers on, or "localhost" when it answers
+// on loopback. Routes resolve the other names when the server starts,
+// and check again (OnListener).
 func (c *Config) isOwnListener(a string) bool {
 	host, port, _ := net.SplitHostPort(a)
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return c.OnListener(netip.AddrPortFrom(loopback4, uint16(p))) ||
+			c.OnListener(netip.AddrPortFrom(netip.IPv6Loopback(), uint16(p)))
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && c.OnListener(netip.AddrPortFrom(ip, uint16(p)))
+}
+
+// OnListener reports whether a connection to ap would reach the
+// server's own listener (listen): ap has its port (a fixed one, not 0),
+// and an address it answers on. A listener on every address answers on
+// loopback and on this host's interface addresses; one on "localhost"
+// on 127.0.0.1 and ::1. A connection to 0.0.0.0 or :: reaches loopback.
+func (c *Config) OnListener(ap netip.AddrPort) bool {
 	listen := c.Listen
 	if listen == "" {
 		listen = ":8080"
 	}
 	lhost, lport, err := net.SplitHostPort(listen)
-	if err != nil || port != lport {
+	if err != nil {
 		return false
 	}
-	if host == lhost {
-		return true
+	if p, err := strconv.ParseUint(lport, 10, 16); err != nil || p == 0 || uint16(p) != ap.Port() {
+		return false
 	}
+	ip := ap.Addr().Unmap()
 	l, err := netip.ParseAddr(lhost)
-	every := lhost == "" || err == nil && l.IsUnspecified()
-	if strings.EqualFold(host, "localhost") {
-		return every || err == nil && l.IsLoopback()
-	}
-	ip, perr := netip.ParseAddr(host)
-	if perr != nil {
-		return false
-	}
-	ip = ip.Unmap()
-	if !every {
-		return err == nil && l.Unmap() == ip
-	}
-	if ip.IsLoopback() || ip.IsUnspecified() {
-		return true
-	}
-	addrs, _ := net.InterfaceAddrs()
-	for _, ia := range addrs {
-		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == ip {
+	l = l.Unmap()
+	switch {
+	case lhost == "" || err == nil && l.IsUnspecified():
+		if ip.IsLoopback() || ip.IsUnspecified() {
 			return true
 		}
+		addrs, _ := net.InterfaceAddrs()
+		for _, ia := range addrs {
+			if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == ip {
+				return true
+			}
+		}
+		return false
+	case strings.EqualFold(lhost, "localhost"):
+		return ip == loopback4 || ip == netip.IPv6Loopback() || ip.IsUnspecified()
+	case err == nil:
+		return ip == l || ip.IsUnspecified() && l.IsLoopback()
 	}
 	return false
 }
+
+var loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})

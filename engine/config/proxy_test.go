@@ -1,10 +1,13 @@
 package config_test
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mediaship/engine/engine/config"
 )
 
 // TestProxyConfig: the [reverse_proxy] shape operators write, with its
@@ -178,6 +181,15 @@ func TestProxyConfigErrors(t *testing.T) {
 				"entry 2 (\"localhost:8443\") is this server's own listener"}},
 		{"upstream is the listener on every address", pass + "domain = \"a\"\nupstreams = [\"127.0.0.9:8080\"]\n",
 			[]string{"engine.toml:6: reverse_proxy.routes[0].upstreams: entry 0 (\"127.0.0.9:8080\") is this server's own listener"}},
+		{"upstream is the listener, spelled otherwise", "listen = \"127.0.0.1:8443\"\n" + route + "domain = \"a\"\nupstreams = [\"127.0.0.1:08443\", \"0.0.0.0:8443\", \"[::ffff:127.0.0.1]:8443\", \"LocalHost:8443\", \"[::]:8444\"]\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].upstreams: entry 0 (\"127.0.0.1:08443\") is this server's own listener",
+				"entry 1 (\"0.0.0.0:8443\") is this server's own listener", "entry 2 (\"[::ffff:127.0.0.1]:8443\") is this server's own listener",
+				"entry 3 (\"LocalHost:8443\") is this server's own listener"}},
+		{"upstream is a listener on localhost", "listen = \"localhost:8443\"\n" + route + "domain = \"a\"\nupstreams = [\"127.0.0.1:8443\", \"[::1]:8443\", \"127.0.0.2:8443\"]\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].upstreams: entry 0 (\"127.0.0.1:8443\") is this server's own listener",
+				"entry 1 (\"[::1]:8443\") is this server's own listener"}},
+		{"upstream is the listener on [::]", "listen = \"[::]:8443\"\n" + pass + "domain = \"a\"\nupstreams = [\"0.0.0.0:8443\"]\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].upstreams: entry 0 (\"0.0.0.0:8443\") is this server's own listener"}},
 		{"prefix not as matched", route + "domain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"/ap%69/\"\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"//api/\"\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"/api/../admin/\"\n",
 			[]string{"engine.toml:7: reverse_proxy.routes[0].path_prefix: \"/ap%69/\" is not a path as requests are matched by",
 				"engine.toml:11: reverse_proxy.routes[1].path_prefix: \"//api/\" is not a path",
@@ -232,5 +244,38 @@ func TestProxyConfigErrors(t *testing.T) {
 				rest = rest[i+len(w):]
 			}
 		})
+	}
+}
+
+// TestOnListener: which upstream addresses reach the server's own
+// listener, however spelled; and which do not.
+func TestOnListener(t *testing.T) {
+	tests := []struct {
+		listen, upstream string
+		want             bool
+	}{
+		{"127.0.0.1:8443", "127.0.0.1:8443", true},
+		{"127.0.0.1:8443", "0.0.0.0:8443", true},
+		{"127.0.0.1:8443", "[::ffff:127.0.0.1]:8443", true},
+		{"127.0.0.1:8443", "127.0.0.2:8443", false},
+		{"127.0.0.1:8443", "127.0.0.1:8444", false},
+		{"10.9.9.9:8443", "0.0.0.0:8443", false}, // 0.0.0.0 reaches loopback, not 10.9.9.9
+		{"10.9.9.9:8443", "10.9.9.9:8443", true},
+		{"localhost:8443", "127.0.0.1:8443", true},
+		{"localhost:8443", "[::1]:8443", true},
+		{"localhost:8443", "127.0.0.2:8443", false},
+		{":8443", "127.0.0.9:8443", true},
+		{":8443", "[::1]:8443", true},
+		{"[::]:8443", "0.0.0.0:8443", true},
+		{"0.0.0.0:8443", "[::]:8443", true},
+		{":8443", "192.0.2.1:8443", false}, // not an address of this host
+		{":0", "127.0.0.1:0", false},       // the kernel picks the port
+		{"", "127.0.0.1:8080", true},       // the default listen
+	}
+	for _, tt := range tests {
+		c := &config.Config{Listen: tt.listen}
+		if got := c.OnListener(netip.MustParseAddrPort(tt.upstream)); got != tt.want {
+			t.Errorf("listen %q, upstream %s: OnListener = %v, want %v", tt.listen, tt.upstream, got, tt.want)
+		}
 	}
 }

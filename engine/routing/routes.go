@@ -86,6 +86,12 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 				if err != nil {
 					return nil, fmt.Errorf("engine: %s.upstreams: %q: %w", r.Key, name, err)
 				}
+				if cfg.OnListener(addr) {
+					// The configuration refuses addresses it can tell
+					// are the listener's; a name is known only now.
+					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
+						Msg: fmt.Sprintf("%q is %s, this server's own listener (listen = %q): the route would send its connections back to itself, without end; name the upstream's address", name, addr, cfg.Listen)}
+				}
 				u = &Upstream{Name: name, Addr: addr}
 				ups[name] = u
 			}
