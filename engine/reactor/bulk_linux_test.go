@@ -4,17 +4,23 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // bulkHandler reads a stream to its end, noting the largest input it
-// was handed at once.
+// was handed at once. The first time it is served it holds its loop
+// until the sender is ahead (sent), so that more than one small read's
+// worth is waiting in the socket whatever the machine's load: how much
+// arrives between two reads is otherwise the scheduler's choice.
 type bulkHandler struct {
-	bulk bool
-	max  int
-	n    int
-	done chan struct{}
+	bulk   bool
+	max    int
+	n      int
+	sent   *atomic.Int64
+	waited bool
+	done   chan struct{}
 }
 
 func (h *bulkHandler) Open(c *Conn) { c.SetBulkInput(h.bulk) }
@@ -26,6 +32,13 @@ func (h *bulkHandler) Serve(c *Conn) {
 	c.Consume(len(in))
 	if c.EOF() {
 		c.Close()
+		return
+	}
+	if !h.waited {
+		h.waited = true
+		for end := time.Now().Add(5 * time.Second); h.sent.Load() < int64(h.n)+96<<10 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
@@ -43,6 +56,7 @@ func TestBulkInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	var sent atomic.Int64 // by the connection being read; one at a time
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -50,13 +64,14 @@ func TestBulkInput(t *testing.T) {
 				return
 			}
 			go func() {
-				io.Copy(c, io.LimitReader(zeroReader{}, size))
+				io.Copy(countWriter{c, &sent}, io.LimitReader(zeroReader{}, size))
 				c.Close()
 			}()
 		}
 	}()
 	for _, bulk := range []bool{false, true} {
-		h := &bulkHandler{bulk: bulk, done: make(chan struct{})}
+		sent.Store(0)
+		h := &bulkHandler{bulk: bulk, sent: &sent, done: make(chan struct{})}
 		l.Post(func() {
 			if _, err := l.Dial(netip.MustParseAddrPort(ln.Addr().String()), 5*time.Second, h); err != nil {
 				t.Error(err)
@@ -85,3 +100,14 @@ func TestBulkInput(t *testing.T) {
 type zeroReader struct{}
 
 func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type countWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (w countWriter) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	w.n.Add(int64(n))
+	return n, err
+}
