@@ -20,6 +20,7 @@ import (
 	"github.com/mediaship/engine/engine"
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -182,6 +183,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return configFailed(stderr, err)
 	}
 	if *check {
+		// Upstream names resolve as at the start, checked the same way.
+		for _, pass := range []bool{false, true} {
+			if _, err := routing.NewRoutes(cfg, pass); err != nil {
+				return configFailed(stderr, err)
+			}
+		}
 		name := cfg.File()
 		if name == "" {
 			name = "flags"

@@ -25,6 +25,8 @@ func TestCheckConfig(t *testing.T) {
 	os.WriteFile(good, []byte("root = \".\"\nlisten = \"127.0.0.1:0\"\n"), 0o644)
 	nocc := filepath.Join(dir, "nocc.toml")
 	os.WriteFile(nocc, []byte("root = \".\"\nlisten = \"127.0.0.1:0\"\n[kernel]\nbulk_congestion = \"nosuch_cc\"\nbbr = \"require\"\n"), 0o644)
+	unresolved := filepath.Join(dir, "unresolved.toml") // names resolve as at the start (".invalid" never does)
+	os.WriteFile(unresolved, []byte("root = \".\"\nlisten = \"127.0.0.1:0\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"nosuch.invalid:80\"]\n"), 0o644)
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("root = \".\"\n[limits]\nidle_timeout = \"soon\"\n"), 0o644)
 
@@ -36,6 +38,7 @@ func TestCheckConfig(t *testing.T) {
 	}{
 		{[]string{"serve", "--check", "-c", good}, 0, "configuration " + good + " is valid", ""},
 		{[]string{"serve", "--check", "--config", good}, 0, "is valid", ""},
+		{[]string{"serve", "--check", "-c", unresolved}, 1, "", unresolved + ":7: reverse_proxy.routes[0].upstreams: \"nosuch.invalid:80\": cannot resolve"},
 		{[]string{"serve", "--check", "-c", bad}, 1, "", bad + ":3: limits.idle_timeout: \"soon\" is not a duration"},
 		{[]string{"serve", "--check", "-c", filepath.Join(dir, "missing.toml")}, 1, "", "missing.toml: cannot read: no such file or directory"},
 		{[]string{"serve", "--check", "-c", good, "--root", "/does/not/exist"}, 1, "", "--root: cannot use \"/does/not/exist\""},

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -256,7 +257,7 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	for j, u := range r.Upstreams {
 		if err := checkHostPort(u); err != nil {
 			errs.add(c.errAt(key+".upstreams", "entry %d (%q) %v", j, u, err))
-		} else if c.isOwnListener(u) {
+		} else if c.isOwnListener(r, u) {
 			errs.add(c.errAt(key+".upstreams", "entry %d (%q) is this server's own listener (listen = %q): the route would send its connections back to itself, without end; name the upstream's address", j, u, c.Listen))
 		}
 	}
@@ -359,8 +360,12 @@ func checkHostPort(a string) error {
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("has port %q; expected a number from 1 to 65535", port)
 	}
-	if _, err := netip.ParseAddr(host); err != nil && !validDomain(host) || strings.HasPrefix(host, "*") {
+	ip, err := netip.ParseAddr(host)
+	if err != nil && !validDomain(host) || strings.HasPrefix(host, "*") {
 		return fmt.Errorf("has host %q; expected an IP address or a host name", host)
+	}
+	if err == nil && !Unicast(ip) {
+		return fmt.Errorf("is a multicast or broadcast address, which reaches many hosts (this one among them); expected one server's address")
 	}
 	return nil
 }
@@ -375,31 +380,35 @@ func dotSegment(path string) bool {
 	return false
 }
 
-// isOwnListener reports whether upstream a (host:port, checked) is the
-// server's own listener, as far as can be told without resolving names:
-// an IP address the listener answers on, or "localhost" when it answers
-// on loopback. Routes resolve the other names when the server starts,
-// and check again (OnListener).
-func (c *Config) isOwnListener(a string) bool {
+// isOwnListener reports whether upstream a (host:port, checked) of a
+// route is the server's own listener, as far as can be told without
+// resolving names: an IP address the listener answers on, or
+// "localhost" when it answers on loopback. Routes resolve the other
+// names when the server starts, and check again (OnListener).
+func (c *Config) isOwnListener(r *Route, a string) bool {
 	host, port, _ := net.SplitHostPort(a)
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
 		return false
 	}
+	udp := r.Passthrough && On(c.ReverseProxy.Protocols.H3)
 	if strings.EqualFold(host, "localhost") {
-		return c.OnListener(netip.AddrPortFrom(loopback4, uint16(p))) ||
-			c.OnListener(netip.AddrPortFrom(netip.IPv6Loopback(), uint16(p)))
+		return c.OnListener(netip.AddrPortFrom(loopback4, uint16(p)), udp) ||
+			c.OnListener(netip.AddrPortFrom(netip.IPv6Loopback(), uint16(p)), udp)
 	}
 	ip, err := netip.ParseAddr(host)
-	return err == nil && c.OnListener(netip.AddrPortFrom(ip, uint16(p)))
+	return err == nil && c.OnListener(netip.AddrPortFrom(ip, uint16(p)), udp)
 }
 
 // OnListener reports whether a connection to ap would reach the
-// server's own listener (listen): ap has its port (a fixed one, not 0),
-// and an address it answers on. A listener on every address answers on
-// loopback and on this host's interface addresses; one on "localhost"
-// on 127.0.0.1 and ::1. A connection to 0.0.0.0 or :: reaches loopback.
-func (c *Config) OnListener(ap netip.AddrPort) bool {
+// server's own listener (listen) over TCP, or, with udp, over TCP or
+// UDP (QUIC passthrough relays over both): ap has the listener's port
+// (a fixed one, not 0), and an address it answers on, whatever the
+// zone. A listener on every address answers on loopback and on this
+// host's interface addresses (over TCP, "0.0.0.0" is IPv4 only; UDP
+// sockets on it take IPv6 too); one on "localhost" on 127.0.0.1. A
+// connection to 0.0.0.0 or :: goes to the loopback address.
+func (c *Config) OnListener(ap netip.AddrPort, udp bool) bool {
 	listen := c.Listen
 	if listen == "" {
 		listen = ":8080"
@@ -411,27 +420,65 @@ func (c *Config) OnListener(ap netip.AddrPort) bool {
 	if p, err := strconv.ParseUint(lport, 10, 16); err != nil || p == 0 || uint16(p) != ap.Port() {
 		return false
 	}
-	ip := ap.Addr().Unmap()
+	ip := ap.Addr().WithZone("").Unmap()
+	if ip.IsUnspecified() {
+		if ip = netip.IPv6Loopback(); ap.Addr().Unmap().Is4() {
+			ip = loopback4
+		}
+	}
 	l, err := netip.ParseAddr(lhost)
-	l = l.Unmap()
+	l = l.WithZone("").Unmap()
 	switch {
 	case lhost == "" || err == nil && l.IsUnspecified():
-		if ip.IsLoopback() || ip.IsUnspecified() {
-			return true
+		if l.Is4() && ip.Is6() && !udp {
+			return false
 		}
-		addrs, _ := net.InterfaceAddrs()
-		for _, ia := range addrs {
-			if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == ip {
-				return true
-			}
-		}
-		return false
+		return ip.IsLoopback() || hostAddr(ip)
 	case strings.EqualFold(lhost, "localhost"):
-		return ip == loopback4 || ip == netip.IPv6Loopback() || ip.IsUnspecified()
+		return ip == loopback4
 	case err == nil:
-		return ip == l || ip.IsUnspecified() && l.IsLoopback()
+		return ip == l
 	}
 	return false
+}
+
+// hostAddr reports whether ip (without zone) is an address of one of
+// this host's interfaces.
+func hostAddr(ip netip.Addr) bool {
+	addrs, _ := net.InterfaceAddrs()
+	for _, ia := range addrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().WithZone("").Unmap() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// Unicast reports whether ip may be an upstream: not a multicast or
+// broadcast address (255.255.255.255, or the broadcast address of one
+// of this host's IPv4 networks), which would reach many hosts, this one
+// among them.
+func Unicast(ip netip.Addr) bool {
+	ip = ip.WithZone("").Unmap()
+	if ip.IsMulticast() || ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return false
+	}
+	if !ip.Is4() {
+		return true
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, ia := range addrs {
+		p, err := netip.ParsePrefix(ia.String())
+		if err != nil || !p.Addr().Unmap().Is4() || p.Bits() >= 31 {
+			continue
+		}
+		b := p.Addr().Unmap().As4()
+		binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])|(1<<(32-p.Bits())-1))
+		if netip.AddrFrom4(b) == ip {
+			return false
+		}
+	}
+	return true
 }
 
 var loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})

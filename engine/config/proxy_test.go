@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -185,9 +186,13 @@ func TestProxyConfigErrors(t *testing.T) {
 			[]string{"engine.toml:7: reverse_proxy.routes[0].upstreams: entry 0 (\"127.0.0.1:08443\") is this server's own listener",
 				"entry 1 (\"0.0.0.0:8443\") is this server's own listener", "entry 2 (\"[::ffff:127.0.0.1]:8443\") is this server's own listener",
 				"entry 3 (\"LocalHost:8443\") is this server's own listener"}},
-		{"upstream is a listener on localhost", "listen = \"localhost:8443\"\n" + route + "domain = \"a\"\nupstreams = [\"127.0.0.1:8443\", \"[::1]:8443\", \"127.0.0.2:8443\"]\n",
+		{"upstream is a listener on localhost", "listen = \"localhost:8443\"\n" + route + "domain = \"a\"\nupstreams = [\"127.0.0.1:8443\", \"[::1]:8443\", \"127.0.0.2:8443\", \"0.0.0.0:8443\"]\n",
 			[]string{"engine.toml:7: reverse_proxy.routes[0].upstreams: entry 0 (\"127.0.0.1:8443\") is this server's own listener",
-				"entry 1 (\"[::1]:8443\") is this server's own listener"}},
+				"entry 3 (\"0.0.0.0:8443\") is this server's own listener"}},
+		{"upstream with a zone, or not one server", pass + "domain = \"a\"\nupstreams = [\"[::1%lo]:8080\", \"255.255.255.255:443\", \"[ff02::1%eth0]:443\", \"224.0.0.1:443\"]\n",
+			[]string{"engine.toml:6: reverse_proxy.routes[0].upstreams: entry 0 (\"[::1%lo]:8080\") is this server's own listener",
+				"entry 1 (\"255.255.255.255:443\") is a multicast or broadcast address", "entry 2 (\"[ff02::1%eth0]:443\") is a multicast or broadcast address",
+				"entry 3 (\"224.0.0.1:443\") is a multicast or broadcast address"}},
 		{"upstream is the listener on [::]", "listen = \"[::]:8443\"\n" + pass + "domain = \"a\"\nupstreams = [\"0.0.0.0:8443\"]\n",
 			[]string{"engine.toml:7: reverse_proxy.routes[0].upstreams: entry 0 (\"0.0.0.0:8443\") is this server's own listener"}},
 		{"prefix not as matched", route + "domain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"/ap%69/\"\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"//api/\"\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"h:80\"]\npath_prefix = \"/api/../admin/\"\n",
@@ -250,32 +255,78 @@ func TestProxyConfigErrors(t *testing.T) {
 // TestOnListener: which upstream addresses reach the server's own
 // listener, however spelled; and which do not.
 func TestOnListener(t *testing.T) {
-	tests := []struct {
+	type row struct {
 		listen, upstream string
-		want             bool
-	}{
-		{"127.0.0.1:8443", "127.0.0.1:8443", true},
-		{"127.0.0.1:8443", "0.0.0.0:8443", true},
-		{"127.0.0.1:8443", "[::ffff:127.0.0.1]:8443", true},
-		{"127.0.0.1:8443", "127.0.0.2:8443", false},
-		{"127.0.0.1:8443", "127.0.0.1:8444", false},
-		{"10.9.9.9:8443", "0.0.0.0:8443", false}, // 0.0.0.0 reaches loopback, not 10.9.9.9
-		{"10.9.9.9:8443", "10.9.9.9:8443", true},
-		{"localhost:8443", "127.0.0.1:8443", true},
-		{"localhost:8443", "[::1]:8443", true},
-		{"localhost:8443", "127.0.0.2:8443", false},
-		{":8443", "127.0.0.9:8443", true},
-		{":8443", "[::1]:8443", true},
-		{"[::]:8443", "0.0.0.0:8443", true},
-		{"0.0.0.0:8443", "[::]:8443", true},
-		{":8443", "192.0.2.1:8443", false}, // not an address of this host
-		{":0", "127.0.0.1:0", false},       // the kernel picks the port
-		{"", "127.0.0.1:8080", true},       // the default listen
+		udp, want        bool
+	}
+	tests := []row{
+		{"127.0.0.1:8443", "127.0.0.1:8443", false, true},
+		{"127.0.0.1:8443", "0.0.0.0:8443", false, true},
+		{"127.0.0.1:8443", "[::ffff:127.0.0.1]:8443", false, true},
+		{"127.0.0.1:8443", "[::]:8443", true, false}, // :: goes to ::1
+		{"127.0.0.1:8443", "127.0.0.2:8443", true, false},
+		{"127.0.0.1:8443", "127.0.0.1:8444", true, false},
+		{"10.9.9.9:8443", "0.0.0.0:8443", true, false}, // 0.0.0.0 goes to 127.0.0.1, not 10.9.9.9
+		{"10.9.9.9:8443", "10.9.9.9:8443", false, true},
+		{"localhost:8443", "127.0.0.1:8443", false, true},
+		{"localhost:8443", "[::1]:8443", true, false}, // the listener is on 127.0.0.1
+		{"localhost:8443", "127.0.0.2:8443", true, false},
+		{":8443", "127.0.0.9:8443", false, true},
+		{":8443", "[::1]:8443", false, true},
+		{":8443", "[::1%lo]:8443", false, true},
+		{"[::]:8443", "0.0.0.0:8443", false, true},
+		{"0.0.0.0:8443", "[::]:8443", true, true},
+		{"0.0.0.0:8443", "[::1]:8443", true, true},   // UDP on 0.0.0.0 takes IPv6 too
+		{"0.0.0.0:8443", "[::1]:8443", false, false}, // TCP does not
+		{":8443", "192.0.2.1:8443", true, false},     // not an address of this host
+		{":0", "127.0.0.1:0", true, false},           // the kernel picks the port
+		{"", "127.0.0.1:8080", false, true},          // the default listen
+	}
+	// An address of one of this host's interfaces, with a zone.
+	addrs, _ := net.InterfaceAddrs()
+	for _, ia := range addrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && !p.Addr().IsLoopback() {
+			a := p.Addr()
+			if a.Is6() {
+				a = a.WithZone("eth9")
+			}
+			tests = append(tests, row{":8443", netip.AddrPortFrom(a, 8443).String(), true, true})
+		}
 	}
 	for _, tt := range tests {
 		c := &config.Config{Listen: tt.listen}
-		if got := c.OnListener(netip.MustParseAddrPort(tt.upstream)); got != tt.want {
-			t.Errorf("listen %q, upstream %s: OnListener = %v, want %v", tt.listen, tt.upstream, got, tt.want)
+		if got := c.OnListener(netip.MustParseAddrPort(tt.upstream), tt.udp); got != tt.want {
+			t.Errorf("listen %q, upstream %s, udp %v: OnListener = %v, want %v", tt.listen, tt.upstream, tt.udp, got, tt.want)
+		}
+	}
+}
+
+// TestUnicast: multicast and broadcast addresses are no upstream's,
+// the broadcast address of this host's networks among them.
+func TestUnicast(t *testing.T) {
+	for a, want := range map[string]bool{"10.0.0.1": true, "::1": true, "fe80::1%eth0": true, "255.255.255.255": false,
+		"::ffff:255.255.255.255": false, "224.0.0.1": false, "ff02::1%eth0": false, "ff05::2": false} {
+		if got := config.Unicast(netip.MustParseAddr(a)); got != want {
+			t.Errorf("Unicast(%s) = %v, want %v", a, got, want)
+		}
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, ia := range addrs {
+		p, err := netip.ParsePrefix(ia.String())
+		if err != nil || !p.Addr().Is4() || p.Bits() > 30 {
+			continue
+		}
+		last := netip.PrefixFrom(p.Addr(), p.Bits()).Masked().Addr().As4()
+		for i, ones := 0, p.Bits(); i < 4; i, ones = i+1, ones-8 {
+			switch {
+			case ones <= 0:
+				last[i] = 0xff
+			case ones < 8:
+				last[i] |= 0xff >> ones
+			}
+		}
+		if b := netip.AddrFrom4(last); config.Unicast(b) {
+			t.Errorf("Unicast(%s) = true for the broadcast address of %s", b, p)
 		}
 	}
 }

@@ -93,6 +93,11 @@ type Router struct {
 	ownOrder  []string            // guarded by mu
 	ownNext   int                 // guarded by mu
 
+	// relays are the local addresses of the flows' upstream sockets: a
+	// hello from one is a flow's own datagram come back, its upstream
+	// this server or a relay to it.
+	relays sync.Map // netip.AddrPort -> *quicFlow
+
 	// Owned by the reading goroutine (quic-go's, or run's).
 	ready   []quicDatagram // released to quic-go, oldest first
 	buf     []byte
@@ -169,6 +174,13 @@ type quicFlow struct {
 	// talking. See also oneSided.
 	answered, confirmed, established atomic.Bool
 	opened                           time.Time
+	local                            netip.AddrPort // up's local address (Router.relays)
+}
+
+// plainAddrPort is a without IPv4 mapping or zone, as a relay socket's
+// address and the same address seen as a datagram's source compare.
+func plainAddrPort(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().WithZone("").Unmap(), a.Port())
 }
 
 // Bounds of the router's tables.
@@ -318,6 +330,11 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 		return true
 	}
 	if pd == nil {
+		if _, loop := r.relays.Load(plainAddrPort(from)); loop {
+			r.mu.Unlock()
+			r.fail(ReasonLoop, from, "", "a QUIC ClientHello came from this server's own relay: a passthrough upstream is this server, or relays back to it; dropped")
+			return false
+		}
 		if len(r.pending) >= maxPendingHellos {
 			// Full: the oldest goes, so a flood of half hellos delays a
 			// real client by its own pace, not by helloWait.
@@ -513,6 +530,10 @@ func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitia
 		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.Cfg.IdleTimeout.D(), quicIdleCap),
 			version: first.Version, scid: bytes.Clone(first.SCID), cids: []flowCID{{id: bytes.Clone(first.DCID)}}}
 		f.opened = r.now()
+		if la, ok := up.LocalAddr().(*net.UDPAddr); ok {
+			f.local = plainAddrPort(la.AddrPort())
+			r.relays.Store(f.local, f)
+		}
 		u.Active.Add(1)
 		go f.fromUpstream()
 		return f, nil
@@ -682,6 +703,7 @@ func (f *quicFlow) close() {
 		return
 	}
 	f.up.Close()
+	f.r.relays.CompareAndDelete(f.local, f)
 	f.ups.Active.Add(-1)
 	f.r.px.Stats.QUICPassActive.Add(-1)
 }

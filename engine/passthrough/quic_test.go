@@ -748,3 +748,46 @@ func helloFlight(t *testing.T, sni string, shared bool) [][]byte {
 		}
 	}
 }
+
+// TestQUICRouterLoop: a route whose upstream is the router's own socket
+// (which the configuration refuses when it can tell; here, the socket's
+// port is not the listen one) relays a client's first flight once: the
+// flight that comes back from the relay's own socket is dropped as a
+// loop, not relayed again without end.
+func TestQUICRouterLoop(t *testing.T) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toml := fmt.Sprintf("[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"a.test\"\nupstreams = [%q]\n", udp.LocalAddr())
+	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(toml))
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(px, udp, nil, 64, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go r.Run()
+	t.Cleanup(func() { r.Close(); udp.Close() })
+	cli, err := net.DialUDP("udp", nil, udp.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, d := range helloFlight(t, "a.test", false) {
+		cli.Write(d)
+	}
+	for end := time.Now().Add(10 * time.Second); px.Stats.QUICFailures[ReasonLoop].Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no loop seen in 10 s; %d flows relayed", px.Stats.QUICPassRelayed.Load())
+		}
+	}
+	if n := px.Stats.QUICPassRelayed.Load(); n != 1 {
+		t.Errorf("%d flows relayed; want the client's only", n)
+	}
+}

@@ -52,11 +52,12 @@ const (
 	ReasonHelloTimeout               // the ClientHello did not arrive within header_timeout
 	ReasonUpstream                   // no upstream could be connected
 	ReasonTableFull                  // QUIC: the router's tables are full
+	ReasonLoop                       // QUIC: the hello came from one of this router's own relay sockets
 	NReasons
 )
 
 // ReasonNames are the reasons as Stats and the log name them.
-var ReasonNames = [NReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable", "table_full"}
+var ReasonNames = [NReasons]string{"no_sni", "no_route", "not_tls", "bad_hello", "hello_timeout", "upstream_unreachable", "table_full", "loop"}
 
 // New is cfg's passthrough; nil without routes that relay TLS.
 func New(cfg *config.Config) (*Table, error) {

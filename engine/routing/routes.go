@@ -84,13 +84,19 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 			if u == nil {
 				addr, err := resolveUpstream(name)
 				if err != nil {
-					return nil, fmt.Errorf("engine: %s.upstreams: %q: %w", r.Key, name, err)
+					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
+						Msg: fmt.Sprintf("%q: %v; the server resolves its upstreams' names when it starts", name, err)}
 				}
-				if cfg.OnListener(addr) {
-					// The configuration refuses addresses it can tell
-					// are the listener's; a name is known only now.
+				// The configuration refuses the addresses it can tell
+				// are not an upstream's; a name's are known only now.
+				udp := passthrough && config.On(rp.Protocols.H3)
+				if cfg.OnListener(addr, udp) {
 					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
 						Msg: fmt.Sprintf("%q is %s, this server's own listener (listen = %q): the route would send its connections back to itself, without end; name the upstream's address", name, addr, cfg.Listen)}
+				}
+				if !config.Unicast(addr.Addr()) {
+					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
+						Msg: fmt.Sprintf("%q is %s, a multicast or broadcast address, which reaches many hosts (this one among them); name one server's address", name, addr)}
 				}
 				u = &Upstream{Name: name, Addr: addr}
 				ups[name] = u
