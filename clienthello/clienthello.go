@@ -26,6 +26,9 @@ type Info struct {
 	ServerName string
 	// ALPN lists the offered application protocols in the client's order.
 	ALPN []string
+	// Random is the hello's random, fresh for every hello a client
+	// sends (RFC 8446 §4.1.2): the same one twice is the same hello.
+	Random [32]byte
 }
 
 // MaxBytes bounds a ClientHello: records and all. Post-quantum key shares
@@ -182,9 +185,11 @@ var errMalformed = errors.New("clienthello: malformed ClientHello")
 
 func parseBody(r reader) (Info, error) {
 	var info Info
-	if _, ok := r.bytes(2 + 32); !ok { // legacy_version, random
+	b, ok := r.bytes(2 + 32) // legacy_version, random
+	if !ok {
 		return info, errMalformed
 	}
+	info.Random = [32]byte(b[2:])
 	if sid, ok := r.vec(1); !ok || len(sid) > 32 {
 		return info, errMalformed
 	}

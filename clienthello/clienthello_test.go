@@ -67,6 +67,11 @@ func TestFromRecords(t *testing.T) {
 	if err != nil || n != len(hello) || info.ServerName != "media.example.com" || !slices.Equal(info.ALPN, []string{"h2", "http/1.1"}) {
 		t.Fatalf("FromRecords = %+v, %d, %v", info, n, err)
 	}
+	// The random follows the record header, the handshake header and
+	// legacy_version.
+	if !bytes.Equal(info.Random[:], hello[5+4+2:5+4+2+32]) {
+		t.Errorf("Random = %x, want %x", info.Random, hello[11:43])
+	}
 	// Bytes after the hello (early data, the next flight) are not its.
 	if _, n, err := FromRecords(append(slices.Clone(hello), 23, 3, 3, 0, 1, 0)); err != nil || n != len(hello) {
 		t.Errorf("with bytes after it: n %d, %v", n, err)

@@ -21,15 +21,17 @@ type passConn struct {
 	sni      string
 	u        *reactor.Conn // the upstream connection; nil before the dial
 	up       *routing.Upstream
-	tried    int   // upstreams tried
-	header   int   // bytes of PROXY header sent before the client's
-	started  bool  // relaying
-	done     bool  // both directions ended: the closes are clean
-	counted  bool  // its bytes are in the counters
-	refused  bool  // answered with an alert and closing
-	moved    int64 // bytes relayed both ways at the last idle check
-	movedAt  int64 // loop time (unix ns) they last changed
-	relayIdx int   // index in the loop's relays
+	tried    int      // upstreams tried
+	header   int      // bytes of PROXY header sent before the client's
+	started  bool     // relaying
+	done     bool     // both directions ended: the closes are clean
+	counted  bool     // its bytes are in the counters
+	refused  bool     // answered with an alert and closing
+	moved    int64    // bytes relayed both ways at the last idle check
+	movedAt  int64    // loop time (unix ns) they last changed
+	relayIdx int      // index in the loop's relays
+	random   [32]byte // its ClientHello's, while claimed (passthrough.Table.Claim)
+	claimed  bool
 }
 
 // passUp serves the upstream side of a loop's relays.
@@ -77,6 +79,11 @@ func (h *connHandler) servePass(c *reactor.Conn, hc *httpConn) bool {
 		pc.refuse(reason, ktls.AlertUnrecognizedName, "no passthrough route and no site for the server name")
 		return true
 	}
+	if !px.Claim(info.Random) {
+		pc.refuse(passthrough.ReasonLoop, ktls.AlertInternalError, "a ClientHello a relay open already carries came back: a passthrough upstream is this server, or relays back to it")
+		return true
+	}
+	pc.random, pc.claimed = info.Random, true
 	pc.r = r
 	c.SetReadDeadline(0) // the connect timeout bounds what comes next
 	pc.dial()
@@ -201,6 +208,10 @@ func (pc *passConn) closed(x *reactor.Conn) {
 		pc.upFailed(pc.up, err)
 		pc.dial()
 		return
+	}
+	if pc.claimed {
+		pc.claimed = false
+		pc.h.srv.pass.Release(pc.random)
 	}
 	for _, o := range []*reactor.Conn{pc.c, pc.u} {
 		if o != nil && o != x && !o.Closed() {

@@ -739,20 +739,26 @@ func TestPassthroughQUICSpoofed(t *testing.T) {
 	}
 	get("before the flood")
 
-	flight := firstFlight(t, "a.test")
+	// Six first flights, each its own hello: one hello replayed is
+	// relayed once (below).
+	var flights [][][]byte
+	for range 6 {
+		flights = append(flights, firstFlight(t, "a.test"))
+	}
 
 	engine, _ := net.ResolveUDPAddr("udp", ts.addr)
-	var socks []*net.UDPConn
-	for range 6 {
+	send := func(flight [][]byte) {
 		c, err := net.DialUDP("udp", nil, engine)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		socks = append(socks, c)
+		t.Cleanup(func() { c.Close() })
 		for _, d := range flight {
 			c.Write(d)
 		}
+	}
+	for _, flight := range flights {
+		send(flight)
 	}
 	// All six are relayed, each in the place of an unanswered one once
 	// four are open: at least three are gone by then (exactly three when
@@ -769,4 +775,78 @@ func TestPassthroughQUICSpoofed(t *testing.T) {
 		t.Fatalf("unanswered flows: %d flows still open, %d dropped unconfirmed; want 1 (the real one) and 6", st.QUICPassActive, st.QUICPassUnconfirmed)
 	}
 	get("after the flood")
+
+	// A first flight replayed from another address while its flow is
+	// open is not relayed again (as a hello come back round a loop).
+	flight := firstFlight(t, "a.test")
+	send(flight)
+	send(flight)
+	if !waitFor(scale(5*time.Second), func() bool { st = ts.Stats(); return st.QUICPassFailures["loop"] == 1 }) || st.QUICPassRelayed != 8 {
+		t.Fatalf("one first flight from two addresses: relayed %d in all (want 8), failures %v (want loop 1)", st.QUICPassRelayed, st.QUICPassFailures)
+	}
+}
+
+// freeTCPUDPPort is a port free on 127.0.0.1 for TCP and UDP both, as
+// a passthrough listener takes; another process may take it before it
+// is used.
+func freeTCPUDPPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return port
+		}
+	}
+	t.Fatal("no port free for TCP and UDP")
+	return 0
+}
+
+// TestPassthroughLoop: two servers whose passthrough routes point at
+// each other (each configuration is valid on its own) relay a client's
+// hello round once, not without end: the hello that comes back to a
+// relay that already carries it is refused as a loop, for TCP and for
+// QUIC; the TCP client gets its connection closed, not a hang.
+func TestPassthroughLoop(t *testing.T) {
+	portA := freeTCPUDPPort(t)
+	b := startLog(t, passthroughConfig("", "a.test", fmt.Sprintf("127.0.0.1:%d", portA)), nil)
+	a := startLog(t, passthroughConfig(fmt.Sprintf("listen = \"127.0.0.1:%d\"", portA), "a.test", b.addr), nil)
+
+	raw, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(scale(10 * time.Second)))
+	err = tls.Client(raw, &tls.Config{ServerName: "a.test"}).Handshake()
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("handshake through the loop: %v; want the connection refused, promptly", err)
+	}
+	if sa, sb := a.Stats(), b.Stats(); sa.PassFailures["loop"] != 1 || sa.PassRelayed+sb.PassRelayed > 2 {
+		t.Errorf("TCP: loops refused %d (a) %d (b), relayed %d (a) %d (b); want one refusal and two relays", sa.PassFailures["loop"], sb.PassFailures["loop"], sa.PassRelayed, sb.PassRelayed)
+	}
+
+	c, err := net.Dial("udp", a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, d := range firstFlight(t, "a.test") {
+		c.Write(d)
+	}
+	for end := time.Now().Add(scale(10 * time.Second)); a.Stats().QUICPassFailures["loop"] == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("QUIC: no loop refused in 10 s; relayed %d (a) %d (b)", a.Stats().QUICPassRelayed, b.Stats().QUICPassRelayed)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // what a loop would relay meanwhile
+	if sa, sb := a.Stats(), b.Stats(); sa.QUICPassRelayed+sb.QUICPassRelayed > 2 {
+		t.Errorf("QUIC: relayed %d (a) %d (b); want the client's flow and its one relay", sa.QUICPassRelayed, sb.QUICPassRelayed)
+	}
 }

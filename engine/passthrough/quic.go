@@ -93,11 +93,6 @@ type Router struct {
 	ownOrder  []string            // guarded by mu
 	ownNext   int                 // guarded by mu
 
-	// relays are the local addresses of the flows' upstream sockets: a
-	// hello from one is a flow's own datagram come back, its upstream
-	// this server or a relay to it.
-	relays sync.Map // netip.AddrPort -> *quicFlow
-
 	// Owned by the reading goroutine (quic-go's, or run's).
 	ready   []quicDatagram // released to quic-go, oldest first
 	buf     []byte
@@ -174,13 +169,7 @@ type quicFlow struct {
 	// talking. See also oneSided.
 	answered, confirmed, established atomic.Bool
 	opened                           time.Time
-	local                            netip.AddrPort // up's local address (Router.relays)
-}
-
-// plainAddrPort is a without IPv4 mapping or zone, as a relay socket's
-// address and the same address seen as a datagram's source compare.
-func plainAddrPort(a netip.AddrPort) netip.AddrPort {
-	return netip.AddrPortFrom(a.Addr().WithZone("").Unmap(), a.Port())
+	random                           [32]byte // its ClientHello's (Table.Claim)
 }
 
 // Bounds of the router's tables.
@@ -330,11 +319,6 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 		return true
 	}
 	if pd == nil {
-		if _, loop := r.relays.Load(plainAddrPort(from)); loop {
-			r.mu.Unlock()
-			r.fail(ReasonLoop, from, "", "a QUIC ClientHello came from this server's own relay: a passthrough upstream is this server, or relays back to it; dropped")
-			return false
-		}
 		if len(r.pending) >= maxPendingHellos {
 			// Full: the oldest goes, so a flood of half hellos delays a
 			// real client by its own pace, not by helloWait.
@@ -367,13 +351,20 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 		r.release(pd, key, from, info.ServerName, err)
 		return false
 	}
+	if !r.px.Claim(info.Random) {
+		r.mu.Unlock()
+		r.fail(ReasonLoop, from, info.ServerName, "a QUIC ClientHello a relay open already carries came back: a passthrough upstream is this server, or relays back to it; dropped")
+		return false
+	}
 	if r.flows >= r.maxFlows && !r.makeRoom() {
+		r.px.Release(info.Random)
 		r.mu.Unlock()
 		r.fail(ReasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
 	}
-	f, err := r.open(rt, from, long)
+	f, err := r.open(rt, from, long, info.Random)
 	if err != nil {
+		r.px.Release(info.Random)
 		r.mu.Unlock()
 		r.fail(ReasonUpstream, from, info.ServerName, "no QUIC upstream could be reached: "+err.Error())
 		return false
@@ -514,7 +505,7 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 // open connects a UDP socket to an upstream of rt for a new flow, whose
 // client's first flight began with first. Called with the router's mu
 // held.
-func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet) (*quicFlow, error) {
+func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet, random [32]byte) (*quicFlow, error) {
 	var last error = errors.New("every upstream is backing off")
 	for range rt.Ups {
 		u := rt.Pick(time.Now().UnixNano())
@@ -529,11 +520,7 @@ func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitia
 		}
 		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.Cfg.IdleTimeout.D(), quicIdleCap),
 			version: first.Version, scid: bytes.Clone(first.SCID), cids: []flowCID{{id: bytes.Clone(first.DCID)}}}
-		f.opened = r.now()
-		if la, ok := up.LocalAddr().(*net.UDPAddr); ok {
-			f.local = plainAddrPort(la.AddrPort())
-			r.relays.Store(f.local, f)
-		}
+		f.opened, f.random = r.now(), random
 		u.Active.Add(1)
 		go f.fromUpstream()
 		return f, nil
@@ -703,7 +690,7 @@ func (f *quicFlow) close() {
 		return
 	}
 	f.up.Close()
-	f.r.relays.CompareAndDelete(f.local, f)
+	f.r.px.Release(f.random)
 	f.ups.Active.Add(-1)
 	f.r.px.Stats.QUICPassActive.Add(-1)
 }

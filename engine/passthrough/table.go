@@ -1,6 +1,7 @@
 package passthrough
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/mediaship/engine/engine/config"
@@ -21,7 +22,25 @@ type Table struct {
 	// domain that is both relayed and terminated.
 	local routing.Table[struct{}]
 	Stats Counters
+	// hellos are the ClientHellos of the relays open, TCP and QUIC, by
+	// their random (Claim).
+	hellos sync.Map // [32]byte -> struct{}
 }
+
+// Claim notes the ClientHello a relay is about to carry, by its random;
+// false when a relay open already carries it. A client makes a fresh
+// random for every hello, so the same hello on a second connection or
+// flow is the first one's own bytes come back: its upstream is this
+// server, or relays back to it (another relay pointed here), and
+// relaying it again would go round without end. (Or it is a replay,
+// which cannot finish a handshake either.) Release when the relay ends.
+func (t *Table) Claim(random [32]byte) bool {
+	_, dup := t.hellos.LoadOrStore(random, struct{}{})
+	return !dup
+}
+
+// Release forgets a hello Claim took.
+func (t *Table) Release(random [32]byte) { t.hellos.Delete(random) }
 
 // Counters count what passthrough did, each named as the engine's Stats
 // field it fills. Failures are counted by reason, as Stats reports them.
@@ -52,7 +71,7 @@ const (
 	ReasonHelloTimeout               // the ClientHello did not arrive within header_timeout
 	ReasonUpstream                   // no upstream could be connected
 	ReasonTableFull                  // QUIC: the router's tables are full
-	ReasonLoop                       // QUIC: the hello came from one of this router's own relay sockets
+	ReasonLoop                       // the hello is one a relay open already carries: it came back (Table.Claim)
 	NReasons
 )
 
