@@ -850,3 +850,49 @@ func TestPassthroughLoop(t *testing.T) {
 		t.Errorf("QUIC: relayed %d (a) %d (b); want the client's flow and its one relay", sa.QUICPassRelayed, sb.QUICPassRelayed)
 	}
 }
+
+// TestPassthroughQUICRetry: an origin that validates every client's
+// address with a Retry is reached through the relay: the client's first
+// flight again, with the same hello under the ID the Retry gave (which
+// the router learns from the Retry), goes on the client's own flow, not
+// refused as a hello a relay already carries.
+func TestPassthroughQUICRetry(t *testing.T) {
+	pki := newPKI(t, t.TempDir(), "a.test")
+	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retried := make(chan struct{}, 16)
+	tr := &quic.Transport{Conn: udp, VerifySourceAddress: func(net.Addr) bool {
+		select {
+		case retried <- struct{}{}:
+		default:
+		}
+		return true
+	}}
+	ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http3.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin a.test") })}
+	go srv.ServeListener(ln)
+	t.Cleanup(func() { srv.Close(); ln.Close(); tr.Close() })
+
+	ts := start(t, passthroughConfig("", "a.test", udp.LocalAddr().String()))
+	resp, err := quicPassClient(t, ts.addr, pki.pool).Get("https://a.test:" + portOf(ts.addr) + "/")
+	if err != nil {
+		t.Fatalf("through a Retry: %v (failures %v)", err, ts.Stats().QUICPassFailures)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "origin a.test" || len(retried) == 0 {
+		t.Fatalf("answer %q, Retries sent %d", body, len(retried))
+	}
+	if st := ts.Stats(); st.QUICPassRelayed != 1 {
+		t.Errorf("%d flows relayed for one connection; failures %v", st.QUICPassRelayed, st.QUICPassFailures)
+	}
+}
