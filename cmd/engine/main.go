@@ -51,7 +51,8 @@ Usage:
   engine help
 
 serve flags override the config file. "engine serve --check -c FILE" validates
-a config and exits, like "nginx -t".
+a config and exits, like "nginx -t"; it also resolves upstream names and
+probes the kernel features the config requires, as serve would.
 
 preflight probes the kernel fast paths (kernel TLS, sendfile into it, BBR,
 UDP GSO, socket buffers, eBPF steering, open files) and says what is missing
@@ -193,7 +194,17 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		if name == "" {
 			name = "flags"
 		}
-		fmt.Fprintf(stdout, "engine: configuration %s is valid\n", name)
+		for _, r := range cfg.Relaxed() {
+			fmt.Fprintf(stdout, "engine: --self-signed relaxed this: %s\n", r)
+		}
+		// The kernel features it requires, probed as serve does before
+		// binding: a configuration serve would refuse is not passed.
+		if r := new(preflight.Prober).Run(engine.PreflightNeeds(cfg)); !r.OK {
+			fmt.Fprintf(stderr, "engine: configuration %s is valid, but serve would refuse to start with it: it requires kernel features this machine lacks.\n\n", name)
+			r.WriteText(stderr)
+			return 1
+		}
+		fmt.Fprintf(stdout, "engine: configuration %s is valid, and this machine has the kernel features it requires (engine preflight -c lists them)\n", name)
 		return 0
 	}
 
@@ -208,6 +219,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	for _, r := range cfg.Relaxed() {
+		log.Warn("--self-signed relaxed a requirement of this configuration", "relaxed", r)
+	}
 	var srv *engine.Server
 	srv, err = engine.New(cfg, log)
 	if err != nil {

@@ -42,7 +42,9 @@ func TestCheckConfig(t *testing.T) {
 		{[]string{"serve", "--check", "-c", bad}, 1, "", bad + ":3: limits.idle_timeout: \"soon\" is not a duration"},
 		{[]string{"serve", "--check", "-c", filepath.Join(dir, "missing.toml")}, 1, "", "missing.toml: cannot read: no such file or directory"},
 		{[]string{"serve", "--check", "-c", good, "--root", "/does/not/exist"}, 1, "", "--root: cannot use \"/does/not/exist\""},
-		{[]string{"serve", "--check", "--root", dir}, 0, "configuration flags is valid", ""},
+		{[]string{"serve", "--check", "--root", dir}, 0, "configuration flags is valid, and this machine has the kernel features it requires", ""},
+		{[]string{"serve", "--check", "--root", dir, "--self-signed"}, 0, "--self-signed relaxed this: kernel.ktls is \"auto\"", ""},
+		{[]string{"serve", "--check", "-c", nocc}, 1, "", "is valid, but serve would refuse to start with it"},
 		{[]string{"serve", "--check"}, 1, "", "nothing to serve"},
 		{[]string{"serve", "--check", "--root", dir, "--workers", "x"}, 1, "", "--workers: \"x\" is not a whole number"},
 		{[]string{"serve", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
@@ -129,7 +131,8 @@ func TestCheckACME(t *testing.T) {
 		!strings.Contains(errb.String(), cfg+":5: acme.agree:") || !strings.Contains(errb.String(), cfg+":5: acme.email:") {
 		t.Errorf("serve --check = %d\nstderr: %s", code, errb.String())
 	}
-	os.WriteFile(cfg, []byte("[[sites]]\ndomain = \"media.example.com\"\nroot = \"media\"\n[sites.tls]\nacme = true\n[acme]\nagree = true\nemail = \"ops@example.com\"\nstorage = \"acme\"\n"), 0o644)
+	os.WriteFile(cfg, []byte("[[sites]]\ndomain = \"media.example.com\"\nroot = \"media\"\n[sites.tls]\nacme = true\n[acme]\nagree = true\nemail = \"ops@example.com\"\nstorage = \"acme\"\n"+
+		"[kernel]\nktls = \"auto\"\n"), 0o644) // --check probes the kernel: kernel TLS is required by default with a certificate
 	out.Reset()
 	errb.Reset()
 	if code := run([]string{"serve", "--check", "-c", cfg}, &out, &errb); code != 0 {

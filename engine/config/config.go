@@ -54,6 +54,9 @@ type Config struct {
 	// selfSigned is serve --self-signed: sites without a certificate get
 	// an in-memory self-signed one, and the listener speaks TLS.
 	selfSigned bool
+	// relaxed says what --self-signed relaxed of what the configuration
+	// would require with a certificate of its own (Relaxed).
+	relaxed []string
 }
 
 // Site is one virtual host.
@@ -326,6 +329,13 @@ func (c *Config) Line(key string) int { return c.src.lines[key] }
 // SelfSigned reports whether serve --self-signed asked for an in-memory
 // self-signed certificate for sites without one.
 func (c *Config) SelfSigned() bool { return c.selfSigned }
+
+// Relaxed lists what serve --self-signed relaxed of what this
+// configuration requires when it serves a certificate of its own, for
+// serve to say: trying the server out with --self-signed must not hide
+// what a real deployment of the same file will need. Valid after
+// Validate.
+func (c *Config) Relaxed() []string { return c.relaxed }
 
 // HasTLS reports whether the listener speaks TLS: a site has a
 // certificate (files or ACME), or serve --self-signed made one.

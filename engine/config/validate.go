@@ -258,6 +258,7 @@ func (c *Config) validateKernel(errs *Errors) {
 			// --self-signed is for trying the server out: on a kernel
 			// without kTLS it serves in userspace (and says so).
 			k.KTLS = "auto"
+			c.relaxed = append(c.relaxed, `kernel.ktls is "auto" (TLS from userspace where the kernel has no kernel TLS); with a certificate of its own this configuration requires kernel TLS (kernel.ktls = "require"): run "engine preflight" to see whether this kernel has it, or set kernel.ktls = "auto" to serve without it`)
 		}
 	}
 	if k.BBR == "" && k.BulkCongestion == "bbr" {
