@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/mediaship/engine/internal/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +17,7 @@ type collector struct {
 
 	requests, ttfb, duration, bytes, handshakes, open, socketErrors *prometheus.Desc
 	integrity, h2Events, h3ConnErrors, passFailures                 *prometheus.Desc
-	wtCloses                                                        *prometheus.Desc
+	wtCloses, build                                                 *prometheus.Desc
 	simple                                                          []simpleMetric
 }
 
@@ -50,6 +51,7 @@ func newCollector(s *Server) *collector {
 		h2Events:     d("h2_events_total", "HTTP/2 limits hit and protocol errors, by kind.", "event"),
 		h3ConnErrors: d("h3_connection_errors_total", "HTTP/3 connections closed with an error, by side and code.", "side_code"),
 		passFailures: d("passthrough_failures_total", "Connections TLS passthrough did not relay, by protocol (tcp, quic) and reason.", "protocol", "reason"),
+		build:        d("build_info", "The build that serves: always 1, its labels the version, the VCS revision and working tree (\"\" when the build recorded none) and the Go version.", "version", "revision", "tree", "goversion"),
 		wtCloses:     d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
 	}
 	c.simple = append(c.simple,
@@ -69,7 +71,7 @@ func newCollector(s *Server) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.ttfb, c.duration, c.bytes, c.handshakes, c.open, c.socketErrors,
-		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures, c.wtCloses} {
+		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures, c.wtCloses, c.build} {
 		ch <- d
 	}
 	for _, m := range c.simple {
@@ -86,6 +88,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, v)
 		}
 	}
+
+	bi := buildinfo.Get()
+	ch <- prometheus.MustNewConstMetric(c.build, prometheus.GaugeValue, 1, bi.Version, bi.Commit, bi.Tree, bi.GoVersion)
 
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)

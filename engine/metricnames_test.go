@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -55,6 +56,15 @@ listen = "127.0.0.1:0"
 	}
 	if got != string(want) {
 		t.Errorf("metrics served differ from %s:\n%s", golden, lineDiff(string(want), got))
+	}
+	// engine_build_info names the running build.
+	bi := fams["engine_build_info"].GetMetric()
+	labels := map[string]string{}
+	for _, l := range bi[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if len(bi) != 1 || bi[0].GetGauge().GetValue() != 1 || labels["goversion"] != runtime.Version() || labels["version"] == "" {
+		t.Errorf("engine_build_info: %v", bi)
 	}
 }
 

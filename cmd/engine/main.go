@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/buildinfo"
 	"github.com/mediaship/engine/preflight"
 )
 
@@ -73,6 +73,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	buildinfo.Stamp(version, commit, tree)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -91,7 +92,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, versionString())
+		// One line that names the build (what tools read), then Go's
+		// build settings.
+		bi := buildinfo.Get()
+		fmt.Fprintln(stdout, bi)
+		if len(bi.Settings) > 0 {
+			fmt.Fprintln(stdout, "build:", strings.Join(bi.Settings, " "))
+		}
 		return 0
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
@@ -99,42 +106,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "engine: unknown command %q\n\n%s", args[0], usage)
 	return 2
-}
-
-// versionString is what engine version prints: "engine dev go1.26.8
-// linux/amd64 (commit 0123...cdef, working tree clean)", the part in
-// parentheses only when the build named its commit.
-func versionString() string {
-	v, c, t := version, commit, tree
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
-		if c == "" {
-			for _, s := range bi.Settings {
-				switch s.Key {
-				case "vcs.revision":
-					c = s.Value
-				case "vcs.modified":
-					t = map[string]string{"true": "modified", "false": "clean"}[s.Value]
-				}
-			}
-		}
-	}
-	s := fmt.Sprintf("engine %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	if c == "" {
-		return s
-	}
-	s += " (commit " + c
-	switch fp, modified := strings.CutPrefix(t, "modified"); {
-	case t == "clean":
-		s += ", working tree clean"
-	case modified && fp != "":
-		s += ", working tree modified, fingerprint " + strings.TrimPrefix(fp, "-")
-	case modified:
-		s += ", working tree modified"
-	}
-	return s + ")"
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
