@@ -896,3 +896,34 @@ func TestPassthroughQUICRetry(t *testing.T) {
 		t.Errorf("%d flows relayed for one connection; failures %v", st.QUICPassRelayed, st.QUICPassFailures)
 	}
 }
+
+// TestPassthroughTotals: the totals line a stopping server logs counts
+// what passthrough relayed (spliced, so never among its writes).
+func TestPassthroughTotals(t *testing.T) {
+	a := startTLSOrigin(t, "a.test", digestOrigin("a"))
+	var logs syncBuffer
+	ts := startLog(t, passthroughConfig("", "a.test", a.addr), &logs)
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB up
+	if got, _, err := passRoundTrip(ts.addr, "a.test", &tls.Config{RootCAs: a.pki.pool}, nil, msg); err != nil || got != digestLine("a", msg) {
+		t.Fatalf("relay: %q, %v", got, err)
+	}
+	ts.stop()
+	var line string
+	for l := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.Contains(l, "msg=totals") {
+			line = l
+		}
+	}
+	var relays, relayed int64
+	for f := range strings.FieldsSeq(line) {
+		if v, ok := strings.CutPrefix(f, "relays="); ok {
+			fmt.Sscan(v, &relays)
+		}
+		if v, ok := strings.CutPrefix(f, "relayed_bytes="); ok {
+			fmt.Sscan(v, &relayed)
+		}
+	}
+	if relays != 1 || relayed < int64(len(msg)) {
+		t.Errorf("totals: relays %d, relayed_bytes %d; want 1 and at least the %d bytes sent:\n%s", relays, relayed, len(msg), line)
+	}
+}

@@ -519,7 +519,8 @@ func (s *Server) setupTLS() error {
 }
 
 // logTotals logs, at the end, what the server did in its life: how
-// output met the sockets and how TLS was sealed. These are the reactor's
+// output met the sockets, how TLS was sealed, and what passthrough
+// relayed. These are the reactor's
 // own profile of a run (bytes per write, time waiting on full sockets).
 func (s *Server) logTotals() {
 	st := s.Stats()
@@ -533,7 +534,11 @@ func (s *Server) logTotals() {
 		"bytes", st.BytesMem+st.BytesFile, "writes", st.Writes, "bytes_per_write", per(st.BytesMem+st.BytesFile, st.Writes),
 		"socket_full", st.SocketFull, "socket_full_wait", st.FullWait.Round(time.Millisecond).String(),
 		"tls_handshakes", st.TLSHandshakes, "tls_user_bytes", st.TLSUserBytes, "tls_batches", st.TLSUserBatches,
-		"tls_bytes_per_batch", per(st.TLSUserBytes, st.TLSUserBatches), "tls_kernel_bytes", st.TLSKernelBytes)
+		"tls_bytes_per_batch", per(st.TLSUserBytes, st.TLSUserBatches), "tls_kernel_bytes", st.TLSKernelBytes,
+		// Relayed bytes move by splice and over the relays' own UDP
+		// sockets, never through the writes counted above.
+		"relays", st.PassRelayed+st.QUICPassRelayed,
+		"relayed_bytes", st.PassBytesUp+st.PassBytesDown+st.QUICPassBytesUp+st.QUICPassBytesDown)
 }
 
 // keyExchanges is the key exchanges of the site a client names in SNI
