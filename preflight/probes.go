@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/mediaship/engine/internal/reuseport"
 	"github.com/mediaship/engine/ktls"
 )
 
@@ -421,12 +422,7 @@ func (p *Prober) ReuseportEBPF() error {
 	}
 	ns := &NotSupportedError{Feature: "eBPF connection steering", Tried: "load and attach an SK_REUSEPORT program", Err: err,
 		Reason: "connections are spread by the kernel's hash instead of by receiving CPU"}
-	switch {
-	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
-		ns.Remedy = "run with CAP_BPF and CAP_NET_ADMIN (or as root); or ignore: it is an optimisation"
-	default:
-		ns.Remedy = "run a Linux 4.19 or newer kernel with CONFIG_BPF_SYSCALL; or ignore: it is an optimisation"
-	}
+	ns.Remedy = reuseport.Remedy(err)
 	return ns
 }
 

@@ -199,7 +199,7 @@ func Listen(cfg Config) (*Group, error) {
 		}
 		bpf, err := reuseport.Steer(fds, cpuLoop)
 		if err != nil {
-			g.log.Warn("connections spread by the kernel's hash, not by receiving CPU", "reason", err)
+			g.log.Warn("connections spread by the kernel's hash, not by receiving CPU", "reason", err, "fix", reuseport.Remedy(err))
 		} else {
 			g.bpf, g.steer = bpf, "eBPF by receiving CPU"
 		}

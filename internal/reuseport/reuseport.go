@@ -1,6 +1,9 @@
 package reuseport
 
-import "errors"
+import (
+	"errors"
+	"syscall"
+)
 
 // Listen opens a non-blocking listening TCP socket on addr ("host:port";
 // an empty host is the IPv6 wildcard, falling back to IPv4 where there is
@@ -53,4 +56,15 @@ func Probe() error {
 	}
 	s.Close()
 	return nil
+}
+
+// Remedy says what lets Steer work after it failed with err: the
+// capabilities a process needs to load and attach the program (the
+// library's error for EPERM speaks of RLIMIT_MEMLOCK, which kernels since
+// 5.11 no longer use for BPF memory), or the kernel it needs.
+func Remedy(err error) string {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+		return "run with CAP_BPF and CAP_NET_ADMIN (AmbientCapabilities= in a systemd unit), or as root; or ignore: it is an optimisation"
+	}
+	return "run a Linux 4.19 or newer kernel with CONFIG_BPF_SYSCALL; or ignore: it is an optimisation"
 }

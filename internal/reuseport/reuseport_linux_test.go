@@ -2,7 +2,10 @@ package reuseport
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -48,5 +51,16 @@ func TestProbe(t *testing.T) {
 	var errno unix.Errno
 	if err != nil && !errors.As(err, &errno) {
 		t.Errorf("Probe() = %v, want nil or an error carrying an errno", err)
+	}
+}
+
+// TestRemedy: a refusal to load the program names the capabilities it
+// needs, not RLIMIT_MEMLOCK (which the library's EPERM error suggests).
+func TestRemedy(t *testing.T) {
+	if r := Remedy(fmt.Errorf("load program: %w (MEMLOCK may be too low, consider rlimit.RemoveMemlock)", syscall.EPERM)); !strings.Contains(r, "CAP_BPF and CAP_NET_ADMIN") || strings.Contains(r, "MEMLOCK") {
+		t.Errorf("EPERM: %q", r)
+	}
+	if r := Remedy(syscall.EINVAL); !strings.Contains(r, "4.19") {
+		t.Errorf("EINVAL: %q", r)
 	}
 }
