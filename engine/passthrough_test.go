@@ -475,15 +475,7 @@ proxy_protocol = "v2"
 // its own: "/" answers its name, "/bytes" 24 MiB of a pattern.
 func startH3Origin(t *testing.T, name string) (string, *testPKI) {
 	t.Helper()
-	pki := newPKI(t, t.TempDir(), name)
-	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pki, cert, udp := h3OriginSocket(t, name)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "origin "+name) })
 	mux.HandleFunc("/bytes", func(w http.ResponseWriter, r *http.Request) {
@@ -497,6 +489,22 @@ func startH3Origin(t *testing.T, name string) (string, *testPKI) {
 }
 
 const h3OriginBytes = 24 << 20
+
+// h3OriginSocket is what an HTTP/3 origin for name needs: its PKI, its
+// certificate, and a UDP socket on loopback.
+func h3OriginSocket(t *testing.T, name string) (*testPKI, tls.Certificate, *net.UDPConn) {
+	t.Helper()
+	pki := newPKI(t, t.TempDir(), name)
+	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki, cert, udp
+}
 
 // quicPassClient is an HTTP/3 client that reaches every name at the
 // engine's UDP address, trusting pool.
@@ -857,15 +865,7 @@ func TestPassthroughLoop(t *testing.T) {
 // the router learns from the Retry), goes on the client's own flow, not
 // refused as a hello a relay already carries.
 func TestPassthroughQUICRetry(t *testing.T) {
-	pki := newPKI(t, t.TempDir(), "a.test")
-	cert, err := tls.LoadX509KeyPair(pki.certFile, pki.keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pki, cert, udp := h3OriginSocket(t, "a.test")
 	retried := make(chan struct{}, 16)
 	tr := &quic.Transport{Conn: udp, VerifySourceAddress: func(net.Addr) bool {
 		select {

@@ -338,17 +338,7 @@ func newRouterHarness(t *testing.T, own bool, maxFlows int) *routerHarness {
 		h.ups[name] = u
 		toml += fmt.Sprintf("[[reverse_proxy.routes]]\ndomain = %q\nupstreams = [%q]\n", name, c.LocalAddr())
 	}
-	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(toml))
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	px := newTable(t, toml)
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -760,17 +750,7 @@ func TestQUICRouterLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	toml := fmt.Sprintf("[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"a.test\"\nupstreams = [%q]\n", udp.LocalAddr())
-	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(toml))
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	px, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	px := newTable(t, toml)
 	r := NewRouter(px, udp, nil, 64, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go r.Run()
 	t.Cleanup(func() { r.Close(); udp.Close() })
@@ -790,4 +770,21 @@ func TestQUICRouterLoop(t *testing.T) {
 	if n := px.Stats.QUICPassRelayed.Load(); n != 1 {
 		t.Errorf("%d flows relayed; want the client's only", n)
 	}
+}
+
+// newTable is the passthrough table of a configuration text.
+func newTable(t *testing.T, toml string) *Table {
+	t.Helper()
+	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(toml))
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px
 }
