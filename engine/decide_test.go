@@ -116,14 +116,24 @@ upstreams = [%[8]q]
 	type line struct {
 		Site, Method, Path, Protocol string
 		Status                       int
+		// The upstream's address and status on proxied lines, null
+		// (here "" and 0) on the others; its header time is timed.
+		Upstream       string
+		UpstreamStatus int  `json:"upstream_status"`
+		Timed          bool `json:"-"`
 	}
 	got := map[string]line{} // by row and protocol
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var l line
+		var timed struct {
+			T *float64 `json:"upstream_header_time"`
+		}
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("access log line %q: %v", sc.Text(), err)
 		}
+		json.Unmarshal(sc.Bytes(), &timed)
+		l.Timed = timed.T != nil && *timed.T > 0
 		_, q, _ := strings.Cut(l.Path, "?")
 		got[q] = l
 	}
@@ -135,6 +145,9 @@ upstreams = [%[8]q]
 			tag := fmt.Sprintf("row=%d&proto=%s", i, proto)
 			l, ok := got[tag]
 			want := line{Site: r.site, Method: r.method, Path: fmt.Sprintf("%s?%s", r.path, tag), Status: r.status, Protocol: l.Protocol}
+			if r.upstream {
+				want.Upstream, want.UpstreamStatus, want.Timed = up.hostPort(), r.status, true
+			}
 			if !ok || l != want {
 				t.Errorf("%s row %d %+v: access log %+v, want %+v", proto, i, r, l, want)
 			}

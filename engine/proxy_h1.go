@@ -105,7 +105,7 @@ func (cl *h1Client) BodyTaken() {
 
 func (cl *h1Client) Continue100() { cl.st.s.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")) }
 
-func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool, up proxy.UpstreamHead) {
 	h, st := cl.h, cl.st
 	b := h1.AppendStatusLine(h.head[:0], r.Status)
 	if len(r.Reason) > 0 {
@@ -155,6 +155,7 @@ func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	st.s.Write(b)
 	st.logStart = st.s.Sent() + int64(len(b))
 	st.rec.Respond(r.Status, false)
+	st.rec.SetUpstream(up.Addr, r.Status, up.Time)
 }
 
 // room lets the body's first piece follow its head into the same write

@@ -103,7 +103,7 @@ func (cl *h2Client) BodyTaken() {
 
 func (cl *h2Client) Continue100() {}
 
-func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool, up proxy.UpstreamHead) {
 	hc, hs := cl.hc, cl.hs
 	f := cl.fields[:0]
 	for _, h := range r.Headers {
@@ -118,6 +118,7 @@ func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	cl.fields = f
 	hc.h.srv.stats.H2Streams.Add(1)
 	hs.rec.Respond(r.Status, false)
+	hs.rec.SetUpstream(up.Addr, r.Status, up.Time)
 	n := int64(0)
 	if hasBody {
 		n = -1 // streamed: BodyReady as the upstream delivers, EndBody at its end

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/proxy"
 
 	"github.com/quic-go/quic-go/http3"
@@ -49,7 +50,8 @@ type h3Event struct {
 	header   http.Header
 	data     []byte
 	bodyLen  int64
-	trailers http.Header // h3End: the upstream's trailers, if any
+	trailers http.Header        // h3End: the upstream's trailers, if any
+	up       proxy.UpstreamHead // h3Head: for the access log
 }
 
 // h3Client is the HTTP/3 side of an exchange. Loop-owned fields are
@@ -94,7 +96,7 @@ func (s *Server) nextLoop() *loopCtx {
 
 // serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
 // goroutine, until the response is sent or abandoned.
-func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, path, query []byte) (int, int64) {
+func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, path, query []byte, rec *accesslog.Record) (int, int64) {
 	srv := hh.srv
 	lc := srv.nextLoop()
 	cl := &h3Client{lc: lc, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
@@ -166,6 +168,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 		switch ev.kind {
 		case h3Head:
 			status = ev.status
+			rec.SetUpstream(ev.up.Addr, ev.status, ev.up.Time)
 			for k, vs := range ev.header {
 				w.Header()[k] = vs
 			}
@@ -355,7 +358,7 @@ func (cl *h3Client) BodyTaken() {
 
 func (cl *h3Client) Continue100() {}
 
-func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool) {
+func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool, up proxy.UpstreamHead) {
 	hdr := http.Header{}
 	for _, f := range r.Headers {
 		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) {
@@ -372,7 +375,7 @@ func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		n = 0
 	}
 	cl.lc.srv.stats.H3Streams.Add(1)
-	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n})
+	cl.send(h3Event{kind: h3Head, status: r.Status, header: hdr, bodyLen: n, up: up})
 }
 
 func (cl *h3Client) Room() bool {

@@ -46,6 +46,10 @@ type Record struct {
 	digest bool   // Repr-Digest sent
 	tlsVer uint16 // 0: plain
 	client netip.Addr
+	// The upstream that answered a proxied request; zero otherwise.
+	upAddr   netip.AddrPort
+	upStatus int
+	upTime   time.Duration
 
 	// Copied from the request when the access log is on: the request's
 	// bytes are gone by the time the line is written.
@@ -78,6 +82,7 @@ func (r *Record) Begin(at time.Time, proto uint8, client netip.Addr, tlsVer uint
 	r.at, r.proto, r.client, r.tlsVer = at, proto, client, tlsVer
 	r.ttfb, r.status, r.digest, r.minor = 0, 0, false, 1
 	r.site, r.name = site, "-"
+	r.upAddr, r.upStatus, r.upTime = netip.AddrPort{}, 0, 0
 	r.buf = r.buf[:0]
 	r.method, r.target, r.referer, r.agent = span{}, span{}, span{}, span{}
 	if withLog && method != nil {
@@ -95,6 +100,12 @@ func (r *Record) Headers(referer []byte, hasReferer bool, agent []byte, hasAgent
 // SetSite names the site (or proxy route) that answers: its metrics
 // index and its domain.
 func (r *Record) SetSite(site int, name string) { r.site, r.name = site, name }
+
+// SetUpstream notes the upstream that answered a proxied request: its
+// address, its status and how long its response head took.
+func (r *Record) SetUpstream(addr netip.AddrPort, status int, headerTime time.Duration) {
+	r.upAddr, r.upStatus, r.upTime = addr, status, headerTime
+}
 
 // Respond marks the response head queued.
 func (r *Record) Respond(status int, digest bool) {
@@ -235,6 +246,17 @@ func (r *Record) appendJSON(b []byte, clk *Clock, sent int64, dur time.Duration,
 	b = appendSeconds(b, dur)
 	b = append(b, `,"ttfb":`...)
 	b = appendSeconds(b, r.ttfb)
+	b = append(b, `,"upstream":`...)
+	if r.upAddr.IsValid() {
+		b = append(b, '"')
+		b = r.upAddr.AppendTo(b)
+		b = append(b, `","upstream_status":`...)
+		b = strconv.AppendInt(b, int64(r.upStatus), 10)
+		b = append(b, `,"upstream_header_time":`...)
+		b = appendSeconds(b, r.upTime)
+	} else {
+		b = append(b, `null,"upstream_status":null,"upstream_header_time":null`...)
+	}
 	b = append(b, `,"tls":`...)
 	switch r.tlsVer {
 	case 0:

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -26,8 +27,9 @@ type Client interface {
 	// and fields (hop-by-hop ones still among them: conn is the
 	// upstream's Connection value naming more). bodyLen is the body's
 	// length, or -1 when it is streamed to an unknown end; hasBody is
-	// false for responses that have none.
-	WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool)
+	// false for responses that have none. up is the upstream that
+	// answered, for the access log.
+	WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool, up UpstreamHead)
 	// Room reports whether the client can take more body bytes now.
 	Room() bool
 	// Body takes a copy of p; end says the body is complete, with the
@@ -46,6 +48,15 @@ type Client interface {
 	Wake()
 	// Finished detaches the exchange: the next request may go on.
 	Finished()
+}
+
+// UpstreamHead is what the access log says of the upstream that
+// answered: its address, and how long its response head took from the
+// exchange's start (waiting for a connection, connecting and sending
+// included), as nginx's $upstream_addr and $upstream_header_time.
+type UpstreamHead struct {
+	Addr netip.AddrPort
+	Time time.Duration
 }
 
 // ErrClientGone is a request body that ended early: the client closed
@@ -95,6 +106,7 @@ type Exchange struct {
 	drained    int64
 	drainUntil time.Time // the drain's end, whatever the upstream sends
 	moved      int64     // response body bytes passed to the client
+	started    time.Time // NewExchange: the upstream header time counts from here
 }
 
 // NewExchange is the exchange of a request for route rt on loop l,
@@ -105,7 +117,7 @@ type Exchange struct {
 // sends nothing up. Before Start the caller gives it the request head to
 // send (SetRequest).
 func (l *Loop) NewExchange(cl Client, peer reactor.Addr, rt *routing.Route, method, path []byte, hasBody bool, contentLength int64) (ex *Exchange, tooLarge bool) {
-	ex = &Exchange{l: l, cl: cl, peer: peer, path: string(path), r: rt, isHead: string(method) == "HEAD",
+	ex = &Exchange{l: l, cl: cl, peer: peer, path: string(path), r: rt, isHead: string(method) == "HEAD", started: time.Now(),
 		idempotent: reframe.IdempotentMethods[string(method)] && !hasBody, reqDone: !hasBody}
 	mb := rt.Cfg.MaxBody
 	return ex, mb > 0 && contentLength > int64(mb)
@@ -393,7 +405,7 @@ func (ex *Exchange) readHead() bool {
 			ex.respDone = true
 		}
 		ex.l.requests.Add(1)
-		ex.cl.WriteHead(r, r.Get("connection"), bodyLen, hasBody)
+		ex.cl.WriteHead(r, r.Get("connection"), bodyLen, hasBody, UpstreamHead{Addr: ex.up.up.Addr, Time: time.Since(ex.started)})
 		ex.respHead = true
 		ex.readDeadline(0)
 		return true // pumpResponse wakes the client, with the body's first bytes queued too
@@ -680,15 +692,15 @@ func (ex *Exchange) readDeadline(d time.Duration) {
 // is drained: it takes everything and sends nothing.
 type drainClient struct{}
 
-func (drainClient) PullBody() ([]byte, bool, error)             { return nil, false, ErrClientGone }
-func (drainClient) BodyTaken()                                  {}
-func (drainClient) Continue100()                                {}
-func (drainClient) WriteHead(*h1.Response, []byte, int64, bool) {}
-func (drainClient) Room() bool                                  { return true }
-func (drainClient) Body([]byte)                                 {}
-func (drainClient) End([]byte)                                  {}
-func (drainClient) ReqTrailers() []byte                         { return nil }
-func (drainClient) Fail(int)                                    {}
-func (drainClient) Abort()                                      {}
-func (drainClient) Wake()                                       {}
-func (drainClient) Finished()                                   {}
+func (drainClient) PullBody() ([]byte, bool, error)                           { return nil, false, ErrClientGone }
+func (drainClient) BodyTaken()                                                {}
+func (drainClient) Continue100()                                              {}
+func (drainClient) WriteHead(*h1.Response, []byte, int64, bool, UpstreamHead) {}
+func (drainClient) Room() bool                                                { return true }
+func (drainClient) Body([]byte)                                               {}
+func (drainClient) End([]byte)                                                {}
+func (drainClient) ReqTrailers() []byte                                       { return nil }
+func (drainClient) Fail(int)                                                  {}
+func (drainClient) Abort()                                                    {}
+func (drainClient) Wake()                                                     {}
+func (drainClient) Finished()                                                 {}
