@@ -236,6 +236,9 @@ listen = "127.0.0.1:0"
 		Bytes      int64     `json:"bytes"`
 		Duration   float64   `json:"duration"`
 		TTFB       float64   `json:"ttfb"`
+		Upstream   *string   `json:"upstream"`
+		UpStatus   *int      `json:"upstream_status"`
+		UpTime     *float64  `json:"upstream_header_time"`
 		TLS        *string   `json:"tls"`
 		KTLS       bool      `json:"ktls"`
 		ReprDigest bool      `json:"repr_digest"`
@@ -251,7 +254,8 @@ listen = "127.0.0.1:0"
 			t.Fatalf("line does not parse: %v\n%s", err, l)
 		}
 		if e.Client != "127.0.0.1" && e.Client != "::1" || e.Site != "localhost" || e.Method != "GET" || e.TLS == nil || *e.TLS != "1.3" ||
-			e.UserAgent == nil || e.Referer != nil || e.Duration < e.TTFB || time.Since(e.Time) > time.Minute {
+			e.UserAgent == nil || e.Referer != nil || e.Duration < e.TTFB || time.Since(e.Time) > time.Minute ||
+			e.Upstream != nil || e.UpStatus != nil || e.UpTime != nil { // files, not proxied
 			t.Errorf("line: %s", l)
 		}
 		es = append(es, e)
