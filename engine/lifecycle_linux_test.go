@@ -658,3 +658,41 @@ func TestIdleConnectionMemory(t *testing.T) {
 		t.Errorf("an idle connection holds %d bytes: buffers are kept between requests", per)
 	}
 }
+
+// TestShutdownUntilDone: with shutdown_grace = "until done" a download
+// whose client pauses past what a short grace allows still completes
+// byte-exact, and the server stops after it; with a short grace the same
+// download is cut (the contrast the setting is for).
+func TestShutdownUntilDone(t *testing.T) {
+	root := t.TempDir()
+	_, want := linkBig(t, root, "big.bin")
+	for _, tt := range []struct {
+		grace    string
+		complete bool
+	}{
+		{"until done", true},
+		{"500ms", false},
+	} {
+		t.Run(tt.grace, func(t *testing.T) {
+			ts := start(t, fmt.Sprintf("root = %q\nshutdown_grace = %q\n", root, tt.grace))
+			busy := dial(t, ts.addr)
+			busy.send(get("/big.bin"))
+			resp := busy.head("GET")
+			h := sha256.New()
+			io.CopyN(h, resp.Body, 1<<20)
+			stopped := make(chan struct{})
+			go func() { ts.stop(); close(stopped) }()
+			time.Sleep(1500 * time.Millisecond) // past the short grace; well within send_timeout
+			_, err := io.Copy(h, resp.Body)
+			complete := err == nil && hex.EncodeToString(h.Sum(nil)) == want
+			if complete != tt.complete {
+				t.Errorf("download complete and byte-exact: %v (err %v), want %v", complete, err, tt.complete)
+			}
+			select {
+			case <-stopped:
+			case <-time.After(scale(10 * time.Second)):
+				t.Fatal("server did not stop after the download")
+			}
+		})
+	}
+}

@@ -375,8 +375,16 @@ func (s *Server) Run(ctx context.Context) error {
 	case err = <-errc:
 	case <-ctx.Done():
 		s.health.Store(healthDraining)
-		s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.D().String())
-		sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace.D())
+		s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.String())
+		var sctx context.Context
+		var cancel context.CancelFunc
+		if s.cfg.ShutdownGrace.UntilDone {
+			// No deadline of its own: each connection's timeouts end
+			// the ones that stall.
+			sctx, cancel = context.WithCancel(context.Background())
+		} else {
+			sctx, cancel = context.WithTimeout(context.Background(), s.cfg.ShutdownGrace.D())
+		}
 		h3err := make(chan error, 1)
 		go func() {
 			if s.h3 == nil {

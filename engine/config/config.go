@@ -33,8 +33,8 @@ type Config struct {
 	// LogLevel is "debug", "info" (the zero value), "warn" or "error".
 	LogLevel string `toml:"log_level"`
 	// ShutdownGrace bounds how long in-flight responses may continue after
-	// SIGTERM or SIGINT. Zero means 30s.
-	ShutdownGrace Duration `toml:"shutdown_grace"`
+	// SIGTERM or SIGINT, or waits for them (UntilDone). Zero means 30s.
+	ShutdownGrace Grace `toml:"shutdown_grace"`
 
 	Sites     []Site    `toml:"sites"`
 	Integrity Integrity `toml:"integrity"`

@@ -54,7 +54,7 @@ func keyLines(data []byte) (lines map[string]int, err error) {
 			full := join(table, name)
 			lines[full] = line
 			addInline(&p, e.Value(), full, lines)
-			if shapeErr == nil && !stringList(full, e.Value()) {
+			if shapeErr == nil && !shapeOK(full, e.Value()) {
 				shapeErr = &shapeError{key: full, line: line}
 			}
 		}
@@ -82,10 +82,13 @@ type shapeError struct {
 
 func (e *shapeError) Error() string { return e.key + ": wrong type" }
 
-// stringList reports whether v may be the value of key: anything, unless
-// key is a list of strings, which v must then be.
-func stringList(key string, v *unstable.Node) bool {
+// shapeOK reports whether v may be the value of key: anything, unless
+// key is a list of strings, which v must then be, or a Grace, a string.
+func shapeOK(key string, v *unstable.Node) bool {
 	t, ok := fieldFor(strings.Split(key, "."))
+	if ok && t == reflect.TypeFor[Grace]() && v != nil {
+		return v.Kind == unstable.String // go-toml hands Grace a number's text, and its error no position
+	}
 	if !ok || t.Kind() != reflect.Slice || t.Elem().Kind() != reflect.String || v == nil {
 		return true
 	}
@@ -224,6 +227,8 @@ func expectedType(path string) string {
 		return "a size such as \"64KiB\" or \"1MiB\""
 	case reflect.TypeFor[Duration]():
 		return "a duration such as \"30s\""
+	case reflect.TypeFor[Grace]():
+		return "a duration such as \"30s\", or \"until done\""
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()

@@ -91,3 +91,32 @@ func (d *Duration) UnmarshalText(b []byte) error {
 
 // D returns d as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Grace is shutdown_grace: a duration, or "until done", where the drain
+// waits for the responses in flight however long they take, as long as
+// they move: each connection's own timeouts (send_timeout, a route's
+// timeouts, a relay's idle_timeout) still end one that stalls.
+type Grace struct {
+	Duration
+	UntilDone bool
+}
+
+// UnmarshalText reads a duration or "until done".
+func (g *Grace) UnmarshalText(b []byte) error {
+	if strings.TrimSpace(string(b)) == "until done" {
+		*g = Grace{UntilDone: true}
+		return nil
+	}
+	if err := g.Duration.UnmarshalText(b); err != nil {
+		return fmt.Errorf("%v; or \"until done\" to wait for the responses in flight as long as they move", err)
+	}
+	return nil
+}
+
+// String is the grace as written.
+func (g Grace) String() string {
+	if g.UntilDone {
+		return "until done"
+	}
+	return g.D().String()
+}

@@ -62,8 +62,8 @@ func (c *Config) validateTop(errs *Errors) {
 	default:
 		errs.add(c.errAt("log_level", "%q is not a level; expected \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel))
 	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = Duration(30e9)
+	if c.ShutdownGrace == (Grace{}) {
+		c.ShutdownGrace.Duration = Duration(30e9)
 	}
 	switch c.AccessLog {
 	case "", "off", "stdout", "stderr":
