@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/passthrough"
@@ -65,7 +67,7 @@ func newConnHandler(srv *Server, l *reactor.Loop, redirect bool) *connHandler {
 func (h *connHandler) Open(c *reactor.Conn) {
 	hc := &httpConn{s: h.env.Open(c)}
 	if h.srv.pass != nil && !h.redirect {
-		hc.pass = &passConn{h: h, c: c}
+		hc.pass = &passConn{h: h, c: c, opened: time.Now()}
 	}
 	c.State = hc
 	// stateHandshake and stateFirst: the header timeout covers the TLS

@@ -95,6 +95,12 @@ func (lc *loopCtx) flushLog() {
 // it left by kernel TLS) and buffers its access log line.
 func (lc *loopCtx) logResponse(rec *accesslog.Record, sent int64, ktls bool) {
 	lc.logBuf = rec.Finish(lc.metrics, lc.srv.alog, &lc.logClock, lc.logBuf, sent, ktls)
+	lc.batchLog()
+}
+
+// batchLog hands the buffered lines over once they make a batch (the
+// loop's tick hands over the rest).
+func (lc *loopCtx) batchLog() {
 	if a := lc.srv.alog; a != nil && len(lc.logBuf) >= a.Batch {
 		lc.flushLog()
 	}

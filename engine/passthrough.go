@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/clienthello"
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/routing"
@@ -21,16 +22,17 @@ type passConn struct {
 	sni      string
 	u        *reactor.Conn // the upstream connection; nil before the dial
 	up       *routing.Upstream
-	tried    int      // upstreams tried
-	header   int      // bytes of PROXY header sent before the client's
-	started  bool     // relaying
-	done     bool     // both directions ended: the closes are clean
-	counted  bool     // its bytes are in the counters
-	refused  bool     // answered with an alert and closing
-	moved    int64    // bytes relayed both ways at the last idle check
-	movedAt  int64    // loop time (unix ns) they last changed
-	relayIdx int      // index in the loop's relays
-	random   [32]byte // its ClientHello's, while claimed (passthrough.Table.Claim)
+	tried    int       // upstreams tried
+	header   int       // bytes of PROXY header sent before the client's
+	started  bool      // relaying
+	done     bool      // both directions ended: the closes are clean
+	counted  bool      // its bytes are in the counters
+	refused  bool      // answered with an alert and closing
+	moved    int64     // bytes relayed both ways at the last idle check
+	movedAt  int64     // loop time (unix ns) they last changed
+	relayIdx int       // index in the loop's relays
+	random   [32]byte  // its ClientHello's, while claimed (passthrough.Table.Claim)
+	opened   time.Time // accepted: its access log line's time
 	claimed  bool
 }
 
@@ -225,9 +227,14 @@ func (pc *passConn) closed(x *reactor.Conn) {
 	if pc.started && !pc.counted {
 		pc.counted = true
 		px := pc.h.srv.pass
+		up, down := pc.u.Sent()-int64(pc.header), pc.c.Sent()
 		px.Stats.PassActive.Add(-1)
-		px.Stats.PassBytesUp.Add(pc.u.Sent() - int64(pc.header))
-		px.Stats.PassBytesDown.Add(pc.c.Sent())
+		px.Stats.PassBytesUp.Add(up)
+		px.Stats.PassBytesDown.Add(down)
+		lc := pc.h.lc
+		lc.logBuf = lc.srv.alog.AppendRelay(lc.logBuf, &lc.logClock, &accesslog.Relay{Start: pc.opened, Client: pc.c.Peer().Addr(),
+			SNI: pc.sni, Route: pc.r.Cfg.Domain, Upstream: pc.up.Addr, Up: up, Down: down})
+		lc.batchLog()
 		pc.up.Active.Add(-1)
 		pc.h.removeRelay(pc)
 	} else if !pc.started && pc.u != nil && x == pc.c {

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -925,5 +927,55 @@ func TestPassthroughTotals(t *testing.T) {
 	}
 	if relays != 1 || relayed < int64(len(msg)) {
 		t.Errorf("totals: relays %d, relayed_bytes %d; want 1 and at least the %d bytes sent:\n%s", relays, relayed, len(msg), line)
+	}
+}
+
+// TestPassthroughAccessLog: a relayed connection gets its access log
+// line when it ends, in json (client, name, route, upstream, bytes each
+// way, duration) and in combined (nginx stream's basic format, the
+// upstream and the name after it).
+func TestPassthroughAccessLog(t *testing.T) {
+	a := startTLSOrigin(t, "a.test", digestOrigin("a"))
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB up
+	for _, format := range []string{"json", "combined"} {
+		t.Run(format, func(t *testing.T) {
+			logPath := filepath.Join(t.TempDir(), "access.log")
+			ts := start(t, passthroughConfig(fmt.Sprintf("access_log = %q\naccess_log_format = %q\n", logPath, format), "a.test", a.addr))
+			if got, _, err := passRoundTrip(ts.addr, "a.test", &tls.Config{RootCAs: a.pki.pool}, nil, msg); err != nil || got != digestLine("a", msg) {
+				t.Fatalf("relay: %q, %v", got, err)
+			}
+			ts.stop()
+			b, err := os.ReadFile(logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := strings.TrimSpace(string(b))
+			if format == "combined" {
+				re := regexp.MustCompile(`^127\.0\.0\.1 \[[^]]+\] TCP 200 (\d+) (\d+) \d+\.\d{3} "` + regexp.QuoteMeta(a.addr) + `" "a\.test"$`)
+				m := re.FindStringSubmatch(line)
+				var down, up int64
+				if m != nil {
+					fmt.Sscan(m[1], &down)
+					fmt.Sscan(m[2], &up)
+				}
+				if m == nil || up < int64(len(msg)) || down == 0 {
+					t.Errorf("combined relay line %q", line)
+				}
+				return
+			}
+			var l struct {
+				Client, Relay, SNI, Route, Upstream string
+				Up                                  int64   `json:"bytes_up"`
+				Down                                int64   `json:"bytes_down"`
+				Duration                            float64 `json:"duration"`
+			}
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatalf("json relay line %q: %v", line, err)
+			}
+			if l.Client != "127.0.0.1" || l.Relay != "tcp" || l.SNI != "a.test" || l.Route != "a.test" || l.Upstream != a.addr ||
+				l.Up < int64(len(msg)) || l.Down == 0 || l.Duration <= 0 {
+				t.Errorf("json relay line %q", line)
+			}
+		})
 	}
 }
