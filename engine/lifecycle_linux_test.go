@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -337,13 +339,7 @@ func TestGracefulShutdown(t *testing.T) {
 	idle.send(get("/big.bin", "Range: bytes=0-0\r\n"))
 	idle.response("GET")
 
-	busy := dial(t, ts.addr)
-	busy.send(get("/big.bin"))
-	resp := busy.head("GET")
-	h := sha256.New()
-	io.CopyN(h, resp.Body, 1<<20)
-	stopped := make(chan struct{})
-	go func() { ts.stop(); close(stopped) }()
+	busy, resp, h, stopped := downloadThenStop(t, ts)
 
 	if !idle.closed(scale(3 * time.Second)) {
 		t.Error("idle keep-alive connection not closed at shutdown")
@@ -659,6 +655,19 @@ func TestIdleConnectionMemory(t *testing.T) {
 	}
 }
 
+// downloadThenStop starts downloading /big.bin, reads its first MiB
+// into h, and stops the server (stopped closes once it has).
+func downloadThenStop(t *testing.T, ts *testServer) (busy *rawConn, resp *http.Response, h hash.Hash, stopped chan struct{}) {
+	busy = dial(t, ts.addr)
+	busy.send(get("/big.bin"))
+	resp = busy.head("GET")
+	h = sha256.New()
+	io.CopyN(h, resp.Body, 1<<20)
+	stopped = make(chan struct{})
+	go func() { ts.stop(); close(stopped) }()
+	return busy, resp, h, stopped
+}
+
 // TestShutdownUntilDone: with shutdown_grace = "until done" a download
 // whose client pauses past what a short grace allows still completes
 // byte-exact, and the server stops after it; with a short grace the same
@@ -675,13 +684,7 @@ func TestShutdownUntilDone(t *testing.T) {
 	} {
 		t.Run(tt.grace, func(t *testing.T) {
 			ts := start(t, fmt.Sprintf("root = %q\nshutdown_grace = %q\n", root, tt.grace))
-			busy := dial(t, ts.addr)
-			busy.send(get("/big.bin"))
-			resp := busy.head("GET")
-			h := sha256.New()
-			io.CopyN(h, resp.Body, 1<<20)
-			stopped := make(chan struct{})
-			go func() { ts.stop(); close(stopped) }()
+			_, resp, h, stopped := downloadThenStop(t, ts)
 			time.Sleep(1500 * time.Millisecond) // past the short grace; well within send_timeout
 			_, err := io.Copy(h, resp.Body)
 			complete := err == nil && hex.EncodeToString(h.Sum(nil)) == want
