@@ -277,7 +277,7 @@ func BuildEngine(dir, out string) (*Build, error) {
 		if err != nil {
 			return nil, fmt.Errorf("build engine: %s version: %w", out, err)
 		}
-		return &Build{Path: out, Dir: dir, Tree: before, At: time.Now(), Version: firstLine(v)}, nil
+		return &Build{Path: out, Dir: dir, Tree: before, At: time.Now(), Version: VersionLine(v)}, nil
 	}
 }
 
@@ -364,9 +364,9 @@ func Machine() string {
 	return fmt.Sprintf("%s, %d CPUs; kernel %s; %s", CPUModel(), runtime.NumCPU(), KernelRelease(), runtime.Version())
 }
 
-// firstLine is engine version's first line, the one that names the
+// VersionLine is engine version's first line, the one that names the
 // build (build settings follow it).
-func firstLine(out []byte) string {
+func VersionLine(out []byte) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
 }

@@ -152,7 +152,7 @@ func TestBuildEngineStamp(t *testing.T) {
 	if c, tree := VersionCommit(b.Version); c != head || tree != "modified, fingerprint "+fp {
 		t.Errorf("VersionCommit(%q) = %q, %q", b.Version, c, tree)
 	}
-	if out, _ := exec.Command(bin, "version").Output(); firstLine(out) != b.Version {
+	if out, _ := exec.Command(bin, "version").Output(); VersionLine(out) != b.Version {
 		t.Errorf("Build.Version %q, the binary says %q", b.Version, out)
 	}
 	if c, tree := VersionCommit("engine dev go1.26.8 linux/amd64"); c != "" || tree != "" {

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"time"
-
 	"github.com/mediaship/engine/engine/acme"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/passthrough"
@@ -67,7 +65,7 @@ func newConnHandler(srv *Server, l *reactor.Loop, redirect bool) *connHandler {
 func (h *connHandler) Open(c *reactor.Conn) {
 	hc := &httpConn{s: h.env.Open(c)}
 	if h.srv.pass != nil && !h.redirect {
-		hc.pass = &passConn{h: h, c: c, opened: time.Now()}
+		hc.pass = &passConn{h: h, c: c, opened: h.lc.loop.Now()}
 	}
 	c.State = hc
 	// stateHandshake and stateFirst: the header timeout covers the TLS

@@ -88,7 +88,7 @@ func newEngineBinary(spec engineSpec) (*engineBinary, error) {
 		e.version = spec.build.Version
 	} else {
 		out, _ := exec.Command(spec.bin, "version").Output()
-		e.version, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n") // its first line names the build
+		e.version = bench.VersionLine(out)
 	}
 	return e, nil
 }

@@ -82,21 +82,22 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 		for _, name := range rc.Upstreams {
 			u := ups[name]
 			if u == nil {
+				refuse := func(format string, args ...any) error {
+					key := r.Key + ".upstreams"
+					return &config.Error{File: cfg.File(), Line: cfg.Line(key), Key: key, Msg: fmt.Sprintf(format, args...)}
+				}
 				addr, err := resolveUpstream(name)
 				if err != nil {
-					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
-						Msg: fmt.Sprintf("%q: %v; the server resolves its upstreams' names when it starts", name, err)}
+					return nil, refuse("%q: %v; the server resolves its upstreams' names when it starts", name, err)
 				}
 				// The configuration refuses the addresses it can tell
 				// are not an upstream's; a name's are known only now.
 				udp := passthrough && config.On(rp.Protocols.H3)
 				if cfg.OnListener(addr, udp) {
-					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
-						Msg: fmt.Sprintf("%q is %s, this server's own listener (listen = %q): the route would send its connections back to itself, without end; name the upstream's address", name, addr, cfg.Listen)}
+					return nil, refuse("%q is %s, this server's own listener (listen = %q): the route would send its connections back to itself, without end; name the upstream's address", name, addr, cfg.Listen)
 				}
 				if !config.Unicast(addr.Addr()) {
-					return nil, &config.Error{File: cfg.File(), Line: cfg.Line(r.Key + ".upstreams"), Key: r.Key + ".upstreams",
-						Msg: fmt.Sprintf("%q is %s, a multicast or broadcast address, which reaches many hosts (this one among them); name one server's address", name, addr)}
+					return nil, refuse("%q is %s, a multicast or broadcast address, which reaches many hosts (this one among them); name one server's address", name, addr)
 				}
 				u = &Upstream{Name: name, Addr: addr}
 				ups[name] = u
