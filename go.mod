@@ -6,6 +6,7 @@ require (
 	github.com/andybalholm/brotli v1.3.0
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/cilium/ebpf v0.22.0
+	github.com/coreos/go-systemd/v22 v22.6.0
 	github.com/klauspost/compress v1.20.4
 	github.com/mholt/acmez/v3 v3.1.7
 	github.com/pelletier/go-toml/v2 v2.4.3

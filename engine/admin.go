@@ -3,7 +3,9 @@ package engine
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/mediaship/engine/engine/admin"
@@ -28,7 +30,19 @@ func (s *Server) listenAdmin() error {
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
 	})
-	l, err := admin.Listen(a.Listen, a.PProf, metrics, http.HandlerFunc(s.healthz), s.log)
+	var ln net.Listener
+	if fs := s.in.take("admin", a.Listen, syscall.SOCK_STREAM); len(fs) > 0 {
+		for _, f := range fs[1:] {
+			f.Close()
+		}
+		var err error
+		ln, err = net.FileListener(fs[0])
+		fs[0].Close()
+		if err != nil {
+			return fmt.Errorf("engine: the admin socket handed over: %w", err)
+		}
+	}
+	l, err := admin.Listen(a.Listen, ln, a.PProf, metrics, http.HandlerFunc(s.healthz), s.log)
 	if err != nil {
 		return &config.Error{File: s.cfg.File(), Line: s.cfg.Line("admin.listen"), Key: "admin.listen", Msg: err.Error()}
 	}

@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mediaship/engine/engine/accesslog"
@@ -77,6 +78,10 @@ func (s *Server) listenH3() error {
 			return s.quic.PacketConn()
 		}
 	}
+	udp, err := s.inheritedUDP()
+	if err != nil {
+		return err
+	}
 	hh := &h3Handler{srv: s, limiter: loglimit.New(s.log, clientLogsPerSecond), metrics: newRespMetrics(len(s.sites.all))}
 	s.h3Metrics = hh.metrics
 	hh.scratch.New = func() any { return &h3Scratch{} }
@@ -98,6 +103,7 @@ func (s *Server) listenH3() error {
 	bindTickets(h3TLS)
 	s.h3, err = h3.Listen(h3.Config{
 		Addr:                net.JoinHostPort(host, port),
+		Conn:                udp,
 		TLS:                 h3TLS,
 		Tickets:             s.tickets,
 		KeyExchanges:        s.keyExchanges,
@@ -140,18 +146,46 @@ func (s *Server) listenH3() error {
 // listenQUICPass binds the UDP side of the listen address for QUIC
 // passthrough alone, when the engine serves no HTTP/3 of its own.
 func (s *Server) listenQUICPass() error {
-	ua, err := net.ResolveUDPAddr("udp", s.group.Addr())
+	udp, err := s.inheritedUDP()
 	if err != nil {
 		return err
 	}
-	udp, err := net.ListenUDP("udp", ua)
-	if err != nil {
-		return fmt.Errorf("engine: QUIC passthrough: listen on udp %s: %w (free the port, or set [reverse_proxy.protocols] h3 = false)", ua, err)
+	if udp == nil {
+		ua, err := net.ResolveUDPAddr("udp", s.group.Addr())
+		if err != nil {
+			return err
+		}
+		if udp, err = net.ListenUDP("udp", ua); err != nil {
+			return fmt.Errorf("engine: QUIC passthrough: listen on udp %s: %w (free the port, or set [reverse_proxy.protocols] h3 = false)", ua, err)
+		}
 	}
 	h3.SetBuffers(udp, int(s.cfg.H3.UDPBuffer))
 	s.quicUDP = udp
 	s.quic = passthrough.NewRouter(s.pass, udp, nil, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 	return nil
+}
+
+// inheritedUDP is the UDP socket handed over for the TCP listener's
+// address, or nil.
+func (s *Server) inheritedUDP() (*net.UDPConn, error) {
+	fs := s.in.take("listen", s.group.Addr(), syscall.SOCK_DGRAM)
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	for _, f := range fs[1:] {
+		f.Close()
+	}
+	defer fs[0].Close()
+	c, err := net.FilePacketConn(fs[0])
+	if err != nil {
+		return nil, fmt.Errorf("engine: the UDP socket handed over: %w", err)
+	}
+	udp, ok := c.(*net.UDPConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("engine: the datagram socket handed over is not UDP")
+	}
+	return udp, nil
 }
 
 // helloWait bounds the gathering of a QUIC ClientHello: header_timeout,

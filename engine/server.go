@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +72,9 @@ type Server struct {
 	ktlsRekey bool          // and able to rekey (KeyUpdate after promotion)
 
 	admin   *admin.Listener // nil without [admin]
+	in      *Sockets        // during New: the sockets it may take
+	handed  atomic.Bool     // Handover gave the sockets to a successor
+	serving chan struct{}   // closed once Run serves
 	regOnce sync.Once
 	reg     *prometheus.Registry // registry() makes it
 	health  atomic.Int32         // healthStarting, healthServing, healthDraining
@@ -196,11 +200,18 @@ type Stats struct {
 // any socket is bound, when one is missing), opens the site roots and binds
 // the listeners. Requests are served once Run is called. cfg must have
 // passed Validate.
-func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
+func New(cfg *config.Config, log *slog.Logger) (*Server, error) { return NewFrom(cfg, log, nil) }
+
+// NewFrom is New on the listening sockets in (a predecessor's, or
+// systemd's) where they serve what cfg listens on, binding the others.
+// It owns in: what it does not use it closes, naming it in the log.
+func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, prober: &preflight.Prober{}}
+	defer in.leftOver(log)
+	s := &Server{cfg: cfg, log: log, prober: &preflight.Prober{}, in: in, serving: make(chan struct{})}
+	defer func() { s.in = nil }()
 	if err := s.checkKernel(); err != nil {
 		return nil, err
 	}
@@ -246,8 +257,14 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		NoSteering:  disabled("ENGINE_DISABLE_STEERING"),
 		Pin:         cfg.PinWorkers,
 	}
+	if rc.Inherit, err = in.takeTCP("listen", cfg.Listen); err != nil {
+		s.closeAll()
+		return nil, err
+	}
+	rc.Steering = adoptSteering(in.takeSteering(), len(rc.Inherit), cfg.WorkerCount(), log)
 	// With port 0 the kernel picks the TCP port, and HTTP/3 needs the
-	// same number free on UDP, which another socket may hold: pick again.
+	// same number free on UDP, which another socket may hold: pick again
+	// (not on sockets handed over: their port is the port).
 	for try := 0; ; try++ {
 		if s.group, err = reactor.Listen(rc); err != nil {
 			break
@@ -261,12 +278,17 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 			s.quicUDP.Close()
 			s.quic, s.quicUDP = nil, nil
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) || !anyPort(cfg.Listen) || try == 4 {
+		if !errors.Is(err, syscall.EADDRINUSE) || !anyPort(cfg.Listen) || try == 4 || rc.Inherit != nil {
 			break
 		}
 	}
 	if err == nil && cfg.RedirectHTTP.Listen != "" {
-		rc.Addr, rc.Workers, rc.NoSteering, rc.Pin = cfg.RedirectHTTP.Listen, 1, true, false
+		rc.Addr, rc.Workers, rc.NoSteering, rc.Pin, rc.Steering = cfg.RedirectHTTP.Listen, 1, true, false, nil
+		if rc.Inherit, err = in.takeTCP("redirect_http", cfg.RedirectHTTP.Listen); err != nil {
+			rc.Inherit = nil
+		}
+	}
+	if err == nil && cfg.RedirectHTTP.Listen != "" {
 		rc.NewHandler = func(l *reactor.Loop) reactor.Handler { return newConnHandler(s, l, true) }
 		rc.Logger = log.With("listener", "redirect_http")
 		if s.redir, err = reactor.Listen(rc); err != nil {
@@ -297,13 +319,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 	if err != nil {
-		s.cache.Close()
-		s.digests.Close()
-		s.sites.close()
-		s.alog.Close()
+		s.closeAll()
 		return nil, err
 	}
 	return s, nil
+}
+
+// closeAll releases what New opened before binding failed.
+func (s *Server) closeAll() {
+	s.cache.Close()
+	s.digests.Close()
+	s.sites.close()
+	s.alog.Close()
 }
 
 // RedirectAddr returns the address of the [redirect_http] listener, or ""
@@ -370,12 +397,22 @@ func (s *Server) Run(ctx context.Context) error {
 		go s.admin.Serve()
 	}
 	s.health.Store(healthServing)
+	close(s.serving)
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 		s.health.Store(healthDraining)
-		s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.String())
+		if s.handed.Load() {
+			// The successor answers the admin address now: scrapes and
+			// health checks reach it alone.
+			if s.admin != nil {
+				s.admin.Close()
+			}
+			s.log.Info("handed over to a successor; draining", "grace", s.cfg.ShutdownGrace.String())
+		} else {
+			s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.String())
+		}
 		var sctx context.Context
 		var cancel context.CancelFunc
 		if s.cfg.ShutdownGrace.UntilDone {
@@ -607,6 +644,66 @@ func alpnList(h1, h2 bool) []string {
 		return []string{"h2"}
 	}
 	return []string{"http/1.1"}
+}
+
+// Handover duplicates every listening socket of the server (TCP, UDP,
+// redirect_http and admin) and its eBPF steering program, for a
+// successor: NewFrom in this process (a reload) or in a new one (a
+// binary upgrade). The server goes on accepting until its Run's context
+// ends; it then stops watching the sockets, closes its admin listener at
+// once, and drains, while the sockets live on in the successor with the
+// connections queued on them.
+func (s *Server) Handover() (*Sockets, error) {
+	out := &Sockets{}
+	fail := func(err error) (*Sockets, error) {
+		out.Close()
+		return nil, fmt.Errorf("engine: handover: %w", err)
+	}
+	fds, st, err := s.group.Handover()
+	if err != nil {
+		return fail(err)
+	}
+	for _, fd := range fds {
+		out.addFd("listen", fd)
+	}
+	if st != nil {
+		fs, err := st.Files()
+		if err != nil {
+			return fail(err)
+		}
+		for _, f := range fs {
+			out.files = append(out.files, f)
+		}
+	}
+	var udp *os.File
+	switch {
+	case s.h3 != nil:
+		udp, err = s.h3.Handover()
+	case s.quicUDP != nil:
+		udp, err = s.quicUDP.File()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if udp != nil {
+		err = out.addFile("listen", udp)
+	}
+	if err == nil && s.redir != nil {
+		fds, _, err = s.redir.Handover()
+		for _, fd := range fds {
+			out.addFd("redirect_http", fd)
+		}
+	}
+	if err == nil && s.admin != nil {
+		var f *os.File
+		if f, err = s.admin.Handover(); err == nil {
+			err = out.addFile("admin", f)
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return out, nil
 }
 
 // ReloadCertificates reads every site's certificate files again (SIGHUP

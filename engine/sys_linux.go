@@ -1,6 +1,12 @@
 package engine
 
-import "golang.org/x/sys/unix"
+import (
+	"errors"
+	"net/netip"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // processCPU is the process's user and system CPU time, in seconds.
 func processCPU() float64 {
@@ -10,3 +16,79 @@ func processCPU() float64 {
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
+
+// rawFd runs fn on f's descriptor without f.Fd, which would put the
+// socket, shared with the process that passed it, into blocking mode.
+func rawFd(f *os.File, fn func(fd int)) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Control(func(u uintptr) { fn(int(u)) })
+}
+
+// sockType is a socket's SO_TYPE (unix.SOCK_STREAM, SOCK_DGRAM), or -1
+// when f is no socket.
+func sockType(f *os.File) int {
+	t := -1
+	rawFd(f, func(fd int) {
+		if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err == nil {
+			t = v
+		}
+	})
+	return t
+}
+
+// localAddrOf is the address socket f is bound to.
+func localAddrOf(f *os.File) (netip.AddrPort, error) {
+	var sa unix.Sockaddr
+	var gerr error
+	if e := rawFd(f, func(fd int) { sa, gerr = unix.Getsockname(fd) }); e != nil {
+		return netip.AddrPort{}, e
+	}
+	if gerr != nil {
+		return netip.AddrPort{}, os.NewSyscallError("getsockname", gerr)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port)), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port)), nil
+	}
+	return netip.AddrPort{}, errors.New("not an IP socket")
+}
+
+// dupFile duplicates f's descriptor (close-on-exec) for an owner that
+// works with descriptors.
+func dupFile(f *os.File) (int, error) {
+	nfd := -1
+	var derr error
+	if err := rawFd(f, func(fd int) { nfd, derr = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", derr)
+	}
+	return nfd, nil
+}
+
+// dupFdFile duplicates descriptor fd into a File named name.
+func dupFdFile(fd int, name string) (*os.File, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	return os.NewFile(uintptr(nfd), name), nil
+}
+
+// monotonicUsec is CLOCK_MONOTONIC in microseconds, for sd_notify's
+// MONOTONIC_USEC.
+func monotonicUsec() int64 {
+	var t unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &t); err != nil {
+		return 0
+	}
+	return t.Sec*1e6 + t.Nsec/1e3
+}
+
+func closeFd(fd int) { unix.Close(fd) }

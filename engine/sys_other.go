@@ -2,7 +2,23 @@
 
 package engine
 
-import "math"
+import (
+	"errors"
+	"math"
+	"net/netip"
+	"os"
+)
 
 // processCPU is not measured here: NaN leaves the metric out.
 func processCPU() float64 { return math.NaN() }
+
+var errNoHandover = errors.New("engine: passed sockets are Linux-only")
+
+func sockType(*os.File) int                        { return -1 }
+func localAddrOf(*os.File) (netip.AddrPort, error) { return netip.AddrPort{}, errNoHandover }
+func dupFile(*os.File) (int, error)                { return -1, errNoHandover }
+func dupFdFile(int, string) (*os.File, error)      { return nil, errNoHandover }
+
+func rawFd(*os.File, func(int)) error { return errNoHandover }
+func monotonicUsec() int64            { return 0 }
+func closeFd(int)                     {}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,10 @@ import (
 type Config struct {
 	// Addr is the UDP address to listen on ("0.0.0.0:443").
 	Addr string
+	// Conn, when set, is the UDP socket to serve instead of binding Addr:
+	// a previous server's (a reload or binary upgrade hands it over) or
+	// systemd's. The server owns it from Listen on.
+	Conn *net.UDPConn
 	// TLS chooses certificates (GetCertificate); the server sets TLS 1.3
 	// and ALPN h3 on a clone.
 	TLS *tls.Config
@@ -161,13 +166,15 @@ func Listen(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	s.stats.errors = map[string]int64{}
 
-	ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("h3: listen address %q: %w", cfg.Addr, err)
-	}
-	s.udp, err = net.ListenUDP("udp", ua)
-	if err != nil {
-		return nil, fmt.Errorf("h3: listen on udp %s: %w", cfg.Addr, err)
+	var err error
+	if s.udp = cfg.Conn; s.udp == nil {
+		ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("h3: listen address %q: %w", cfg.Addr, err)
+		}
+		if s.udp, err = net.ListenUDP("udp", ua); err != nil {
+			return nil, fmt.Errorf("h3: listen on udp %s: %w", cfg.Addr, err)
+		}
 	}
 	s.bufRx, s.bufTx = SetBuffers(s.udp, cfg.UDPBuffer)
 
@@ -363,6 +370,14 @@ func (s *Server) Close() error {
 	s.udp.Close()
 	return err
 }
+
+// Handover returns a duplicate of the UDP socket, for a successor (a
+// reload or a binary upgrade) to serve new connections on. Until this
+// server's Shutdown ends, both read the socket: a datagram of one of this
+// server's connections read by the successor is dropped there (it knows
+// no such connection, and sends no stateless reset), and QUIC's loss
+// recovery sends it again.
+func (s *Server) Handover() (*os.File, error) { return s.udp.File() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {

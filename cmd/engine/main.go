@@ -193,8 +193,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	for _, r := range cfg.Relaxed() {
 		log.Warn("--self-signed relaxed a requirement of this configuration", "relaxed", r)
 	}
+	// Sockets systemd passed (socket activation), or the previous
+	// process did (a binary upgrade).
 	var srv *engine.Server
-	srv, err = engine.New(cfg, log)
+	srv, err = engine.NewFrom(cfg, log, engine.SocketsFromEnv())
 	if err != nil {
 		var ce *config.Error
 		if errors.As(err, &ce) {
@@ -229,35 +231,38 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	svc := engine.NewService(srv, log)
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, sigReopenLogs, syscall.SIGHUP)
+	signal.Notify(sigs, sigReopenLogs, syscall.SIGHUP, sigUpgrade)
 	defer signal.Stop(sigs)
 	go func() {
 		for sig := range sigs {
 			switch sig {
 			case sigReopenLogs:
-				if err := srv.ReopenLogs(); err != nil {
+				if err := svc.Current().ReopenLogs(); err != nil {
 					log.Error("SIGUSR1: reopening the access log", "err", err)
 				} else {
 					log.Info("access log reopened")
 				}
 			case syscall.SIGHUP:
-				// The config is read again; where certificates come from
-				// is applied (and their files read again), keeping what
-				// ACME obtained. Other changes need a restart.
+				// Everything but the listening sockets and the number
+				// of workers: a new server on the same sockets takes
+				// new connections, the running one drains.
 				next, err := load()
 				if err == nil {
-					err = srv.Reload(next)
+					err = svc.Reload(next)
 				}
 				if err != nil {
 					log.Error("SIGHUP: configuration not reloaded; the running one stays in use", "err", err)
-				} else {
-					log.Info("configuration reloaded: certificates applied")
+				}
+			case sigUpgrade:
+				if err := svc.Upgrade(); err != nil {
+					log.Error("SIGUSR2: binary not upgraded", "err", err)
 				}
 			}
 		}
 	}()
-	if err := srv.Run(ctx); err != nil {
+	if err := svc.Run(ctx, srv); err != nil {
 		log.Error("server stopped", "err", err)
 		return 1
 	}

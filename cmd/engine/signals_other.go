@@ -8,3 +8,6 @@ import "syscall"
 // no SIGUSR1, so the access log is never reopened by signal.
 // signal.Notify ignores a number out of range.
 const sigReopenLogs = syscall.Signal(-1)
+
+// sigUpgrade: no binary upgrade by signal here.
+const sigUpgrade = syscall.Signal(-2)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ const (
 // reactor waits on.
 type Listener struct {
 	// Immutable after Listen.
+	raw   net.Listener // the socket, for Handover
 	ln    net.Listener
 	srv   *http.Server
 	hosts hosts
@@ -46,16 +48,24 @@ type Listener struct {
 	limiter *loglimit.Limiter // refused Hosts
 }
 
-// Listen binds listen and serves metrics at /metrics, health at
-// /healthz, and with withPProf Go's profiles at /debug/pprof/.
-func Listen(listen string, withPProf bool, metrics, health http.Handler, log *slog.Logger) (*Listener, error) {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, err
+// Listen binds listen (or serves ln, a listener handed over, when it is
+// not nil) and serves metrics at /metrics, health at /healthz, the
+// process ID at /pid (for engine reload and engine upgrade), and with
+// withPProf Go's profiles at /debug/pprof/.
+func Listen(listen string, ln net.Listener, withPProf bool, metrics, health http.Handler, log *slog.Logger) (*Listener, error) {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", listen); err != nil {
+			return nil, err
+		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
 	mux.Handle("GET /healthz", health)
+	mux.HandleFunc("GET /pid", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, os.Getpid())
+	})
 	if withPProf {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -65,12 +75,13 @@ func Listen(listen string, withPProf bool, metrics, health http.Handler, log *sl
 	}
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "engine admin: /metrics (Prometheus), /healthz")
+		fmt.Fprintln(w, "engine admin: /metrics (Prometheus), /healthz, /pid")
 		if withPProf {
 			fmt.Fprintln(w, "/debug/pprof/")
 		}
 	})
 	a := &Listener{
+		raw:     ln,
 		ln:      netutil.LimitListener(ln, maxConns),
 		hosts:   newHosts(listen, ln.Addr().String()),
 		log:     log,
@@ -86,6 +97,16 @@ func Listen(listen string, withPProf bool, metrics, health http.Handler, log *sl
 		MaxHeaderBytes:    maxHeader,
 	}
 	return a, nil
+}
+
+// Handover returns a duplicate of the listening socket, for a successor
+// (a reload, a binary upgrade) to serve.
+func (a *Listener) Handover() (*os.File, error) {
+	f, ok := a.raw.(interface{ File() (*os.File, error) })
+	if !ok {
+		return nil, errors.New("admin: the listener cannot be handed over")
+	}
+	return f.File()
 }
 
 // Addr is the address the listener is bound to.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/tls"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -23,6 +24,10 @@ type Config struct {
 	Root string `toml:"root"`
 	// AccessLog is "off" (the zero value), "stdout", "stderr" or a file path.
 	AccessLog string `toml:"access_log"`
+	// PidFile, when set, is where serve writes its process ID (and the
+	// new process of a binary upgrade, once it serves): engine reload
+	// and engine upgrade read it.
+	PidFile string `toml:"pid_file"`
 	// AccessLogFormat is "combined" (the zero value: nginx's format) or
 	// "json" (one object a line).
 	AccessLogFormat string `toml:"access_log_format"`
@@ -356,6 +361,15 @@ func (t *TLS) Has() bool { return t.Cert != "" || t.ACME }
 
 // H3Enabled reports whether HTTP/3 is served: the listener speaks TLS and
 // some site allows h3 (the top-level root's site allows every protocol).
+// WorkerCount is the number of reactors serve runs: workers, or one per
+// CPU.
+func (c *Config) WorkerCount() int {
+	if c.Workers > 0 {
+		return c.Workers
+	}
+	return runtime.NumCPU()
+}
+
 func (c *Config) H3Enabled() bool {
 	if !c.HasTLS() {
 		return false

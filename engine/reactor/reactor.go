@@ -67,6 +67,19 @@ type Config struct {
 	// idle before a loop at its share closes it to admit a new one, when
 	// no connection waits for its client. Zero means 10s.
 	ReclaimAfter time.Duration
+	// Inherit is listening TCP sockets to serve instead of binding Addr:
+	// a previous group's (a reload or a binary upgrade hands them over)
+	// or systemd's (socket activation). The group owns them from Listen
+	// on. One per worker keeps each loop's socket, and Steering with
+	// them; fewer (systemd's one) are shared, loop i watching
+	// Inherit[i%len], and connections spread by whichever loop wakes.
+	// More than Workers is refused: a socket no loop watches would hold
+	// its queued connections until they time out.
+	Inherit []int
+	// Steering is the previous group's steering program, adopted with
+	// Inherit (one socket per worker) so that connections keep being
+	// spread by CPU across a handover; nil attaches a new one.
+	Steering *reuseport.Steering
 	// NewHandler returns the handler of loop i.
 	NewHandler func(l *Loop) Handler
 	Logger     *slog.Logger
@@ -147,6 +160,7 @@ type Group struct {
 	pool  *Pool
 	steer string // how connections are spread, for the log
 	bpf   *reuseport.Steering
+	own   int // distinct listening sockets: the first own loops' (the rest share them)
 
 	wg       sync.WaitGroup
 	running  chan struct{} // closed by Run once wg counts the loops
@@ -167,10 +181,30 @@ func Listen(cfg Config) (*Group, error) {
 	pinned := len(cpus) >= cfg.Workers
 	addr := cfg.Addr
 	perLoop := (cfg.MaxConns + cfg.Workers - 1) / cfg.Workers
+	if n := len(cfg.Inherit); n > cfg.Workers {
+		for _, fd := range cfg.Inherit {
+			closeFd(fd)
+		}
+		return nil, fmt.Errorf("reactor: %d listening sockets handed over for %d workers: the number of workers cannot shrink across a handover (restart to change it)", n, cfg.Workers)
+	}
+	g.own = cfg.Workers
+	if len(cfg.Inherit) > 0 {
+		g.own = len(cfg.Inherit)
+	}
 	for i := 0; i < cfg.Workers; i++ {
-		l, bound, err := newLoop(g, i, addr, perLoop)
+		inherit := -1
+		if len(cfg.Inherit) > 0 {
+			inherit = cfg.Inherit[i%len(cfg.Inherit)]
+			if i >= len(cfg.Inherit) {
+				inherit = -2 - inherit // shared: newLoop duplicates it
+			}
+		}
+		l, bound, err := newLoop(g, i, addr, perLoop, inherit)
 		if err != nil {
 			g.closeLoops()
+			for _, fd := range cfg.Inherit[min(i, len(cfg.Inherit)):] {
+				closeFd(fd)
+			}
 			return nil, fmt.Errorf("reactor: listen on %s: %w", cfg.Addr, err)
 		}
 		l.cpu = -1
@@ -184,6 +218,15 @@ func Listen(cfg Config) (*Group, error) {
 	}
 	g.steer = "kernel hash"
 	switch {
+	case g.own < cfg.Workers:
+		g.steer = "shared listening socket"
+		if cfg.Steering != nil {
+			cfg.Steering.Close()
+		}
+	case cfg.Steering != nil:
+		// The program is attached to the sockets already; this group
+		// holds its maps from now on.
+		g.bpf, g.steer = cfg.Steering, "eBPF by receiving CPU (handed over)"
 	case cfg.NoSteering:
 	case !pinned:
 		g.log.Warn("connections spread by the kernel's hash: more workers than CPUs, so loops cannot serve a CPU each",
@@ -286,6 +329,26 @@ func (g *Group) closeLoops() {
 	if g.bpf != nil {
 		g.bpf.Close()
 	}
+}
+
+// Handover returns duplicates of the group's listening sockets (one per
+// worker, or the shared ones), for a successor's Config.Inherit, and its
+// steering program, nil without one, whose Files the successor adopts.
+// Call it before Shutdown: the sockets stay open, and keep their queued
+// connections, as long as the successor holds them.
+func (g *Group) Handover() ([]int, *reuseport.Steering, error) {
+	fds := make([]int, 0, g.own)
+	for _, l := range g.loops[:g.own] {
+		fd, err := dupFd(l.lfd)
+		if err != nil {
+			for _, fd := range fds {
+				closeFd(fd)
+			}
+			return nil, nil, fmt.Errorf("reactor: hand over the listening sockets: %w", err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, g.bpf, nil
 }
 
 // Stats sums the loops' counters.

@@ -2,6 +2,7 @@ package reactor
 
 import (
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -29,7 +30,10 @@ type loopSys struct {
 	bufs [][]byte
 }
 
-func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error) {
+// newLoop makes loop id, listening on addr, or on the socket inherit
+// when it is 0 or more (owned from now on), or on a duplicate of socket
+// -2-inherit when it is below -1 (shared with another loop).
+func newLoop(g *Group, id int, addr string, maxConns, inherit int) (*Loop, string, error) {
 	l := &Loop{id: id, group: g, cfg: &g.cfg, log: g.log.With("loop", id), maxConns: maxConns,
 		epfd: -1, efd: -1, lfd: -1}
 	l.handler = g.cfg.NewHandler(l)
@@ -42,7 +46,21 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 		return nil, "", os.NewSyscallError("eventfd", err)
 	}
 	bound := ""
-	if l.lfd, bound, err = reuseport.Listen(addr, id == 0); err != nil {
+	listenEvents := uint32(unix.EPOLLIN)
+	switch {
+	case inherit == -1:
+		l.lfd, bound, err = reuseport.Listen(addr, id == 0)
+	case inherit >= 0:
+		l.lfd = inherit
+		bound, err = listening(inherit)
+	default:
+		// Loops sharing a socket: one of them wakes for a connection.
+		listenEvents |= unix.EPOLLEXCLUSIVE
+		if l.lfd, err = dupFd(-2 - inherit); err == nil {
+			bound, err = listening(l.lfd)
+		}
+	}
+	if err != nil {
 		l.closeFds()
 		return nil, "", err
 	}
@@ -51,6 +69,9 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 		tag int32
 	}{{l.efd, tagWake}, {l.lfd, tagListener}} {
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: x.tag}
+		if x.tag == tagListener {
+			ev.Events = listenEvents
+		}
 		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, x.fd, &ev); err != nil {
 			l.closeFds()
 			return nil, "", os.NewSyscallError("epoll_ctl", err)
@@ -60,6 +81,38 @@ func newLoop(g *Group, id int, addr string, maxConns int) (*Loop, string, error)
 	l.sys.iovs = make([]unix.Iovec, maxIov)
 	l.sys.bufs = make([][]byte, 0, maxIov)
 	return l, bound, nil
+}
+
+// listening checks that fd, handed over or passed by systemd, is a
+// listening TCP socket, makes it non-blocking (systemd passes blocking
+// ones) and close-on-exec, and returns its address.
+func listening(fd int) (string, error) {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return "", fmt.Errorf("inherited descriptor %d: %w", fd, os.NewSyscallError("getsockopt", err))
+	}
+	acc, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	if typ != unix.SOCK_STREAM || acc != 1 {
+		return "", fmt.Errorf("inherited descriptor %d is not a listening TCP socket", fd)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return "", os.NewSyscallError("fcntl", err)
+	}
+	unix.CloseOnExec(fd)
+	a, err := localAddr(fd)
+	if err != nil {
+		return "", err
+	}
+	return a.String(), nil
+}
+
+// dupFd duplicates fd, close-on-exec.
+func dupFd(fd int) (int, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	return nfd, nil
 }
 
 func epollAdd(epfd, fd int, slot int32) error {

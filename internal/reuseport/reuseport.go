@@ -2,6 +2,7 @@ package reuseport
 
 import (
 	"errors"
+	"os"
 	"syscall"
 )
 
@@ -68,3 +69,14 @@ func Remedy(err error) string {
 	}
 	return "run a Linux 4.19 or newer kernel with CONFIG_BPF_SYSCALL; or ignore: it is an optimisation"
 }
+
+// Files duplicates the descriptors of the program and its maps, in the
+// order Adopt takes them, for a successor in another process (a binary
+// upgrade): the program stays attached to the listeners, and its maps
+// alive, as long as either process holds them.
+func (s *Steering) Files() ([]*os.File, error) { return files(s) }
+
+// Adopt takes over a predecessor's steering from the descriptors its
+// Files made (and closes them): the program keeps spreading the handed
+// over listeners' connections, and the adopter closes it when they stop.
+func Adopt(fs []*os.File) (*Steering, error) { return adopt(fs) }

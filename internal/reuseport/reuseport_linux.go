@@ -193,3 +193,57 @@ func steer(fds []int, cpuLoop map[int]int) (*Steering, error) {
 	}
 	return s, nil
 }
+
+func files(s *Steering) ([]*os.File, error) {
+	var out []*os.File
+	for _, fd := range []int{s.objs.prog.FD(), s.objs.socks.FD(), s.objs.cpus.FD()} {
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range out {
+				f.Close()
+			}
+			return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+		}
+		out = append(out, os.NewFile(uintptr(nfd), "steering"))
+	}
+	return out, nil
+}
+
+func adopt(fs []*os.File) (*Steering, error) {
+	if len(fs) != 3 {
+		return nil, fmt.Errorf("reuseport: %d steering descriptors handed over, want 3", len(fs))
+	}
+	// The ebpf package takes over the descriptors it is given: hand it
+	// duplicates and close the files.
+	dup := func(f *os.File) (int, error) {
+		defer f.Close()
+		return unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	}
+	s := &Steering{}
+	o := &s.objs
+	fd, err := dup(fs[0])
+	if err == nil {
+		o.prog, err = ebpf.NewProgramFromFD(fd)
+	}
+	if err != nil {
+		fs[1].Close()
+		fs[2].Close()
+		return nil, fmt.Errorf("reuseport: adopt the steering program: %w", err)
+	}
+	for i, m := range []**ebpf.Map{&o.socks, &o.cpus} {
+		if fd, err = dup(fs[1+i]); err == nil {
+			*m, err = ebpf.NewMapFromFD(fd)
+		}
+		if err != nil {
+			if i == 0 {
+				fs[2].Close()
+			}
+			o.prog.Close()
+			if o.socks != nil {
+				o.socks.Close()
+			}
+			return nil, fmt.Errorf("reuseport: adopt the steering maps: %w", err)
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/mediaship/engine/engine/config"
+)
+
+// Service runs a Server as a long-lived process: it reloads the
+// configuration by starting a successor Server in this process on the
+// same listening sockets (a generation), upgrades the binary by starting
+// a new process on them, tells systemd what it does (sd_notify), and
+// keeps the pid file.
+//
+// A reload's successor takes every new connection; the predecessor
+// stops watching the sockets, closes its idle connections, ends kept
+// connections after the response in flight (Connection: close on
+// HTTP/1.1, GOAWAY on HTTP/2 and HTTP/3) and drains within its
+// shutdown_grace, so each request finishes under the configuration it
+// started with and the next one, on a new connection, gets the new one.
+type Service struct {
+	log  *slog.Logger
+	exe  string   // the binary, as started (a binary upgrade runs what is there now)
+	args []string // its arguments
+
+	mu      sync.Mutex // serializes reloads, upgrades and the stop
+	cur     *generation
+	stopped bool
+	old     sync.WaitGroup // predecessors draining
+	done    chan error     // the current generation's Run ended on its own
+	upgrade chan struct{}  // closed when a new process took over
+}
+
+// generation is one Server and the context its Run serves under.
+type generation struct {
+	srv    *Server
+	cancel context.CancelFunc
+	ended  chan error
+}
+
+// NewService runs srv (made by New or NewFrom) as a service.
+func NewService(srv *Server, log *slog.Logger) *Service {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return &Service{log: log, exe: exe, args: os.Args, done: make(chan error, 1), upgrade: make(chan struct{})}
+}
+
+// Current is the generation serving new connections now.
+func (sv *Service) Current() *Server {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.cur.srv
+}
+
+// start runs srv as the current generation.
+func (sv *Service) start(srv *Server) *generation {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &generation{srv: srv, cancel: cancel, ended: make(chan error, 1)}
+	go func() {
+		err := srv.Run(ctx)
+		g.ended <- err
+		sv.mu.Lock()
+		own := sv.cur == g
+		sv.mu.Unlock()
+		if own {
+			sv.done <- err
+		}
+	}()
+	return g
+}
+
+// Run serves until ctx ends (SIGTERM), the serving generation stops on
+// its own, or a new process took over after a binary upgrade; then every
+// generation drains, and Run returns when they have.
+func (sv *Service) Run(ctx context.Context, srv *Server) error {
+	sv.mu.Lock()
+	sv.cur = sv.start(srv)
+	sv.mu.Unlock()
+	select {
+	case <-srv.serving:
+		sv.writePid(srv.cfg)
+		notify("READY=1\nSTATUS=serving")
+		ready(sv.log)
+	case <-sv.cur.ended:
+		return errors.New("engine: the server stopped before it served")
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-sv.done:
+	case <-sv.upgrade:
+	}
+	sv.mu.Lock()
+	sv.stopped = true
+	g := sv.cur
+	sv.mu.Unlock()
+	select {
+	case <-sv.upgrade:
+		notify("STATUS=draining for the new process")
+	default:
+		notify("STOPPING=1\nSTATUS=draining")
+	}
+	if g != nil {
+		g.cancel()
+		if e := <-g.ended; err == nil {
+			err = e
+		}
+	}
+	sv.old.Wait()
+	select {
+	case <-sv.upgrade:
+	default:
+		sv.removePid(g.srv.cfg)
+	}
+	return err
+}
+
+// Reload applies next, which passed Validate. A configuration that
+// changes only where certificates come from is applied to the running
+// server (new handshakes get the new certificates); any other starts a
+// successor on the same sockets, and the running one drains. On an error
+// nothing changes.
+func (sv *Service) Reload(next *config.Config) error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.stopped {
+		return errors.New("engine: reload: the server is stopping")
+	}
+	notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d\nSTATUS=reloading", monotonicUsec()))
+	defer notify("READY=1\nSTATUS=serving")
+	cur := sv.cur.srv
+	if w, v := cur.cfg.WorkerCount(), next.WorkerCount(); w != v {
+		return fmt.Errorf("engine: reload: workers changed (%d to %d), and the number of workers is kept across a reload: restart, or run engine upgrade, to change it", w, v)
+	}
+	if len(cur.cfg.RestartChanges(next)) == 0 && (next.ACMEOn() == cur.cfg.ACMEOn()) {
+		if err := cur.Reload(next); err != nil {
+			return err
+		}
+		sv.log.Info("configuration reloaded: certificates applied")
+		return nil
+	}
+	socks, err := cur.Handover()
+	if err != nil {
+		return err
+	}
+	n, err := NewFrom(next, sv.log, socks)
+	if err != nil {
+		return fmt.Errorf("engine: reload: the new configuration could not start; the running one stays: %w", err)
+	}
+	g := sv.start(n)
+	select {
+	case <-n.serving:
+	case err := <-g.ended:
+		return fmt.Errorf("engine: reload: the new configuration stopped before it served; the running one stays: %v", err)
+	}
+	old := sv.cur
+	sv.cur = g
+	sv.retire(old)
+	sv.log.Info("configuration reloaded: new connections get it; the previous one drains", "addr", n.Addr())
+	return nil
+}
+
+// retire ends g's accepting and lets it drain in the background.
+func (sv *Service) retire(g *generation) {
+	g.srv.handed.Store(true)
+	sv.old.Add(1)
+	go func() {
+		defer sv.old.Done()
+		g.cancel()
+		if err := <-g.ended; err != nil {
+			sv.log.Error("a previous configuration's server stopped with an error", "err", err)
+		}
+	}()
+}
+
+// Upgrade starts the binary at the path this process was started from,
+// with the same arguments, on this process's listening sockets. Once the
+// new process serves, this one stops accepting and drains, and Run
+// returns after the drain; if the new process fails to start (or does
+// not report serving within a minute), it is stopped and this one goes
+// on as before.
+func (sv *Service) Upgrade() error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.stopped {
+		return errors.New("engine: upgrade: the server is stopping")
+	}
+	cur := sv.cur.srv
+	socks, err := cur.Handover()
+	if err != nil {
+		return err
+	}
+	pid, err := startSuccessor(sv.exe, sv.args, socks, time.Minute)
+	socks.Close()
+	if err != nil {
+		return fmt.Errorf("engine: upgrade: %w; this process goes on serving", err)
+	}
+	sv.log.Info("binary upgrade: the new process serves; this one drains", "new_pid", pid, "binary", sv.exe)
+	// systemd follows the new process as the service's main one.
+	notify(fmt.Sprintf("MAINPID=%d\nSTATUS=handed over to %d", pid, pid))
+	sv.stopped = true
+	cur.handed.Store(true)
+	close(sv.upgrade)
+	return nil
+}
+
+// writePid writes the pid file, when the configuration names one.
+func (sv *Service) writePid(cfg *config.Config) {
+	if cfg.PidFile == "" {
+		return
+	}
+	tmp := cfg.PidFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err == nil {
+		err = os.Rename(tmp, cfg.PidFile)
+		if err != nil {
+			sv.log.Error("cannot write the pid file", "path", cfg.PidFile, "err", err)
+		}
+	} else {
+		sv.log.Error("cannot write the pid file", "path", cfg.PidFile, "err", err)
+	}
+}
+
+// removePid removes the pid file if it still names this process.
+func (sv *Service) removePid(cfg *config.Config) {
+	if cfg.PidFile == "" {
+		return
+	}
+	if b, err := os.ReadFile(cfg.PidFile); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
+		os.Remove(cfg.PidFile)
+	}
+}
+
+// notify tells systemd (Type=notify) a state change; without
+// NOTIFY_SOCKET it does nothing.
+func notify(state string) { daemon.SdNotify(false, state) }
+
+// ready tells the process that started this one in a binary upgrade
+// that it serves (ENGINE_READY_FD), and forgets the descriptor.
+func ready(log *slog.Logger) {
+	v := os.Getenv(readyFDEnv)
+	if v == "" {
+		return
+	}
+	os.Unsetenv(readyFDEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "ready")
+	if _, err := f.Write([]byte("ready\n")); err != nil {
+		log.Warn("could not tell the previous process that this one serves", "err", err)
+	}
+	f.Close()
+}

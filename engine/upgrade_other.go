@@ -1,0 +1,12 @@
+//go:build !unix
+
+package engine
+
+import (
+	"errors"
+	"time"
+)
+
+func startSuccessor(string, []string, *Sockets, time.Duration) (int, error) {
+	return 0, errors.New("binary upgrade needs a Unix system")
+}
