@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,8 +20,8 @@ import (
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/internal/httpsyntax"
 	"github.com/mediaship/engine/internal/loglimit"
+	"github.com/mediaship/engine/internal/reuseport"
 	"github.com/mediaship/engine/wt"
-	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
 
@@ -68,19 +69,18 @@ func (s *Server) listenH3() error {
 	if err != nil {
 		return err
 	}
+	udp, err := s.udpSocket()
+	if err != nil {
+		return fmt.Errorf("engine: %w (HTTP/3 listens on UDP at the TCP port; free the port or set protocols.h3 = false on the TLS sites)", err)
+	}
+	// The connection IDs carry the generation the socket was given.
+	ids := passthrough.NewOwnCIDs(s.quicGen)
 	var wrap func(*net.UDPConn) net.PacketConn
-	var connIDs quic.ConnectionIDGenerator // quic-go's own unless the router must know them
 	if quicPass {
-		ids := passthrough.NewOwnCIDs()
-		connIDs = ids
 		wrap = func(udp *net.UDPConn) net.PacketConn {
 			s.quic = passthrough.NewRouter(s.pass, udp, ids, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 			return s.quic.PacketConn()
 		}
-	}
-	udp, err := s.inheritedUDP()
-	if err != nil {
-		return err
 	}
 	hh := &h3Handler{srv: s, limiter: loglimit.New(s.log, clientLogsPerSecond), metrics: newRespMetrics(len(s.sites.all))}
 	s.h3Metrics = hh.metrics
@@ -121,7 +121,7 @@ func (s *Server) listenH3() error {
 		Allow0RTT:        c.Allow0RTT,
 		UDPBuffer:        int(c.UDPBuffer),
 		Wrap:             wrap,
-		ConnectionIDs:    connIDs,
+		ConnectionIDs:    ids,
 		HeaderTimeout:    s.cfg.Limits.HeaderTimeout.D(),
 		WebTransport:     wtHook,
 	})
@@ -146,18 +146,9 @@ func (s *Server) listenH3() error {
 // listenQUICPass binds the UDP side of the listen address for QUIC
 // passthrough alone, when the engine serves no HTTP/3 of its own.
 func (s *Server) listenQUICPass() error {
-	udp, err := s.inheritedUDP()
+	udp, err := s.udpSocket()
 	if err != nil {
-		return err
-	}
-	if udp == nil {
-		ua, err := net.ResolveUDPAddr("udp", s.group.Addr())
-		if err != nil {
-			return err
-		}
-		if udp, err = net.ListenUDP("udp", ua); err != nil {
-			return fmt.Errorf("engine: QUIC passthrough: listen on udp %s: %w (free the port, or set [reverse_proxy.protocols] h3 = false)", ua, err)
-		}
+		return fmt.Errorf("engine: QUIC passthrough: %w (free the port, or set [reverse_proxy.protocols] h3 = false)", err)
 	}
 	h3.SetBuffers(udp, int(s.cfg.H3.UDPBuffer))
 	s.quicUDP = udp
@@ -165,20 +156,92 @@ func (s *Server) listenQUICPass() error {
 	return nil
 }
 
-// inheritedUDP is the UDP socket handed over for the TCP listener's
-// address, or nil.
-func (s *Server) inheritedUDP() (*net.UDPConn, error) {
-	fs := s.in.take("listen", s.group.Addr(), syscall.SOCK_DGRAM)
-	if len(fs) == 0 {
-		return nil, nil
+// udpSocket is the UDP socket of the engine's QUIC (HTTP/3, QUIC
+// passthrough) on the TCP listener's port. Each server has its own, in a
+// SO_REUSEPORT group steered by generation (reuseport.QUICSteering):
+// the first binds the port and attaches the program; a successor (a
+// reload, or the new process of an upgrade) adopts the program, joins
+// the group with a socket of its own under the next generation number,
+// and takes new connections once it serves (Run), while its predecessor
+// keeps every packet of its own connections until they end. Where the
+// program cannot be loaded (no CAP_BPF), the one socket is handed over
+// and both servers read it during the drain: a packet of the
+// predecessor's connections that the successor reads is dropped there,
+// and QUIC's loss recovery sends it again.
+func (s *Server) udpSocket() (*net.UDPConn, error) {
+	addr := s.group.Addr()
+	if st := s.in.takeNamed("quic-steering"); len(st) > 0 {
+		steer, err := reuseport.AdoptQUIC(st)
+		if err == nil {
+			var cur uint8
+			if cur, err = steer.Current(); err == nil {
+				if c, err := s.joinQUIC(steer, cur+1, addr); err == nil {
+					return c, nil
+				} else {
+					s.log.Warn("HTTP/3: could not join the predecessor's QUIC socket group; sharing its socket", "err", err)
+				}
+			}
+			steer.Close()
+		}
+		if err != nil {
+			s.log.Warn("HTTP/3: the predecessor's QUIC steering could not be adopted; sharing its socket", "err", err)
+		}
 	}
-	for _, f := range fs[1:] {
-		f.Close()
+	if fs := s.in.take("listen", addr, syscall.SOCK_DGRAM); len(fs) > 0 {
+		for _, f := range fs[1:] {
+			f.Close()
+		}
+		defer fs[0].Close()
+		return udpConn(fs[0])
 	}
-	defer fs[0].Close()
-	c, err := net.FilePacketConn(fs[0])
+	// Nothing passed (or socket activation without a UDP socket, or a
+	// predecessor without QUIC): bind as at a start.
+	fd, _, err := reuseport.ListenUDP(addr, true)
 	if err != nil {
-		return nil, fmt.Errorf("engine: the UDP socket handed over: %w", err)
+		return nil, err
+	}
+	steer, serr := reuseport.SteerQUIC(fd, 1)
+	c, err := udpConn(os.NewFile(uintptr(fd), "udp"))
+	if err != nil {
+		if steer != nil {
+			steer.Close()
+		}
+		return nil, err
+	}
+	if serr != nil {
+		s.log.Info("HTTP/3: no eBPF steering of QUIC by generation; a reload or upgrade shares the UDP socket", "reason", serr, "fix", reuseport.Remedy(serr))
+		s.quicGen = 0
+		return c, nil
+	}
+	s.qsteer, s.quicGen = steer, 1
+	return c, nil
+}
+
+// joinQUIC opens generation gen's socket in steer's group.
+func (s *Server) joinQUIC(steer *reuseport.QUICSteering, gen uint8, addr string) (*net.UDPConn, error) {
+	fd, _, err := reuseport.ListenUDP(addr, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := steer.Add(gen, fd); err != nil {
+		closeFd(fd)
+		return nil, err
+	}
+	c, err := udpConn(os.NewFile(uintptr(fd), "udp"))
+	if err != nil {
+		steer.Remove(gen)
+		return nil, err
+	}
+	s.qsteer, s.quicGen = steer, gen
+	return c, nil
+}
+
+// udpConn makes a *net.UDPConn of f's socket (a duplicate: f stays the
+// caller's to close).
+func udpConn(f *os.File) (*net.UDPConn, error) {
+	c, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("engine: UDP socket: %w", err)
 	}
 	udp, ok := c.(*net.UDPConn)
 	if !ok {

@@ -149,13 +149,16 @@ func (s *Sockets) take(name, addr string, typ int) []*os.File {
 }
 
 // takeSteering removes and returns the steering program's descriptors.
-func (s *Sockets) takeSteering() []*os.File {
+func (s *Sockets) takeSteering() []*os.File { return s.takeNamed("steering") }
+
+// takeNamed removes and returns the descriptors named name.
+func (s *Sockets) takeNamed(name string) []*os.File {
 	if s == nil {
 		return nil
 	}
 	var out []*os.File
 	for i, f := range s.files {
-		if f.Name() == "steering" {
+		if f.Name() == name {
 			out = append(out, f)
 			s.files[i] = nil
 		}
@@ -177,7 +180,7 @@ func slicesDeleteNil(fs []*os.File) []*os.File {
 // ownName reports whether a socket's name is one the engine gives a role.
 func ownName(name string) bool {
 	switch name {
-	case "listen", "redirect_http", "admin", "steering":
+	case "listen", "redirect_http", "admin", "steering", "quic-steering":
 		return true
 	}
 	return false

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/proxy"
+	"github.com/mediaship/engine/internal/reuseport"
 
 	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/acme"
@@ -48,13 +49,15 @@ type Server struct {
 	group   *reactor.Group
 	alog    *accesslog.Log
 	limits  h1.Limits
-	h3      *h3.Server          // nil when no site serves HTTP/3
-	wt      *wt.Server          // [webtransport] sessions; nil unless enabled
-	proxy   *proxy.Table        // nil without reverse proxy routes that terminate TLS
-	pass    *passthrough.Table  // nil without passthrough routes
-	quic    *passthrough.Router // QUIC passthrough; nil without it
-	quicUDP *net.UDPConn        // its socket when the engine serves no HTTP/3 itself
-	redir   *reactor.Group      // the [redirect_http] listener; nil without it
+	h3      *h3.Server              // nil when no site serves HTTP/3
+	wt      *wt.Server              // [webtransport] sessions; nil unless enabled
+	proxy   *proxy.Table            // nil without reverse proxy routes that terminate TLS
+	pass    *passthrough.Table      // nil without passthrough routes
+	quic    *passthrough.Router     // QUIC passthrough; nil without it
+	quicUDP *net.UDPConn            // its socket when the engine serves no HTTP/3 itself
+	qsteer  *reuseport.QUICSteering // the UDP sockets' steering by generation; nil without eBPF
+	quicGen uint8                   // this server's generation in it (0 without steering)
+	redir   *reactor.Group          // the [redirect_http] listener; nil without it
 
 	// The loops' contexts (and so upstream pools), for HTTP/3 requests
 	// proxied on them.
@@ -327,6 +330,9 @@ func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error)
 
 // closeAll releases what New opened before binding failed.
 func (s *Server) closeAll() {
+	if s.qsteer != nil {
+		s.qsteer.Close()
+	}
 	s.cache.Close()
 	s.digests.Close()
 	s.sites.close()
@@ -396,6 +402,13 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.admin != nil {
 		go s.admin.Serve()
 	}
+	if s.qsteer != nil {
+		// New QUIC connections come here from now on; the
+		// predecessor's keep reaching it.
+		if err := s.qsteer.SetCurrent(s.quicGen); err != nil {
+			s.log.Error("HTTP/3: new connections could not be steered to this server", "err", err)
+		}
+	}
 	s.health.Store(healthServing)
 	close(s.serving)
 	var err error
@@ -461,6 +474,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.quicUDP.Close()
 	}
 	<-h3done
+	if s.qsteer != nil {
+		s.qsteer.Close() // this process's hold; the socket left the group as it closed
+	}
 	close(stopSaving)
 	s.health.Store(healthDraining)
 	if s.admin != nil {
@@ -677,6 +693,13 @@ func (s *Server) Handover() (*Sockets, error) {
 	}
 	var udp *os.File
 	switch {
+	case s.qsteer != nil:
+		// The successor opens a socket of its own in the group.
+		fs, err := s.qsteer.Files()
+		if err != nil {
+			return fail(err)
+		}
+		out.files = append(out.files, fs...)
 	case s.h3 != nil:
 		udp, err = s.h3.Handover()
 	case s.quicUDP != nil:

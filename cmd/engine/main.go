@@ -47,6 +47,8 @@ Usage:
   engine precompress DIR [--codings br,zstd,gzip] [--min-size 1KiB] [--min-saving 5] [-j N] [--dry-run] [--check] [--json]
   engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
+  engine reload [-c engine.toml] [--pid-file FILE]
+  engine upgrade [-c engine.toml] [--pid-file FILE] [--wait 75s]
   engine version
   engine help
 
@@ -62,6 +64,13 @@ exits 0 only when all of it is there, 1 when something required is missing,
 it also lists the names whose certificates come from ACME: each one's expiry,
 or that storage has none yet and the last error a running engine saw (a
 missing certificate does not change the exit status: serve obtains it).
+
+reload asks the running server (found by pid_file, or by its admin
+listener's /pid) to apply its configuration again (SIGHUP), after checking
+it: everything but the listening addresses' sockets and the number of
+workers, without dropping a request. upgrade starts the binary now at the
+server's path on its listening sockets (SIGUSR2), and waits until it
+serves; the old process drains within shutdown_grace and exits.
 
 precompress writes .br, .zst and .gz sidecars beside the compressible files
 of DIR for precompressed sites ("engine precompress --help" for the rules);
@@ -91,6 +100,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return verifyCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "reload", "upgrade":
+		return controlCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		// One line that names the build (what tools read), then Go's
 		// build settings.

@@ -10,3 +10,9 @@ const sigReopenLogs = syscall.SIGUSR1
 // sigUpgrade asks serve to start the binary again on its sockets and
 // drain (nginx's USR2).
 const sigUpgrade = syscall.SIGUSR2
+
+// sigReload asks serve to read its configuration again.
+const sigReload = syscall.SIGHUP
+
+// signalProcess sends sig to process pid.
+func signalProcess(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }

@@ -15,40 +15,50 @@ import (
 // tells a packet for the engine's own connections from one for a relayed
 // connection by its Destination Connection ID rather than by a guess.
 //
-// An ID is ownCIDRandom random bytes and a tag: the first bytes of
+// An ID is the generation, 7 random bytes and a tag: the first bytes of
 // AES-128, under a key drawn when the engine starts and never leaving
-// the process, over the random bytes. So the IDs of one connection give
+// the process, over the eight before it. So the IDs of one connection give
 // an observer nothing to link (RFC 9000 §5.1), nobody without the key
 // can make one, and a relayed connection's ID passes for the engine's
 // with a chance of one in 2^32.
+//
+// The first byte of every ID is the generation of the engine's QUIC
+// endpoint that issued it (each reload or binary upgrade starts one), in
+// the clear: the kernel's steering program (reuseport.QUICSteering)
+// reads it to give a draining generation the packets of its own
+// connections. It is the same for every connection of a generation, as a
+// QUIC-LB server ID is, and links none to another.
 //
 // Immutable after construction and safe for concurrent use: quic-go
 // calls GenerateConnectionID from its goroutines, the router calls mine
 // from its reading one.
 type OwnCIDs struct {
 	block cipher.Block
+	gen   byte
 }
 
 const (
-	ownCIDRandom = 8                // random bytes: unique among every ID in use
+	ownCIDRandom = 8                // the generation and 7 random bytes: unique among every ID in use
 	ownCIDLen    = ownCIDRandom + 4 // and a 4-byte tag
 )
 
-func NewOwnCIDs() *OwnCIDs {
+// NewOwnCIDs makes the IDs of generation gen.
+func NewOwnCIDs(gen byte) *OwnCIDs {
 	key := make([]byte, 16)
 	rand.Read(key) // never fails (it crashes the program instead)
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		panic(err) // unreachable: the key is 16 bytes
 	}
-	return &OwnCIDs{block: block}
+	return &OwnCIDs{block: block, gen: gen}
 }
 
 // GenerateConnectionID makes a new ID (quic.ConnectionIDGenerator).
 func (g *OwnCIDs) GenerateConnectionID() (quic.ConnectionID, error) {
 	var id [ownCIDLen]byte
 	var buf [aes.BlockSize]byte
-	rand.Read(id[:ownCIDRandom])
+	id[0] = g.gen
+	rand.Read(id[1:ownCIDRandom])
 	g.tag(&buf, id[:ownCIDRandom])
 	copy(id[ownCIDRandom:], buf[:])
 	return quic.ConnectionIDFromBytes(id[:]), nil

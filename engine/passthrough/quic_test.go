@@ -344,7 +344,7 @@ func newRouterHarness(t *testing.T, own bool, maxFlows int) *routerHarness {
 		t.Fatal(err)
 	}
 	if own {
-		h.ids = NewOwnCIDs()
+		h.ids = NewOwnCIDs(1)
 	}
 	h.clock.Store(time.Now().UnixNano())
 	h.r = NewRouterOn(h.now, px, udp, h.ids, maxFlows, 10*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mediaship/engine/engine/config"
+)
+
+// defaultConfig is where the package installs the configuration: engine
+// reload and engine upgrade read it when -c names none.
+const defaultConfig = "/etc/engine/engine.toml"
+
+// controlCmd is engine reload and engine upgrade: they find the running
+// server (its pid file, or its admin listener's /pid) and signal it.
+// reload first validates the configuration as serve --check does, so
+// that a broken one is reported here rather than only in the server's
+// log; upgrade waits until a new process serves in place of the old.
+func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("c", defaultConfig, "the running server's config file (TOML)")
+	fs.StringVar(configPath, "config", defaultConfig, "the running server's config file (TOML)")
+	pidFile := fs.String("pid-file", "", "the running server's pid file (default: pid_file in the config, else its admin listener's /pid)")
+	wait := fs.Duration("wait", 75*time.Second, "upgrade: how long to wait for the new process to take over")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "engine %s: unexpected argument %q\n", name, fs.Arg(0))
+		return 2
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		if name == "reload" {
+			fmt.Fprintf(stderr, "engine: invalid configuration, not reloaded (the running server keeps its own):\n%v\n", err)
+		} else {
+			fmt.Fprintf(stderr, "engine: invalid configuration, not upgraded (the new process would refuse it):\n%v\n", err)
+		}
+		return 1
+	}
+	find := func() (int, error) { return findServer(cfg, *pidFile) }
+	pid, err := find()
+	if err != nil {
+		fmt.Fprintf(stderr, "engine %s: %v\n", name, err)
+		return 1
+	}
+	sig := sigReload
+	if name == "upgrade" {
+		sig = sigUpgrade
+	}
+	if err := signalProcess(pid, sig); err != nil {
+		fmt.Fprintf(stderr, "engine %s: signal the server (pid %d): %v\n", name, pid, err)
+		return 1
+	}
+	if name == "reload" {
+		fmt.Fprintf(stdout, "engine: configuration %s is valid; asked the server (pid %d) to reload it: its log says when new connections get it\n", cfg.File(), pid)
+		return 0
+	}
+	deadline := time.Now().Add(*wait)
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if next, err := find(); err == nil && next != pid {
+			fmt.Fprintf(stdout, "engine: upgraded: pid %d serves; pid %d drains and exits\n", next, pid)
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "engine upgrade: no new process took over from pid %d within %s; the old one goes on serving (its log says why)\n", pid, *wait)
+	return 1
+}
+
+// findServer reads the running server's process ID from pidFile, the
+// config's pid_file, or its admin listener.
+func findServer(cfg *config.Config, pidFile string) (int, error) {
+	if pidFile == "" {
+		pidFile = cfg.PidFile
+	}
+	if pidFile != "" {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return 0, fmt.Errorf("read the pid file: %w (is the server running?)", err)
+		}
+		return parsePid(string(b))
+	}
+	if cfg.Admin.Listen == "" {
+		return 0, errors.New("no way to find the running server: set pid_file or [admin] listen in its config, or give --pid-file")
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + adminHost(cfg.Admin.Listen) + "/pid")
+	if err != nil {
+		return 0, fmt.Errorf("ask the admin listener: %w (is the server running?)", err)
+	}
+	defer resp.Body.Close()
+	line, _ := bufio.NewReader(io.LimitReader(resp.Body, 64)).ReadString('\n')
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("the admin listener answered %s", resp.Status)
+	}
+	return parsePid(line)
+}
+
+func parsePid(s string) (int, error) {
+	pid, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("%q is not a process ID", strings.TrimSpace(s))
+	}
+	return pid, nil
+}
+
+// adminHost is the address to reach a listener bound to listen: its
+// wildcard host becomes loopback.
+func adminHost(listen string) string {
+	switch {
+	case strings.HasPrefix(listen, ":"):
+		return "127.0.0.1" + listen
+	case strings.HasPrefix(listen, "0.0.0.0:"):
+		return "127.0.0.1" + strings.TrimPrefix(listen, "0.0.0.0")
+	case strings.HasPrefix(listen, "[::]:"):
+		return "[::1]" + strings.TrimPrefix(listen, "[::]")
+	}
+	return listen
+}

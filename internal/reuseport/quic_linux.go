@@ -1,0 +1,278 @@
+package reuseport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+type quicObjects struct {
+	prog       *ebpf.Program
+	socks, cur *ebpf.Map
+}
+
+func (o *quicObjects) close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{o.prog, o.socks, o.cur} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func listenUDP(addr string, checkFree bool) (int, string, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1, "", fmt.Errorf("reuseport: %w", err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return -1, "", fmt.Errorf("reuseport: bad port %q", portStr)
+	}
+	ip := netip.IPv6Unspecified()
+	switch host {
+	case "", "::", "[::]":
+	case "localhost":
+		ip = netip.MustParseAddr("127.0.0.1")
+	default:
+		if ip, err = netip.ParseAddr(host); err != nil {
+			return -1, "", fmt.Errorf("reuseport: bad host %q", host)
+		}
+	}
+	family := unix.AF_INET6
+	if ip.Is4() {
+		family = unix.AF_INET
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil && family == unix.AF_INET6 && host == "" {
+		ip, family = netip.IPv4Unspecified(), unix.AF_INET
+		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	}
+	if err != nil {
+		return -1, "", os.NewSyscallError("socket", err)
+	}
+	fail := func(op string, err error) (int, string, error) {
+		unix.Close(fd)
+		return -1, "", os.NewSyscallError(op, err)
+	}
+	var sa unix.Sockaddr
+	if family == unix.AF_INET {
+		sa = &unix.SockaddrInet4{Port: port, Addr: ip.As4()}
+	} else {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
+	}
+	if checkFree && port != 0 {
+		// As for TCP: SO_REUSEPORT would otherwise let this socket share
+		// another server's port without a word.
+		probe, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail("socket", err)
+		}
+		if family == unix.AF_INET6 {
+			unix.SetsockoptInt(probe, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+		}
+		err = unix.Bind(probe, sa)
+		unix.Close(probe)
+		if err != nil {
+			return fail("bind", err)
+		}
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		return fail("setsockopt SO_REUSEPORT", err)
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("bind", err)
+	}
+	got, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	var bound netip.AddrPort
+	switch a := got.(type) {
+	case *unix.SockaddrInet4:
+		bound = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+	}
+	return fd, bound.String(), nil
+}
+
+// The program reads the first bytes of the QUIC packet (after the 8-byte
+// UDP header, where the context's data starts) and picks the socket:
+//
+//	long header (0x80), type Initial (0x00) or 0-RTT (0x10): current
+//	long header, Handshake or Retry: socks[DCID[0]], byte 6
+//	short header: socks[DCID[0]], byte 1
+//	no socket for that generation, or a packet too short: current
+//	no current socket either: the kernel's hash
+func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
+	s := &QUICSteering{}
+	o := &s.objs
+	var err error
+	if o.socks, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "engine_qsocks", Type: ebpf.ReusePortSockArray, KeySize: 4, ValueSize: 8, MaxEntries: 256,
+	}); err != nil {
+		return nil, fmt.Errorf("reuseport: create QUIC sockarray map: %w", err)
+	}
+	if o.cur, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "engine_qcur", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1,
+	}); err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: create QUIC current map: %w", err)
+	}
+	const skPass = 1
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1), // r6 = ctx
+		// load 7 bytes at 8 (the QUIC packet's first) to fp-16
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Imm(asm.R2, 8),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -16),
+		asm.Mov.Imm(asm.R4, 7),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "current"),
+		asm.LoadMem(asm.R7, asm.RFP, -16, asm.Byte), // first byte
+		asm.Mov.Reg(asm.R8, asm.R7),
+		asm.And.Imm(asm.R8, 0x80),
+		asm.JEq.Imm(asm.R8, 0, "short"),
+		asm.Mov.Reg(asm.R8, asm.R7),
+		asm.And.Imm(asm.R8, 0x30),
+		asm.JLT.Imm(asm.R8, 0x20, "current"),        // Initial or 0-RTT
+		asm.LoadMem(asm.R9, asm.RFP, -10, asm.Byte), // DCID[0] of a long header
+		asm.Ja.Label("select"),
+		asm.LoadMem(asm.R9, asm.RFP, -15, asm.Byte).WithSymbol("short"), // DCID[0] of a short header
+		asm.StoreMem(asm.RFP, -4, asm.R9, asm.Word).WithSymbol("select"),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, o.socks.FD()),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -4),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkSelectReuseport.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		// current: socks[cur[0]]
+		asm.Mov.Imm(asm.R1, 0).WithSymbol("current"),
+		asm.StoreMem(asm.RFP, -8, asm.R1, asm.Word),
+		asm.LoadMapPtr(asm.R1, o.cur.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R0, asm.R0, 0, asm.Word),
+		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, o.socks.FD()),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -4),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkSelectReuseport.Call(), // on failure: the kernel's hash
+		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass"),
+		asm.Return(),
+	}
+	if o.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "engine_qsteer", Type: ebpf.SkReuseport, License: "GPL", Instructions: insns,
+	}); err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: load the QUIC sk_reuseport program: %w", err)
+	}
+	if err := o.add(gen, fd); err != nil {
+		o.close()
+		return nil, err
+	}
+	if err := o.setCurrent(gen); err != nil {
+		o.close()
+		return nil, err
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, o.prog.FD()); err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: attach the QUIC program: %w", os.NewSyscallError("setsockopt SO_ATTACH_REUSEPORT_EBPF", err))
+	}
+	return s, nil
+}
+
+func (o *quicObjects) add(gen uint8, fd int) error {
+	if err := o.socks.Put(uint32(gen), uint64(fd)); err != nil {
+		return fmt.Errorf("reuseport: register generation %d's UDP socket: %w", gen, err)
+	}
+	return nil
+}
+
+func (o *quicObjects) setCurrent(gen uint8) error {
+	if err := o.cur.Put(uint32(0), uint32(gen)); err != nil {
+		return fmt.Errorf("reuseport: make generation %d current: %w", gen, err)
+	}
+	return nil
+}
+
+func (o *quicObjects) current() (uint8, error) {
+	var v uint32
+	if err := o.cur.Lookup(uint32(0), &v); err != nil {
+		return 0, err
+	}
+	return uint8(v), nil
+}
+
+func (o *quicObjects) remove(gen uint8) { o.socks.Delete(uint32(gen)) }
+
+func (o *quicObjects) files() ([]*os.File, error) {
+	var out []*os.File
+	for _, fd := range []int{o.prog.FD(), o.socks.FD(), o.cur.FD()} {
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range out {
+				f.Close()
+			}
+			return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+		}
+		out = append(out, os.NewFile(uintptr(nfd), "quic-steering"))
+	}
+	return out, nil
+}
+
+func adoptQUIC(fs []*os.File) (*QUICSteering, error) {
+	defer func() {
+		for _, f := range fs {
+			f.Close()
+		}
+	}()
+	if len(fs) != 3 {
+		return nil, fmt.Errorf("reuseport: %d QUIC steering descriptors handed over, want 3", len(fs))
+	}
+	s := &QUICSteering{}
+	o := &s.objs
+	fds := make([]int, 3)
+	for i, f := range fs {
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, fd := range fds[:i] {
+				unix.Close(fd)
+			}
+			return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+		}
+		fds[i] = fd
+	}
+	var err error
+	if o.prog, err = ebpf.NewProgramFromFD(fds[0]); err != nil {
+		unix.Close(fds[1])
+		unix.Close(fds[2])
+		return nil, fmt.Errorf("reuseport: adopt the QUIC steering program: %w", err)
+	}
+	if o.socks, err = ebpf.NewMapFromFD(fds[1]); err != nil {
+		unix.Close(fds[2])
+		o.close()
+		return nil, fmt.Errorf("reuseport: adopt the QUIC steering maps: %w", err)
+	}
+	if o.cur, err = ebpf.NewMapFromFD(fds[2]); err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: adopt the QUIC steering maps: %w", err)
+	}
+	return s, nil
+}
