@@ -97,9 +97,19 @@ func (h *connHandler) Tick() bool {
 	return h.lc.tick()
 }
 
-// Drain keeps HTTP/2 connections open at shutdown until they have sent
-// GOAWAY and finished their streams (reactor.Drainer).
-func (h *connHandler) Drain(c *reactor.Conn) bool { return c.State.(*httpConn).h2 != nil }
+// Drain keeps open at shutdown (and at a handover to a successor)
+// (reactor.Drainer): HTTP/2 connections until they have sent GOAWAY and
+// finished their streams; relays, which end as their timeouts say; and a
+// connection that has not made its first request yet, which a client
+// opened to send one (in a handover, one the predecessor accepted just
+// before it stopped): closing it would fail that request, which no
+// client retries on a new connection. It gets its answer and the close
+// that ends each request of a draining server, within header_timeout.
+// Only connections idle between requests are closed at once.
+func (h *connHandler) Drain(c *reactor.Conn) bool {
+	hc := c.State.(*httpConn)
+	return hc.h2 != nil || hc.pass != nil || hc.h1 == nil || hc.h1.requests == 0
+}
 
 func (h *connHandler) Serve(c *reactor.Conn) {
 	hc := c.State.(*httpConn)
@@ -136,10 +146,10 @@ func (h *connHandler) choose(c *reactor.Conn, hc *httpConn) {
 		// listener where a site allows it.
 		in := s.Input()
 		if len(in) == 0 {
-			if s.EOF() || h.lc.loop.Draining() {
+			if s.EOF() {
 				c.Close()
 			}
-			return // stateFirst: the header_timeout set at accept runs
+			return // stateFirst: the header_timeout set at accept runs, draining too (Drain)
 		}
 		n := min(len(in), len(h2.Preface))
 		if h2c = string(in[:n]) == h2.Preface[:n]; h2c && n < len(h2.Preface) {

@@ -151,8 +151,8 @@ func (h *h1Handler) serve(c *reactor.Conn, st *h1Conn) {
 				s.End() // close_notify answered on TLS
 				return
 			}
-			if h.lc.loop.Draining() {
-				c.Close()
+			if h.lc.loop.Draining() && st.requests > 0 {
+				c.Close() // idle between requests: a client retries on a new connection
 				return
 			}
 			st.headStarted = false

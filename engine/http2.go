@@ -41,7 +41,12 @@ type h2Conn struct {
 	proxyBuffered int       // proxied response bytes waiting in its streams' buffers
 	idleSince     int64     // loop time the last stream ended; 0 while streams are open
 	closing       bool      // CloseGracefully called
+	drainSince    int64     // loop time Serve first saw the loop draining; 0 before
 }
+
+// firstStreamWait is how long a draining server waits for the first
+// stream of a connection that has none before its GOAWAY.
+const firstStreamWait = time.Second
 
 // h2Strm is the engine's state for one stream.
 type h2Strm struct {
@@ -125,8 +130,18 @@ func (hh *h2Handler) serve(hc *h2Conn) {
 		return
 	}
 	if hh.lc.loop.Draining() && !hc.shut {
-		hc.shut = true
-		hc.conn.Shutdown()
+		// A connection without a stream yet gets its first request's
+		// answer before GOAWAY (or GOAWAY after firstStreamWait): its
+		// client opened it for a request, and a Go client fails rather
+		// than retries a first request its new connection refused.
+		now := hh.lc.loop.Now().UnixNano()
+		if hc.drainSince == 0 {
+			hc.drainSince = now
+		}
+		if hc.conn.Started() || now-hc.drainSince >= int64(firstStreamWait) {
+			hc.shut = true
+			hc.conn.Shutdown()
+		}
 	}
 	hc.output()
 	if hc.conn.Dead() || hc.conn.Finished() {
@@ -442,6 +457,9 @@ func (hh *h2Handler) tick() {
 	header := int64(hh.srv.cfg.Limits.HeaderTimeout.D())
 	body := int64(hh.srv.cfg.Limits.BodyTimeout.D())
 	for hc := range hh.conns {
+		if hc.drainSince != 0 && !hc.shut {
+			hc.c.Wake() // firstStreamWait may be over
+		}
 		if hc.conn.ExpireHeaders(now, header) != nil {
 			hh.srv.stats.H2ConnErrors.Add(1)
 			hc.c.Wake()

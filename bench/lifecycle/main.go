@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -98,6 +99,7 @@ func main() {
 	steady := flag.Duration("steady", 5*time.Second, "each steady phase")
 	bigMB := flag.Int64("big", 100, "big file size, MB")
 	rounds := flag.Int("rounds", 1, "runs of each server, interleaved")
+	protos := flag.String("protos", "h1,h2,h3", "protocols of the load (nginx: h1 and h2 of them)")
 	flag.Parse()
 	if *engineBin == "" {
 		fmt.Fprintln(os.Stderr, "lifecycle: -engine BINARY is required")
@@ -108,9 +110,10 @@ func main() {
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 	failed := false
 	for r := 0; r < *rounds; r++ {
-		mk := []func(f *fixture) server{func(f *fixture) server { return &engineServer{f: f, bin: *engineBin} }}
+		want := strings.Split(*protos, ",")
+		mk := []func(f *fixture) server{func(f *fixture) server { return &engineServer{f: f, bin: *engineBin, protos: want} }}
 		if *nginxBin != "" {
-			mk = append(mk, func(f *fixture) server { return &nginxServer{f: f, bin: *nginxBin} })
+			mk = append(mk, func(f *fixture) server { return &nginxServer{f: f, bin: *nginxBin, protos: want} })
 		}
 		if r%2 == 1 {
 			mk[0], mk[len(mk)-1] = mk[len(mk)-1], mk[0]
