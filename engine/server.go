@@ -417,11 +417,8 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		s.health.Store(healthDraining)
 		if s.handed.Load() {
-			// The successor answers the admin address now: scrapes and
-			// health checks reach it alone.
-			if s.admin != nil {
-				s.admin.Close()
-			}
+			// The successor answers on every listening socket now
+			// (stopAccepting), the admin address too.
 			s.log.Info("handed over to a successor; draining", "grace", s.cfg.ShutdownGrace.String())
 		} else {
 			s.log.Info("shutting down", "grace", s.cfg.ShutdownGrace.String())
@@ -727,6 +724,19 @@ func (s *Server) Handover() (*Sockets, error) {
 		return fail(err)
 	}
 	return out, nil
+}
+
+// stopAccepting ends this server's accepting once a successor holds its
+// sockets: the loops of both listeners stop watching theirs, and the
+// admin listener closes. Connections open here go on.
+func (s *Server) stopAccepting() {
+	s.group.StopAccepting(5 * time.Second)
+	if s.redir != nil {
+		s.redir.StopAccepting(5 * time.Second)
+	}
+	if s.admin != nil {
+		s.admin.Close()
+	}
 }
 
 // ReloadCertificates reads every site's certificate files again (SIGHUP

@@ -85,16 +85,20 @@ func (sv *Service) start(srv *Server) *generation {
 // its own, or a new process took over after a binary upgrade; then every
 // generation drains, and Run returns when they have.
 func (sv *Service) Run(ctx context.Context, srv *Server) error {
+	first := sv.start(srv)
 	sv.mu.Lock()
-	sv.cur = sv.start(srv)
+	sv.cur = first
 	sv.mu.Unlock()
 	select {
 	case <-srv.serving:
 		sv.writePid(srv.cfg)
 		notify("READY=1\nSTATUS=serving")
 		ready(sv.log)
-	case <-sv.cur.ended:
-		return errors.New("engine: the server stopped before it served")
+	case err := <-first.ended:
+		if err == nil {
+			err = errors.New("engine: the server stopped before it served")
+		}
+		return err
 	}
 	var err error
 	select {
@@ -172,9 +176,11 @@ func (sv *Service) Reload(next *config.Config) error {
 	return nil
 }
 
-// retire ends g's accepting and lets it drain in the background.
+// retire ends g's accepting, returning once its successor takes every
+// new connection, and lets it drain in the background.
 func (sv *Service) retire(g *generation) {
 	g.srv.handed.Store(true)
+	g.srv.stopAccepting()
 	sv.old.Add(1)
 	go func() {
 		defer sv.old.Done()
@@ -212,6 +218,7 @@ func (sv *Service) Upgrade() error {
 	notify(fmt.Sprintf("MAINPID=%d\nSTATUS=handed over to %d", pid, pid))
 	sv.stopped = true
 	cur.handed.Store(true)
+	cur.stopAccepting()
 	close(sv.upgrade)
 	return nil
 }

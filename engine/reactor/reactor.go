@@ -331,6 +331,37 @@ func (g *Group) closeLoops() {
 	}
 }
 
+// StopAccepting makes every loop stop watching its listening socket and
+// close its descriptor of it, and returns once they have (or after
+// timeout): a successor holding the sockets (Handover) then accepts every
+// new connection. Connections open here go on as before.
+func (g *Group) StopAccepting(timeout time.Duration) {
+	var wg sync.WaitGroup
+	for _, l := range g.loops {
+		wg.Add(1)
+		var once sync.Once
+		done := func() { once.Do(wg.Done) }
+		l.Post(func() {
+			defer done()
+			if l.lfd >= 0 {
+				closeFd(l.lfd)
+				l.lfd = -1
+			}
+		})
+		select {
+		case <-g.running:
+		default:
+			done() // not running: nothing accepts
+		}
+	}
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+	}
+}
+
 // Handover returns duplicates of the group's listening sockets (one per
 // worker, or the shared ones), for a successor's Config.Inherit, and its
 // steering program, nil without one, whose Files the successor adopts.

@@ -1,0 +1,130 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/engine"
+	"github.com/mediaship/engine/engine/config"
+)
+
+// TestServiceReload reloads a running server in process: new connections
+// get the new root and the admin listener moves with it, a download in
+// flight on the old configuration completes byte for byte, a connection
+// idle between requests is closed (its client reconnects), a change of
+// workers is refused by name with the old configuration serving on, and
+// the stop waits for every generation.
+func TestServiceReload(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(a, "x.txt"), "A")
+	writeFile(t, filepath.Join(b, "x.txt"), "B")
+	_, sum := linkBig(t, a, "big.bin")
+	dir := t.TempDir()
+	parse := func(root string, workers int) *config.Config {
+		t.Helper()
+		cfg, err := config.Parse("engine.toml", dir, []byte(fmt.Sprintf(
+			"listen = \"127.0.0.1:0\"\nworkers = %d\nroot = %q\n[admin]\nlisten = \"127.0.0.1:0\"\n", workers, root)))
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := engine.New(parse(a, 2), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, admin := srv.Addr(), srv.AdminAddr()
+	svc := engine.NewService(srv, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, srv) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(scale(30 * time.Second)):
+			t.Error("Run did not return after its context ended")
+		}
+	}()
+	get := func(path string) string {
+		t.Helper()
+		tr := &http.Transport{DisableKeepAlives: true}
+		resp, err := (&http.Client{Transport: tr, Timeout: scale(10 * time.Second)}).Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	if !waitFor(scale(5*time.Second), func() bool { return get("/x.txt") == "A" }) {
+		t.Fatal("the first configuration does not serve")
+	}
+
+	// A download under way, and a connection idle after one request.
+	dl := dial(t, addr)
+	dl.send("GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp := dl.head("GET")
+	h := sha256.New()
+	if _, err := io.CopyN(h, resp.Body, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	idle := dial(t, addr)
+	idle.send("GET /x.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, body := idle.response("GET"); string(body) != "A" {
+		t.Fatalf("idle connection's request: %q", body)
+	}
+
+	if err := svc.Reload(parse(b, 2)); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := get("/x.txt"); got != "B" {
+		t.Errorf("after the reload a new connection got %q, want B", got)
+	}
+	if !idle.closed(scale(5 * time.Second)) {
+		t.Error("a connection idle between requests stayed open on the old configuration")
+	}
+	if n, err := io.Copy(h, resp.Body); err != nil || hex.EncodeToString(h.Sum(nil)) != sum {
+		t.Errorf("the download in flight across the reload: %d more bytes, %v; digest differs: %v", n, err, hex.EncodeToString(h.Sum(nil)) != sum)
+	}
+	if cur := svc.Current(); cur.AdminAddr() != admin {
+		t.Errorf("admin listener %s after the reload, want the same %s", cur.AdminAddr(), admin)
+	}
+	r, err := http.Get("http://" + admin + "/pid")
+	if err != nil {
+		t.Fatalf("admin after the reload: %v", err)
+	}
+	pid, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if strings.TrimSpace(string(pid)) != fmt.Sprint(os.Getpid()) {
+		t.Errorf("/pid = %q", pid)
+	}
+
+	err = svc.Reload(parse(a, 3))
+	if err == nil || !strings.Contains(err.Error(), "workers changed") {
+		t.Errorf("a reload changing workers: %v, want a refusal naming workers", err)
+	}
+	if got := get("/x.txt"); got != "B" {
+		t.Errorf("after a refused reload: %q, want B", got)
+	}
+	if err := svc.Reload(parse(a, 2)); err != nil {
+		t.Fatalf("second Reload: %v", err)
+	}
+	if got := get("/x.txt"); got != "A" {
+		t.Errorf("after the second reload: %q, want A", got)
+	}
+}
