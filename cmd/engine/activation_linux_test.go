@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSocketActivation passes the engine its listening sockets as
+// systemd does (descriptors from 3, LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID
+// naming the process that receives them) and listens on NOTIFY_SOCKET as
+// systemd does for Type=notify: the engine serves on the sockets it was
+// given (it could not bind their ports itself: they are held without
+// SO_REUSEPORT), one by its name and one, unnamed, by its address;
+// reports READY=1 once it serves, RELOADING=1 then READY=1 around a
+// reload, and STOPPING=1 as it drains.
+func TestSocketActivation(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "engine")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	for _, r := range []string{"a", "b"} {
+		os.Mkdir(filepath.Join(dir, r), 0o755)
+		os.WriteFile(filepath.Join(dir, r, "x.txt"), []byte(r), 0o644)
+	}
+	web, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	webF, _ := web.(*net.TCPListener).File()
+	adminF, _ := admin.(*net.TCPListener).File()
+	web.Close()
+	admin.Close()
+	conf := filepath.Join(dir, "engine.toml")
+	write := func(root string) {
+		os.WriteFile(conf, []byte(fmt.Sprintf("listen = %q\nworkers = 2\nroot = %q\n[admin]\nlisten = %q\n",
+			web.Addr(), filepath.Join(dir, root), admin.Addr())), 0o644)
+	}
+	write("a")
+
+	sock := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	states := make(chan string, 32)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := nc.ReadFromUnix(buf)
+			if err != nil {
+				close(states)
+				return
+			}
+			states <- string(buf[:n])
+		}
+	}()
+	await := func(state string) {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case s, ok := <-states:
+				if !ok {
+					t.Fatalf("notify socket closed before %q", state)
+				}
+				if strings.Contains("\n"+s+"\n", "\n"+state+"\n") {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %q on the notify socket", state)
+			}
+		}
+	}
+
+	// sh's exec keeps its process ID, which LISTEN_PID names, as
+	// systemd sets it after forking.
+	cmd := exec.Command("sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, bin, "serve", "-c", conf)
+	cmd.ExtraFiles = []*os.File{webF, adminF}
+	cmd.Env = append(os.Environ(), "LISTEN_FDS=2", "LISTEN_FDNAMES=listen:engine-admin.socket", "NOTIFY_SOCKET="+sock)
+	logb := &syncWriter{w: &strings.Builder{}}
+	cmd.Stderr = logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	webF.Close()
+	adminF.Close()
+	defer cmd.Process.Kill()
+	await("READY=1")
+	get := func(url string) string {
+		t.Helper()
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v\n%s", url, err, logb.String())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b))
+	}
+	if got := get("http://" + web.Addr().String() + "/x.txt"); got != "a" {
+		t.Errorf("served %q, want a", got)
+	}
+	if got := get("http://" + admin.Addr().String() + "/pid"); got != fmt.Sprint(cmd.Process.Pid) {
+		t.Errorf("admin /pid = %q, want %d", got, cmd.Process.Pid)
+	}
+	write("b")
+	cmd.Process.Signal(syscall.SIGHUP)
+	await("RELOADING=1")
+	await("READY=1")
+	if got := get("http://" + web.Addr().String() + "/x.txt"); got != "b" {
+		t.Errorf("after the reload: %q, want b", got)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	await("STOPPING=1")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit: %v\n%s", err, logb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not stop")
+	}
+	if strings.Contains(logb.String(), "not one this configuration listens on") {
+		t.Errorf("a passed socket was left unused:\n%s", logb.String())
+	}
+}
+
+// syncWriter serializes writes to w (the child's stderr is copied from
+// another goroutine than the test's reads).
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
