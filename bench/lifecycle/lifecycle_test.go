@@ -6,7 +6,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
 	"time"
+
+	"github.com/mediaship/engine/internal/reuseport"
 )
 
 // TestReloadsAndUpgrades runs the engine binary through 20 reloads (each
@@ -32,7 +35,17 @@ func TestReloadsAndUpgrades(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.close()
-	s := &engineServer{f: f, bin: bin, protos: []string{"h1", "h2", "h3"}}
+	protos := []string{"h1", "h2", "h3"}
+	if err := reuseport.Probe(); err != nil {
+		// Without the program, HTTP/3 across a handover shares one
+		// socket and loses packets (engine/http3.go, udpSocket).
+		if os.Getenv("ENGINE_REQUIRE_EBPF") != "" {
+			t.Fatalf("eBPF steering required (ENGINE_REQUIRE_EBPF): %v", err)
+		}
+		t.Logf("no eBPF steering here (%v): HTTP/1.1 and HTTP/2 only", err)
+		protos = protos[:2]
+	}
+	s := &engineServer{f: f, bin: bin, protos: protos}
 	p := plan{conns: 4, reloads: 20, upgrades: 5, steady: time.Second, gap: 100 * time.Millisecond,
 		bigSize: 100e6, dlRate: 50e6, broken: true}
 	rep, err := run(s, f, p, t.Logf)
@@ -43,8 +56,8 @@ func TestReloadsAndUpgrades(t *testing.T) {
 	if rep.Failed() > 0 || len(rep.DLFailed) > 0 {
 		t.Errorf("requests failed during reloads or upgrades:\n%s\n--- engine log:\n%s", rep.Text("engine"), tail(s.Log(), 60))
 	}
-	if rep.Downloads != 3*(4+5) {
-		t.Errorf("%d downloads ran, want %d", rep.Downloads, 3*(4+5))
+	if want := len(protos) * (4 + 5); rep.Downloads != want {
+		t.Errorf("%d downloads ran, want %d", rep.Downloads, want)
 	}
 	for _, ph := range rep.Phases {
 		if ph.Requests == 0 {

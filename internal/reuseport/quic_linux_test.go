@@ -2,6 +2,7 @@ package reuseport
 
 import (
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -21,7 +22,10 @@ func TestSteerQUIC(t *testing.T) {
 	defer unix.Close(fd1)
 	st, err := SteerQUIC(fd1, 1)
 	if err != nil {
-		t.Skipf("no eBPF steering here: %v", err)
+		if os.Getenv("ENGINE_REQUIRE_EBPF") != "" {
+			t.Fatalf("SteerQUIC: %v; eBPF steering required (ENGINE_REQUIRE_EBPF)", err)
+		}
+		t.Skipf("eBPF steering not available: %v", err)
 	}
 	defer st.Close()
 	fd2, bound2, err := ListenUDP(bound, false)

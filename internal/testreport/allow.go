@@ -33,6 +33,9 @@ var allowlist = []allowance{
 	{"TestSteeringByCPU", "eBPF steering not available", func(m *machine) (string, bool) {
 		return "not root: eBPF programs need CAP_BPF and CAP_NET_ADMIN", m.euid != 0
 	}},
+	{"TestSteerQUIC", "eBPF steering not available", func(m *machine) (string, bool) {
+		return "not root: eBPF programs need CAP_BPF and CAP_NET_ADMIN", m.euid != 0
+	}},
 	{"TestBulkPolicy", "this kernel has no BBR", func(m *machine) (string, bool) {
 		b, _ := m.readFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
 		return "no bbr in tcp_available_congestion_control", !strings.Contains(string(b), "bbr")
