@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,6 +230,7 @@ func (sv *Service) writePid(cfg *config.Config) {
 		return
 	}
 	tmp := cfg.PidFile + ".tmp"
+	os.MkdirAll(filepath.Dir(cfg.PidFile), 0o755)
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err == nil {
 		err = os.Rename(tmp, cfg.PidFile)
 		if err != nil {

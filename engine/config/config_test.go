@@ -351,10 +351,11 @@ func FuzzConfig(f *testing.F) {
 	})
 }
 
-// TestREADMEConfig: the configuration block in the README parses with the
-// strict decoder, so no documented key is misspelt or missing from Config.
+// TestREADMEConfig: the configuration block of the configuration
+// reference parses with the strict decoder, so no documented key is
+// misspelt or missing from Config.
 func TestREADMEConfig(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/CONFIG.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,12 +363,12 @@ func TestREADMEConfig(t *testing.T) {
 	_, block, ok := strings.Cut(rest, "```toml\n")
 	block, _, ok2 := strings.Cut(block, "```")
 	if !ok || !ok2 {
-		t.Fatal("no toml block under ## Configuration in README.md")
+		t.Fatal("no toml block under ## Configuration in docs/CONFIG.md")
 	}
-	if _, err := config.Parse("README.md", t.TempDir(), []byte(block)); err != nil {
+	if _, err := config.Parse("CONFIG.md", t.TempDir(), []byte(block)); err != nil {
 		t.Errorf("README's configuration does not parse: %v", err)
 	}
-	for _, key := range []string{"hidden_files", "body_timeout", "header_timeout", "idle_timeout", "send_timeout"} {
+	for _, key := range []string{"hidden_files", "body_timeout", "header_timeout", "idle_timeout", "send_timeout", "pid_file"} {
 		if !strings.Contains(block, key+" =") {
 			t.Errorf("README's configuration does not show %s", key)
 		}

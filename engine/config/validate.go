@@ -66,10 +66,10 @@ func (c *Config) validateTop(errs *Errors) {
 		c.ShutdownGrace.Duration = Duration(30e9)
 	}
 	if c.PidFile != "" {
+		// Its directory may not exist yet: systemd makes /run/engine
+		// (RuntimeDirectory) as the service starts, and serve makes it
+		// otherwise.
 		c.PidFile = c.resolvePath("pid_file", c.PidFile)
-		if st, err := os.Stat(filepath.Dir(c.PidFile)); err != nil || !st.IsDir() {
-			errs.add(c.errAt("pid_file", "directory of %q does not exist; expected a file in an existing directory (/run/engine/engine.pid)", c.PidFile))
-		}
 	}
 	switch c.AccessLog {
 	case "", "off", "stdout", "stderr":

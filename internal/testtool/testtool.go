@@ -93,6 +93,8 @@ func Install(name string) string {
 		return "apt-get install nghttp2-client"
 	case "qemu-system-x86_64":
 		return "apt-get install qemu-system-x86"
+	case "systemd-analyze":
+		return "apt-get install systemd"
 	case "h2spec":
 		return "go install github.com/summerwind/h2spec/cmd/h2spec@" + H2specVersion
 	case "pebble", "pebble-challtestsrv":
