@@ -79,6 +79,7 @@ func (s *Server) listenH3() error {
 	if quicPass {
 		wrap = func(udp *net.UDPConn) net.PacketConn {
 			s.quic = passthrough.NewRouter(s.pass, udp, ids, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+			s.quic.SetAccessLog(s.alog)
 			return s.quic.PacketConn()
 		}
 	}
@@ -153,6 +154,7 @@ func (s *Server) listenQUICPass() error {
 	h3.SetBuffers(udp, int(s.cfg.H3.UDPBuffer))
 	s.quicUDP = udp
 	s.quic = passthrough.NewRouter(s.pass, udp, nil, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
+	s.quic.SetAccessLog(s.alog)
 	return nil
 }
 

@@ -978,4 +978,40 @@ func TestPassthroughAccessLog(t *testing.T) {
 			}
 		})
 	}
+	// A QUIC flow gets its line as it ends (here at the stop), with the
+	// datagram bytes each way.
+	t.Run("quic", func(t *testing.T) {
+		addr, pki := startH3Origin(t, "a.test")
+		logPath := filepath.Join(t.TempDir(), "access.log")
+		ts := start(t, passthroughConfig(fmt.Sprintf("access_log = %q\naccess_log_format = \"json\"\n", logPath), "a.test", addr))
+		c := quicPassClient(t, ts.addr, pki.pool)
+		resp, err := c.Get("https://a.test:" + portOf(ts.addr) + "/bytes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n != h3OriginBytes {
+			t.Fatalf("%d bytes through the relay", n)
+		}
+		ts.stop()
+		b, err := os.ReadFile(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l struct {
+			Client, Relay, SNI, Route, Upstream string
+			Up                                  int64   `json:"bytes_up"`
+			Down                                int64   `json:"bytes_down"`
+			Duration                            float64 `json:"duration"`
+		}
+		line := strings.TrimSpace(string(b))
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("json relay line %q: %v", line, err)
+		}
+		if l.Client != "127.0.0.1" || l.Relay != "quic" || l.SNI != "a.test" || l.Route != "a.test" || l.Upstream != addr ||
+			l.Down < h3OriginBytes || l.Up == 0 || l.Duration <= 0 {
+			t.Errorf("json QUIC relay line %q", line)
+		}
+	})
 }

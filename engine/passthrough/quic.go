@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/clienthello"
+	"github.com/mediaship/engine/engine/accesslog"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/internal/loglimit"
 	"github.com/mediaship/engine/quicinitial"
@@ -78,6 +79,11 @@ type Router struct {
 	helloWait time.Duration     // bounds the gathering of one ClientHello
 	now       func() time.Time  // the clock of every time the router keeps (time.Now; tests move theirs by hand)
 	stop      chan struct{}
+	alog      *accesslog.Log // a line per flow as it ends; nil for none (SetAccessLog)
+
+	logMu    sync.Mutex // guards logClock and logBuf: flows end on several goroutines
+	logClock accesslog.Clock
+	logBuf   []byte
 
 	mu      sync.Mutex
 	clients map[netip.AddrPort]*quicClient // guarded by mu; only addresses with flows
@@ -170,6 +176,10 @@ type quicFlow struct {
 	answered, confirmed, established atomic.Bool
 	opened                           time.Time
 	random                           [32]byte // its ClientHello's (Table.Claim)
+	sni                              string   // the server name its ClientHello named
+	// bytesUp and bytesDown are the datagram bytes relayed each way, for
+	// its access log line.
+	bytesUp, bytesDown atomic.Int64
 }
 
 // Bounds of the router's tables.
@@ -362,7 +372,7 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 		r.fail(ReasonTableFull, from, info.ServerName, "too many QUIC relays open (max_connections); dropping a new one")
 		return false
 	}
-	f, err := r.open(rt, from, long, info.Random)
+	f, err := r.open(rt, from, long, info.Random, info.ServerName)
 	if err != nil {
 		r.px.Release(info.Random)
 		r.mu.Unlock()
@@ -505,7 +515,7 @@ func pendingKey(from netip.AddrPort, dcid []byte) string {
 // open connects a UDP socket to an upstream of rt for a new flow, whose
 // client's first flight began with first. Called with the router's mu
 // held.
-func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet, random [32]byte) (*quicFlow, error) {
+func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitial.Packet, random [32]byte, sni string) (*quicFlow, error) {
 	var last error = errors.New("every upstream is backing off")
 	for range rt.Ups {
 		u := rt.Pick(time.Now().UnixNano())
@@ -520,7 +530,7 @@ func (r *Router) open(rt *routing.Route, client netip.AddrPort, first quicinitia
 		}
 		f := &quicFlow{r: r, client: client, rt: rt, ups: u, up: up, idle: min(rt.Cfg.IdleTimeout.D(), quicIdleCap),
 			version: first.Version, scid: bytes.Clone(first.SCID), cids: []flowCID{{id: bytes.Clone(first.DCID)}}}
-		f.opened, f.random = r.now(), random
+		f.opened, f.random, f.sni = r.now(), random, sni
 		u.Active.Add(1)
 		go f.fromUpstream()
 		return f, nil
@@ -533,6 +543,7 @@ func (f *quicFlow) toUpstream(d []byte) {
 	if _, err := f.up.Write(d); err == nil {
 		f.clientLast.Store(f.r.now().UnixNano())
 		f.r.px.Stats.QUICPassBytesUp.Add(int64(len(d)))
+		f.bytesUp.Add(int64(len(d)))
 	}
 }
 
@@ -598,6 +609,7 @@ func (f *quicFlow) fromUpstream() {
 			if err == nil {
 				f.answered.Store(true)
 				r.px.Stats.QUICPassBytesDown.Add(int64(n))
+				f.bytesDown.Add(int64(n))
 			}
 		})
 		if f.gone.Load() || errors.Is(err, net.ErrClosed) {
@@ -693,6 +705,23 @@ func (f *quicFlow) close() {
 	f.r.px.Release(f.random)
 	f.ups.Active.Add(-1)
 	f.r.px.Stats.QUICPassActive.Add(-1)
+	f.r.logRelay(f)
+}
+
+// SetAccessLog makes the router write an access log line for each flow
+// when it ends (accesslog.Relay, QUIC set). Call it before Run.
+func (r *Router) SetAccessLog(l *accesslog.Log) { r.alog = l }
+
+// logRelay writes f's access log line.
+func (r *Router) logRelay(f *quicFlow) {
+	if r.alog == nil {
+		return
+	}
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	r.logBuf = r.alog.AppendRelay(r.logBuf[:0], &r.logClock, &accesslog.Relay{Start: f.opened, Client: f.client.Addr(),
+		QUIC: true, SNI: f.sni, Route: f.rt.Cfg.Domain, Upstream: f.ups.Addr, Up: f.bytesUp.Load(), Down: f.bytesDown.Load()})
+	r.alog.Write(r.logBuf)
 }
 
 // drop removes a flow from the tables and closes it.
