@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,6 +27,23 @@ func TestOneDecision(t *testing.T) {
 	a := newPKI(t, t.TempDir(), "a.test")
 	b := newPKI(t, t.TempDir(), "b.test")
 	up, hits := countingBackend(t)
+	// An upstream that takes requests and never answers: 504, whose log
+	// line names it (as nginx's $upstream_addr and $upstream_status) with
+	// no header time.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	logs := &syncBuffer{}
 	// shutdown_grace: quic-go's client may leave a connection open after
@@ -53,31 +72,38 @@ key = %[4]q
 domain = "a.test"
 path_prefix = "/api/"
 upstreams = [%[8]q]
-`+ktlsAuto, logPath, rootA, a.certFile, a.keyFile, rootB, b.certFile, b.keyFile, up.hostPort()), logs)
+[[reverse_proxy.routes]]
+domain = "a.test"
+path_prefix = "/silent/"
+upstreams = [%[9]q]
+response_timeout = "300ms"
+`+ktlsAuto, logPath, rootA, a.certFile, a.keyFile, rootB, b.certFile, b.keyFile, up.hostPort(), silent.Addr().String()), logs)
 
 	type row struct {
 		sni, host, method, path string
 		status                  int
 		site, body              string // body "" when not checked
 		upstream                bool   // the upstream answers it
+		silent                  bool   // the silent upstream times out on it
 	}
 	rows := []row{
-		{"a.test", "a.test", "GET", "/f.txt", 200, "a.test", "file-a", false},
-		{"a.test", "A.TEST.", "GET", "/f.txt", 200, "a.test", "file-a", false},
-		{"b.test", "b.test", "GET", "/f.txt", 200, "b.test", "file-b", false},
-		{"a.test", "b.test", "GET", "/f.txt", 421, "b.test", "", false},
-		{"a.test", "a.test", "POST", "/f.txt", 405, "a.test", "", false},
-		{"a.test", "b.test", "POST", "/f.txt", 421, "b.test", "", false},
-		{"a.test", "nothing.test", "GET", "/f.txt", 421, "a.test", "", false},
-		{"a.test", "a.test", "GET", "/nope", 404, "a.test", "", false},
-		{"a.test", "a.test", "GET", "/api/x", 200, "a.test", "upstream a.test /api/x", true},
-		{"a.test", "a.test", "DELETE", "/api/x", 200, "a.test", "upstream a.test /api/x", true},
-		{"b.test", "a.test", "GET", "/api/y", 421, "a.test", "", false},
-		{"a.test", "a.test", "GET", "/api/%2e%2e/z", 400, "a.test", "", false},
-		{"a.test", "a.test", "TRACE", "/api/x", 405, "a.test", "", false},
-		{"a.test", "a.test", "GET", "/ap%69/x", 200, "a.test", "upstream a.test /api/x", true},
-		{"a.test", "a.test", "GET", "//api/x", 200, "a.test", "upstream a.test //api/x", true},
-		{"a.test", "a.test", "GET", "/api/%u002e", 400, "a.test", "", false},
+		{"a.test", "a.test", "GET", "/f.txt", 200, "a.test", "file-a", false, false},
+		{"a.test", "A.TEST.", "GET", "/f.txt", 200, "a.test", "file-a", false, false},
+		{"b.test", "b.test", "GET", "/f.txt", 200, "b.test", "file-b", false, false},
+		{"a.test", "b.test", "GET", "/f.txt", 421, "b.test", "", false, false},
+		{"a.test", "a.test", "POST", "/f.txt", 405, "a.test", "", false, false},
+		{"a.test", "b.test", "POST", "/f.txt", 421, "b.test", "", false, false},
+		{"a.test", "nothing.test", "GET", "/f.txt", 421, "a.test", "", false, false},
+		{"a.test", "a.test", "GET", "/nope", 404, "a.test", "", false, false},
+		{"a.test", "a.test", "GET", "/api/x", 200, "a.test", "upstream a.test /api/x", true, false},
+		{"a.test", "a.test", "DELETE", "/api/x", 200, "a.test", "upstream a.test /api/x", true, false},
+		{"b.test", "a.test", "GET", "/api/y", 421, "a.test", "", false, false},
+		{"a.test", "a.test", "GET", "/api/%2e%2e/z", 400, "a.test", "", false, false},
+		{"a.test", "a.test", "TRACE", "/api/x", 405, "a.test", "", false, false},
+		{"a.test", "a.test", "GET", "/ap%69/x", 200, "a.test", "upstream a.test /api/x", true, false},
+		{"a.test", "a.test", "GET", "//api/x", 200, "a.test", "upstream a.test //api/x", true, false},
+		{"a.test", "a.test", "GET", "/api/%u002e", 400, "a.test", "", false, false},
+		{"a.test", "a.test", "GET", "/silent/x", 504, "a.test", "", false, true},
 	}
 	pool := map[string]*testPKI{"a.test": a, "b.test": b}
 	protos := []string{"h1", "h2", "h3"}
@@ -147,6 +173,9 @@ upstreams = [%[8]q]
 			want := line{Site: r.site, Method: r.method, Path: fmt.Sprintf("%s?%s", r.path, tag), Status: r.status, Protocol: l.Protocol}
 			if r.upstream {
 				want.Upstream, want.UpstreamStatus, want.Timed = up.hostPort(), r.status, true
+			}
+			if r.silent {
+				want.Upstream, want.UpstreamStatus = silent.Addr().String(), r.status
 			}
 			if !ok || l != want {
 				t.Errorf("%s row %d %+v: access log %+v, want %+v", proto, i, r, l, want)

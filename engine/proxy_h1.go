@@ -208,8 +208,11 @@ func (cl *h1Client) End(trailers []byte) {
 
 func (cl *h1Client) ReqTrailers() []byte { return cl.reqBody.Trailers() }
 
-func (cl *h1Client) Fail(status int) {
+func (cl *h1Client) Fail(status int, up proxy.UpstreamHead) {
 	st := cl.st
+	if up.Addr.IsValid() {
+		st.rec.SetUpstream(up.Addr, status, up.Time)
+	}
 	if st.proxy != nil && !st.proxy.BodySent() {
 		st.closeAfter = true // the rest of the request body will not be read
 	}

@@ -203,11 +203,14 @@ func (cl *h2Client) take(out interface{ Write([]byte) }, hdr []byte, off int64, 
 	return true
 }
 
-func (cl *h2Client) Fail(status int) {
+func (cl *h2Client) Fail(status int, up proxy.UpstreamHead) {
 	hc, hs := cl.hc, cl.hs
 	cl.detach()
 	if cl.gone || hc.c.Closed() {
 		return
+	}
+	if up.Addr.IsValid() {
+		hs.rec.SetUpstream(up.Addr, status, up.Time)
 	}
 	hs.proxy = nil
 	files.ErrorResponse(&hs.files.Resp, status)

@@ -209,6 +209,9 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 			}
 			return status, 0
 		case h3Fail:
+			if ev.up.Addr.IsValid() {
+				rec.SetUpstream(ev.up.Addr, ev.status, ev.up.Time)
+			}
 			return ev.status, writeH3Error(w, ev.status)
 		case h3Abort:
 			if body != nil {
@@ -406,7 +409,10 @@ func (cl *h3Client) End(trailers []byte) {
 }
 
 func (cl *h3Client) ReqTrailers() []byte { return cl.inTrailers }
-func (cl *h3Client) Fail(status int)     { cl.ex = nil; cl.send(h3Event{kind: h3Fail, status: status}) }
+func (cl *h3Client) Fail(status int, up proxy.UpstreamHead) {
+	cl.ex = nil
+	cl.send(h3Event{kind: h3Fail, status: status, up: up})
+}
 func (cl *h3Client) Abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
 func (cl *h3Client) Wake()               { cl.flush() }
 func (cl *h3Client) Finished()           { cl.ex = nil }

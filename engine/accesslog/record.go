@@ -102,7 +102,9 @@ func (r *Record) Headers(referer []byte, hasReferer bool, agent []byte, hasAgent
 func (r *Record) SetSite(site int, name string) { r.site, r.name = site, name }
 
 // SetUpstream notes the upstream that answered a proxied request: its
-// address, its status and how long its response head took.
+// address, its status and how long its response head took; or, for a
+// request the engine answered with 502 or 504, the upstream it last
+// tried, that status, and a negative headerTime (logged as null).
 func (r *Record) SetUpstream(addr netip.AddrPort, status int, headerTime time.Duration) {
 	r.upAddr, r.upStatus, r.upTime = addr, status, headerTime
 }
@@ -253,7 +255,11 @@ func (r *Record) appendJSON(b []byte, clk *Clock, sent int64, dur time.Duration,
 		b = append(b, `","upstream_status":`...)
 		b = strconv.AppendInt(b, int64(r.upStatus), 10)
 		b = append(b, `,"upstream_header_time":`...)
-		b = appendSeconds(b, r.upTime)
+		if r.upTime < 0 {
+			b = append(b, "null"...)
+		} else {
+			b = appendSeconds(b, r.upTime)
+		}
 	} else {
 		b = append(b, `null,"upstream_status":null,"upstream_header_time":null`...)
 	}

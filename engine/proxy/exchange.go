@@ -40,8 +40,10 @@ type Client interface {
 	// ReqTrailers are the request body's trailer lines, once PullBody
 	// said it was done.
 	ReqTrailers() []byte
-	// Fail answers with an error status before any head went out.
-	Fail(status int)
+	// Fail answers with an error status before any head went out. up
+	// names the upstream last tried, with Time -1 (no head came); its
+	// Addr is the zero value when none was.
+	Fail(status int, up UpstreamHead)
 	// Abort resets the response: the client must not take it for whole.
 	Abort()
 	// Wake has the client's driver send what was queued and run again.
@@ -53,7 +55,10 @@ type Client interface {
 // UpstreamHead is what the access log says of the upstream that
 // answered: its address, and how long its response head took from the
 // exchange's start (waiting for a connection, connecting and sending
-// included), as nginx's $upstream_addr and $upstream_header_time.
+// included), as nginx's $upstream_addr and $upstream_header_time. On a
+// failure (502, 504) it is the upstream last tried, with Time -1: as
+// nginx, the log names the address and the status the engine answered,
+// and no header time.
 type UpstreamHead struct {
 	Addr netip.AddrPort
 	Time time.Duration
@@ -83,9 +88,10 @@ type Exchange struct {
 	headSent    bool
 	reqDone     bool
 	retried     bool
-	waitSince   int64 // unix ns: waiting for a connection (max_conns); 0 when not
-	waitingResp bool  // the response deadline is set
-	awaitClient bool  // the request body waits for the client (its deadline runs on the upstream connection)
+	tried       netip.AddrPort // the upstream last given to the exchange, for the access log of a failure
+	waitSince   int64          // unix ns: waiting for a connection (max_conns); 0 when not
+	waitingResp bool           // the response deadline is set
+	awaitClient bool           // the request body waits for the client (its deadline runs on the upstream connection)
 
 	resp     h1.Response
 	respHead bool // the client has the response head
@@ -242,6 +248,7 @@ func (ex *Exchange) connect(fresh bool) bool {
 // connections (fair).
 func (ex *Exchange) holdUp(uc *upConn) {
 	ex.up = uc
+	ex.tried = uc.up.Addr
 	uc.up.Active.Add(1)
 	ex.l.byIP[ex.peer.Addr()]++
 }
@@ -629,7 +636,7 @@ func (ex *Exchange) Fail(status int, cause string, err error) {
 	} else {
 		l.lim.Note("proxy: "+cause, args...)
 	}
-	ex.cl.Fail(status)
+	ex.cl.Fail(status, UpstreamHead{Addr: ex.tried, Time: -1})
 	ex.cl.Wake()
 }
 
@@ -700,7 +707,7 @@ func (drainClient) Room() bool                                                { 
 func (drainClient) Body([]byte)                                               {}
 func (drainClient) End([]byte)                                                {}
 func (drainClient) ReqTrailers() []byte                                       { return nil }
-func (drainClient) Fail(int)                                                  {}
+func (drainClient) Fail(int, UpstreamHead)                                    {}
 func (drainClient) Abort()                                                    {}
 func (drainClient) Wake()                                                     {}
 func (drainClient) Finished()                                                 {}
