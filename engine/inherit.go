@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -20,11 +18,14 @@ import (
 // them: those its predecessor handed over (a reload, or a binary
 // upgrade's new process) or systemd's (socket activation). Each has a
 // name, as systemd's FileDescriptorName gives it: "listen" (the TCP
-// listener, one per worker, and the UDP socket of HTTP/3 or QUIC
-// passthrough), "redirect_http", "admin", and "steering" (the eBPF
-// program and its two maps). A socket systemd passes without one of these
-// names is matched by its address instead. New takes what its
-// configuration listens on and closes the rest, naming them in the log.
+// listener, one per worker; and the UDP socket of HTTP/3 or QUIC
+// passthrough where no program steers QUIC), "redirect_http", "admin",
+// "steering" (the eBPF program spreading TCP connections by CPU, and its
+// two maps) and "quic-steering" (the one steering QUIC by generation,
+// and its maps: the successor opens a UDP socket of its own). A socket
+// systemd passes without one of these names is matched by its address
+// instead. NewFrom takes what its configuration listens on and closes
+// the rest, naming them in the log.
 type Sockets struct {
 	files []*os.File
 }
@@ -57,8 +58,8 @@ func SocketsFromEnv() *Sockets {
 	return &Sockets{files: fs}
 }
 
-// Files returns the sockets in order, for a new process's ExtraFiles,
-// and their names for LISTEN_FDNAMES.
+// Files returns the sockets in order, as a new process gets them from
+// descriptor 3 on, and their names for LISTEN_FDNAMES.
 func (s *Sockets) Files() ([]*os.File, string) {
 	names := make([]string, len(s.files))
 	for i, f := range s.files {
@@ -241,20 +242,4 @@ func adoptSteering(fs []*os.File, sockets, workers int, log *slog.Logger) *reuse
 		return nil
 	}
 	return st
-}
-
-// errNoSockets is Handover's answer for a server that has stopped.
-var errNoSockets = errors.New("engine: handover: the listening sockets are closed")
-
-// describe lists the sockets by name and address, for a log line.
-func (s *Sockets) describe() string {
-	var b strings.Builder
-	for i, f := range s.files {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		a, _ := localAddrOf(f)
-		fmt.Fprintf(&b, "%s=%s", f.Name(), a)
-	}
-	return b.String()
 }
