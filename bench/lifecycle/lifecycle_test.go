@@ -1,10 +1,11 @@
+//go:build linux
+
 package main
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"time"
@@ -22,9 +23,6 @@ import (
 // old one serving on, and each old process must drain and exit. Speed is
 // not judged here (bench/lifecycle's main reports it).
 func TestReloadsAndUpgrades(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("binary upgrade and the QUIC steering are Linux-only")
-	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "engine")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/engine").CombinedOutput(); err != nil {

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command lifecycle measures what clients see while a server reloads its
 // configuration and upgrades its binary: small requests on keep-alive
 // connections over HTTP/1.1, HTTP/2 and HTTP/3, and big downloads in
