@@ -177,17 +177,16 @@ func (s *Server) udpSocket() (*net.UDPConn, error) {
 		if err == nil {
 			var cur uint8
 			if cur, err = steer.Current(); err == nil {
-				if c, err := s.joinQUIC(steer, cur+1, addr); err == nil {
+				var c *net.UDPConn
+				if c, err = s.joinQUIC(steer, cur+1, addr); err == nil {
 					return c, nil
-				} else {
-					s.log.Warn("HTTP/3: could not join the predecessor's QUIC socket group; sharing its socket", "err", err)
 				}
 			}
 			steer.Close()
 		}
-		if err != nil {
-			s.log.Warn("HTTP/3: the predecessor's QUIC steering could not be adopted; sharing its socket", "err", err)
-		}
+		// The predecessor listened elsewhere (a reload that changed the
+		// address), or its group cannot be joined: bind as at a start.
+		s.log.Info("HTTP/3: not joining the predecessor's QUIC socket group; binding a group of its own", "addr", addr, "reason", err)
 	}
 	if fs := s.in.take("listen", addr, syscall.SOCK_DGRAM); len(fs) > 0 {
 		for _, f := range fs[1:] {

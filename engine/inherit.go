@@ -131,7 +131,10 @@ func (s *Sockets) take(name, addr string, typ int) []*os.File {
 			continue
 		}
 		switch {
-		case f.Name() == name:
+		case f.Name() == name && sameAddr(f, addr):
+			// A reload that changes the address binds the new one; the
+			// socket handed over closes (leftOver) as its old
+			// generation drains.
 			named = append(named, i)
 		case !ownName(f.Name()) && sameAddr(f, addr):
 			byAddr = append(byAddr, i)
@@ -188,14 +191,15 @@ func ownName(name string) bool {
 }
 
 // sameAddr reports whether f is bound to addr (host:port; an empty host
-// or a wildcard matches a socket bound to the wildcard).
+// or a wildcard matches a socket bound to the wildcard, and port 0, "any
+// port", matches every port).
 func sameAddr(f *os.File, addr string) bool {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
 	got, err := localAddrOf(f)
-	if err != nil || strconv.Itoa(int(got.Port())) != port {
+	if err != nil || port != "0" && port != "" && strconv.Itoa(int(got.Port())) != port {
 		return false
 	}
 	switch host {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,10 +31,11 @@ func TestServiceReload(t *testing.T) {
 	writeFile(t, filepath.Join(b, "x.txt"), "B")
 	_, sum := linkBig(t, a, "big.bin")
 	dir := t.TempDir()
+	listen := "127.0.0.1:0"
 	parse := func(root string, workers int) *config.Config {
 		t.Helper()
 		cfg, err := config.Parse("engine.toml", dir, []byte(fmt.Sprintf(
-			"listen = \"127.0.0.1:0\"\nworkers = %d\nroot = %q\n[admin]\nlisten = \"127.0.0.1:0\"\n", workers, root)))
+			"listen = %q\nworkers = %d\nroot = %q\n[admin]\nlisten = \"127.0.0.1:0\"\n", listen, workers, root)))
 		if err == nil {
 			err = cfg.Validate()
 		}
@@ -126,5 +128,34 @@ func TestServiceReload(t *testing.T) {
 	}
 	if got := get("/x.txt"); got != "A" {
 		t.Errorf("after the second reload: %q, want A", got)
+	}
+
+	// A listen address that changes is bound anew; the old one stops
+	// taking connections.
+	old := addr
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen = l.Addr().String()
+	l.Close()
+	if err := svc.Reload(parse(b, 2)); err != nil {
+		t.Fatalf("Reload to a new address: %v", err)
+	}
+	addr = listen
+	if got := get("/x.txt"); got != "B" {
+		t.Errorf("on the new address: %q, want B", got)
+	}
+	if svc.Current().Addr() != listen {
+		t.Errorf("serving on %s, want %s", svc.Current().Addr(), listen)
+	}
+	if !waitFor(scale(10*time.Second), func() bool {
+		c, err := net.DialTimeout("tcp", old, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}) {
+		t.Errorf("the old address %s still takes connections", old)
 	}
 }
