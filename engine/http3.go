@@ -202,7 +202,9 @@ func (s *Server) udpSocket() (*net.UDPConn, error) {
 		return nil, err
 	}
 	steer, serr := reuseport.SteerQUIC(fd, 1)
-	c, err := udpConn(os.NewFile(uintptr(fd), "udp"))
+	f := os.NewFile(uintptr(fd), "udp")
+	c, err := udpConn(f)
+	f.Close() // c holds a duplicate
 	if err != nil {
 		if steer != nil {
 			steer.Close()
@@ -228,7 +230,9 @@ func (s *Server) joinQUIC(steer *reuseport.QUICSteering, gen uint8, addr string)
 		closeFd(fd)
 		return nil, err
 	}
-	c, err := udpConn(os.NewFile(uintptr(fd), "udp"))
+	f := os.NewFile(uintptr(fd), "udp")
+	c, err := udpConn(f)
+	f.Close() // c holds a duplicate; the map's entry follows the socket
 	if err != nil {
 		steer.Remove(gen)
 		return nil, err

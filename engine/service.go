@@ -40,6 +40,7 @@ type Service struct {
 	old     sync.WaitGroup // predecessors draining
 	done    chan error     // the current generation's Run ended on its own
 	upgrade chan struct{}  // closed when a new process took over
+	serving chan struct{}  // closed once the first generation serves
 }
 
 // generation is one Server and the context its Run serves under.
@@ -55,7 +56,7 @@ func NewService(srv *Server, log *slog.Logger) *Service {
 	if err != nil {
 		exe = os.Args[0]
 	}
-	return &Service{log: log, exe: exe, args: os.Args, done: make(chan error, 1), upgrade: make(chan struct{})}
+	return &Service{log: log, exe: exe, args: os.Args, done: make(chan error, 1), upgrade: make(chan struct{}), serving: make(chan struct{})}
 }
 
 // Current is the generation serving new connections now.
@@ -95,6 +96,7 @@ func (sv *Service) Run(ctx context.Context, srv *Server) error {
 		sv.writePid(srv.cfg)
 		notify("READY=1\nSTATUS=serving")
 		ready(sv.log)
+		close(sv.serving)
 	case err := <-first.ended:
 		if err == nil {
 			err = errors.New("engine: the server stopped before it served")
@@ -138,6 +140,9 @@ func (sv *Service) Run(ctx context.Context, srv *Server) error {
 // successor on the same sockets, and the running one drains. On an error
 // nothing changes.
 func (sv *Service) Reload(next *config.Config) error {
+	if err := sv.awaitServing("reload"); err != nil {
+		return err
+	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if sv.stopped {
@@ -177,6 +182,17 @@ func (sv *Service) Reload(next *config.Config) error {
 	return nil
 }
 
+// awaitServing waits until the first generation serves: a signal can
+// come before.
+func (sv *Service) awaitServing(what string) error {
+	select {
+	case <-sv.serving:
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("engine: %s: the server is not serving yet", what)
+	}
+}
+
 // retire ends g's accepting, returning once its successor takes every
 // new connection, and lets it drain in the background.
 func (sv *Service) retire(g *generation) {
@@ -199,6 +215,9 @@ func (sv *Service) retire(g *generation) {
 // not report serving within a minute), it is stopped and this one goes
 // on as before.
 func (sv *Service) Upgrade() error {
+	if err := sv.awaitServing("upgrade"); err != nil {
+		return err
+	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if sv.stopped {

@@ -159,3 +159,83 @@ func TestServiceReload(t *testing.T) {
 		t.Errorf("the old address %s still takes connections", old)
 	}
 }
+
+// TestReloadReleasesSockets: each reload of a server with HTTP/3 leaves
+// no descriptor behind once its predecessor has drained (ten reloads,
+// the process's open descriptors counted), and after the stop the TCP
+// and UDP ports are free to bind again, without SO_REUSEPORT.
+func TestReloadReleasesSockets(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "x.txt"), "x")
+	pki := newPKI(t, t.TempDir(), "r.test")
+	dir := t.TempDir()
+	parse := func() *config.Config {
+		t.Helper()
+		cfg, err := config.Parse("engine.toml", dir, []byte(fmt.Sprintf(
+			"listen = \"127.0.0.1:0\"\nworkers = 2\n%s[[sites]]\ndomain = \"r.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+			ktlsAuto, root, pki.certFile, pki.keyFile)))
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := engine.New(parse(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr()
+	svc := engine.NewService(srv, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, srv) }()
+	fds := func() int {
+		es, _ := os.ReadDir("/proc/self/fd")
+		return len(es)
+	}
+	if err := svc.Reload(parse()); err != nil {
+		t.Fatal(err)
+	}
+	settle := func() int {
+		// The predecessors drain in the background; a drained one has
+		// closed everything it held.
+		n := fds()
+		for range 50 {
+			time.Sleep(scale(100 * time.Millisecond))
+			if m := fds(); m == n {
+				return m
+			} else {
+				n = m
+			}
+		}
+		return n
+	}
+	before := settle()
+	for range 10 {
+		if err := svc.Reload(parse()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := settle(); after > before+2 {
+		t.Errorf("%d descriptors open after 10 more reloads, %d before", after, before)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(scale(30 * time.Second)):
+		t.Fatal("Run did not return")
+	}
+	if l, err := net.Listen("tcp", addr); err != nil {
+		t.Errorf("TCP %s after the stop: %v", addr, err)
+	} else {
+		l.Close()
+	}
+	if c, err := net.ListenPacket("udp", addr); err != nil {
+		t.Errorf("UDP %s after the stop: %v", addr, err)
+	} else {
+		c.Close()
+	}
+}
