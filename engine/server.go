@@ -438,6 +438,16 @@ func (s *Server) Run(ctx context.Context) error {
 				h3err <- nil
 				return
 			}
+			if s.handed.Load() && s.qsteer != nil {
+				// Handshakes that began here before the successor took
+				// new connections finish here (their packets are steered
+				// here by ID): closing the QUIC listener now would refuse
+				// them (CONNECTION_REFUSED). They get GOAWAY with the rest.
+				select {
+				case <-time.After(quicHandoverGrace):
+				case <-sctx.Done():
+				}
+			}
 			h3err <- s.h3.Shutdown(sctx)
 		}()
 		if s.redir != nil {
@@ -725,6 +735,10 @@ func (s *Server) Handover() (*Sockets, error) {
 	}
 	return out, nil
 }
+
+// quicHandoverGrace is how long a server that handed over keeps its QUIC
+// listener open for the handshakes already under way on it.
+const quicHandoverGrace = 2 * time.Second
 
 // stopAccepting ends this server's accepting once a successor holds its
 // sockets: the loops of both listeners stop watching theirs, and the

@@ -40,6 +40,7 @@ type Service struct {
 	old     sync.WaitGroup // predecessors draining
 	done    chan error     // the current generation's Run ended on its own
 	upgrade chan struct{}  // closed when a new process took over
+	seq     int64          // the last Outcome's sequence number (only the signal goroutine writes it)
 	serving chan struct{}  // closed once the first generation serves
 }
 
@@ -241,6 +242,30 @@ func (sv *Service) Upgrade() error {
 	cur.stopAccepting()
 	close(sv.upgrade)
 	return nil
+}
+
+// Outcome records what became of a reload or an upgrade in the status
+// file beside the pid file (pid_file + ".status"), where engine reload and
+// engine upgrade read it: a line "SEQ ok|failed reload|upgrade MESSAGE",
+// SEQ counting up from the process's start time in nanoseconds so that
+// a new process's lines sort after its predecessor's.
+func (sv *Service) Outcome(what string, err error) {
+	sv.mu.Lock()
+	cfg := sv.cur.srv.cfg
+	sv.mu.Unlock()
+	if cfg.PidFile == "" {
+		return
+	}
+	sv.seq = max(sv.seq+1, time.Now().UnixNano())
+	res, msg := "ok", "applied"
+	if err != nil {
+		res, msg = "failed", strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	line := fmt.Sprintf("%d %s %s %s\n", sv.seq, res, what, msg)
+	tmp := cfg.PidFile + ".status.tmp"
+	if err := os.WriteFile(tmp, []byte(line), 0o644); err == nil {
+		os.Rename(tmp, cfg.PidFile+".status")
+	}
 }
 
 // writePid writes the pid file, when the configuration names one.

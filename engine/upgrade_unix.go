@@ -51,7 +51,9 @@ func startSuccessor(exe string, args []string, socks *Sockets, wait time.Duratio
 		"LISTEN_FDNAMES="+names,
 		handoverFrom+"="+strconv.Itoa(os.Getpid()),
 		readyFDEnv+"="+strconv.Itoa(3+len(files)))
-	pid, err := syscall.ForkExec(exe, args, &syscall.ProcAttr{Env: env, Files: fds})
+	// A process group of its own: if it fails, everything it started
+	// goes with it, and nothing it started keeps the sockets.
+	pid, err := syscall.ForkExec(exe, args, &syscall.ProcAttr{Env: env, Files: fds, Sys: &syscall.SysProcAttr{Setpgid: true}})
 	w.Close()
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", exe, err)
@@ -64,16 +66,39 @@ func startSuccessor(exe string, args []string, socks *Sockets, wait time.Duratio
 		proc.Wait()
 		close(exited)
 	}()
-	r.SetReadDeadline(time.Now().Add(wait))
-	buf := make([]byte, 16)
-	n, err := io.ReadAtLeast(r, buf, len("ready\n"))
-	if err == nil && string(buf[:n]) == "ready\n" {
-		return pid, nil
+	// Ready when it says so; failed when it exits first (a process it
+	// started may hold the pipe open after it), or after wait.
+	said := make(chan bool, 1)
+	go func() {
+		r.SetReadDeadline(time.Now().Add(wait))
+		buf := make([]byte, 16)
+		n, err := io.ReadAtLeast(r, buf, len("ready\n"))
+		said <- err == nil && string(buf[:n]) == "ready\n"
+	}()
+	timedOut := false
+	select {
+	case ok := <-said:
+		if ok {
+			return pid, nil
+		}
+		timedOut = !processExited(exited)
+	case <-exited:
 	}
+	syscall.Kill(-pid, syscall.SIGKILL)
 	proc.Kill()
 	<-exited
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+	if timedOut {
 		return 0, fmt.Errorf("the new process (%s, pid %d) did not report serving within %s; stopped it", exe, pid, wait)
 	}
 	return 0, fmt.Errorf("the new process (%s, pid %d) exited before it served: its log says why", exe, pid)
+}
+
+// processExited reports whether exited is closed.
+func processExited(exited <-chan struct{}) bool {
+	select {
+	case <-exited:
+		return true
+	default:
+		return false
+	}
 }

@@ -161,3 +161,93 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return s.w.String()
 }
+
+// TestReloadAndUpgradeCommands runs engine reload and engine upgrade
+// against a running server found by its pid file: a reload it applies
+// exits 0, one it refuses (a change of workers) exits 1 with its reason;
+// an upgrade to a binary that is no engine (a script that leaves a
+// process behind and exits) exits 1 within seconds, the old process
+// serves on, and nothing the script started holds the port.
+func TestReloadAndUpgradeCommands(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "engine")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	os.Mkdir(filepath.Join(dir, "www"), 0o755)
+	os.WriteFile(filepath.Join(dir, "www", "x.txt"), []byte("x"), 0o644)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	conf := filepath.Join(dir, "engine.toml")
+	write := func(workers int) {
+		os.WriteFile(conf, []byte(fmt.Sprintf("listen = %q\nworkers = %d\nroot = \"www\"\npid_file = \"run/engine.pid\"\n", addr, workers)), 0o644)
+	}
+	write(2)
+	cmd := exec.Command(bin, "serve", "-c", conf)
+	logb := &syncWriter{w: &strings.Builder{}}
+	cmd.Stderr = logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pidFile := filepath.Join(dir, "run", "engine.pid")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(pidFile); strings.TrimSpace(string(b)) == fmt.Sprint(cmd.Process.Pid) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pid file:\n%s", logb.String())
+		}
+	}
+	control := func(args ...string) (int, string) {
+		var out, errb strings.Builder
+		code := run(args, &out, &errb)
+		return code, out.String() + errb.String()
+	}
+	if code, out := control("reload", "-c", conf); code != 0 || !strings.Contains(out, "reloaded") {
+		t.Errorf("engine reload = %d: %s", code, out)
+	}
+	write(3)
+	if code, out := control("reload", "-c", conf); code != 1 || !strings.Contains(out, "workers changed") {
+		t.Errorf("engine reload of a changed workers = %d: %s", code, out)
+	}
+	write(2)
+
+	// Not an engine: a script that starts a process holding what it was
+	// passed, and exits.
+	script := "#!/bin/sh\nsleep 300 &\nexit 1\n"
+	os.WriteFile(bin+".new", []byte(script), 0o755)
+	if err := os.Rename(bin+".new", bin); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if code, out := control("upgrade", "-c", conf, "--wait", "30s"); code != 1 || !strings.Contains(out, "not upgraded") {
+		t.Errorf("engine upgrade to a script = %d: %s", code, out)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("engine upgrade took %s to report a new process that exited at once", d)
+	}
+	resp, err := http.Get("http://" + addr + "/x.txt")
+	if err != nil {
+		t.Fatalf("the old process after a failed upgrade: %v", err)
+	}
+	resp.Body.Close()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not stop")
+	}
+	// The port is free: nothing the script started kept the socket.
+	if l, err := net.Listen("tcp", addr); err != nil {
+		t.Errorf("after the stop, %s: %v (a process the failed upgrade started holds it)", addr, err)
+	} else {
+		l.Close()
+	}
+}

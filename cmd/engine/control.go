@@ -30,7 +30,7 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("c", defaultConfig, "the running server's config file (TOML)")
 	fs.StringVar(configPath, "config", defaultConfig, "the running server's config file (TOML)")
 	pidFile := fs.String("pid-file", "", "the running server's pid file (default: pid_file in the config, else its admin listener's /pid)")
-	wait := fs.Duration("wait", 75*time.Second, "upgrade: how long to wait for the new process to take over")
+	wait := fs.Duration("wait", 75*time.Second, "how long to wait for the server to say it reloaded, or for the new process to take over")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,6 +53,15 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine %s: %v\n", name, err)
 		return 1
 	}
+	// The server writes what became of the request beside its pid file.
+	statusFile := *pidFile
+	if statusFile == "" {
+		statusFile = cfg.PidFile
+	}
+	if statusFile != "" {
+		statusFile += ".status"
+	}
+	before := readStatus(statusFile)
 	sig := sigReload
 	if name == "upgrade" {
 		sig = sigUpgrade
@@ -61,20 +70,71 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine %s: signal the server (pid %d): %v\n", name, pid, err)
 		return 1
 	}
-	if name == "reload" {
-		fmt.Fprintf(stdout, "engine: configuration %s is valid; asked the server (pid %d) to reload it: its log says when new connections get it\n", cfg.File(), pid)
-		return 0
-	}
 	deadline := time.Now().Add(*wait)
+	if name == "reload" {
+		if statusFile == "" {
+			fmt.Fprintf(stdout, "engine: configuration %s is valid; asked the server (pid %d) to reload it (without a pid_file its outcome is only in its log)\n", cfg.File(), pid)
+			return 0
+		}
+		for time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			if st := readStatus(statusFile); st.seq > before.seq && st.what == "reload" {
+				if st.ok {
+					fmt.Fprintf(stdout, "engine: reloaded: new connections to pid %d get %s\n", pid, cfg.File())
+					return 0
+				}
+				fmt.Fprintf(stderr, "engine reload: the server (pid %d) refused it and serves on with its configuration: %s\n", pid, st.msg)
+				return 1
+			}
+		}
+		fmt.Fprintf(stderr, "engine reload: the server (pid %d) did not say within %s whether it reloaded; its log says\n", pid, *wait)
+		return 1
+	}
 	for time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 		if next, err := find(); err == nil && next != pid {
 			fmt.Fprintf(stdout, "engine: upgraded: pid %d serves; pid %d drains and exits\n", next, pid)
 			return 0
 		}
+		if st := readStatus(statusFile); st.seq > before.seq && st.what == "upgrade" && !st.ok {
+			fmt.Fprintf(stderr, "engine upgrade: not upgraded; pid %d goes on serving: %s\n", pid, st.msg)
+			return 1
+		}
 	}
 	fmt.Fprintf(stderr, "engine upgrade: no new process took over from pid %d within %s; the old one goes on serving (its log says why)\n", pid, *wait)
 	return 1
+}
+
+// status is a line of the server's status file (engine.Service.Outcome).
+type status struct {
+	seq  int64
+	ok   bool
+	what string // "reload" or "upgrade"
+	msg  string
+}
+
+// readStatus reads the status file; the zero status when there is none.
+func readStatus(path string) status {
+	if path == "" {
+		return status{}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return status{}
+	}
+	f := strings.SplitN(strings.TrimSpace(string(b)), " ", 4)
+	if len(f) < 3 {
+		return status{}
+	}
+	seq, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return status{}
+	}
+	st := status{seq: seq, ok: f[1] == "ok", what: f[2]}
+	if len(f) == 4 {
+		st.msg = f[3]
+	}
+	return st
 }
 
 // findServer reads the running server's process ID from pidFile, the

@@ -67,10 +67,12 @@ missing certificate does not change the exit status: serve obtains it).
 
 reload asks the running server (found by pid_file, or by its admin
 listener's /pid) to apply its configuration again (SIGHUP), after checking
-it: everything but the listening addresses' sockets and the number of
-workers, without dropping a request. upgrade starts the binary now at the
-server's path on its listening sockets (SIGUSR2), and waits until it
-serves; the old process drains within shutdown_grace and exits.
+it: all of it but the number of workers (a changed listen address is
+bound anew), without dropping a request; with pid_file it waits for the
+server's answer and exits 1 if it refused. upgrade starts the binary now
+at the server's path on its listening sockets (SIGUSR2), and waits until
+it serves (exit 0) or the server says it failed (exit 1); the old process
+drains within shutdown_grace and exits.
 
 precompress writes .br, .zst and .gz sidecars beside the compressible files
 of DIR for precompressed sites ("engine precompress --help" for the rules);
@@ -243,9 +245,20 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	svc := engine.NewService(srv, log)
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, sigReopenLogs, syscall.SIGHUP, sigUpgrade)
 	defer signal.Stop(sigs)
+	// Reloads and upgrades run one at a time on their own goroutine, so
+	// that signals are read (and logged) while one is under way: a
+	// signal for what is already queued joins it.
+	reloads, upgrades := make(chan struct{}, 1), make(chan struct{}, 1)
+	queue := func(c chan struct{}, name string) {
+		select {
+		case c <- struct{}{}:
+		default:
+			log.Info(name+": one is queued already; this one joins it", "signal", name)
+		}
+	}
 	go func() {
 		for sig := range sigs {
 			switch sig {
@@ -256,9 +269,19 @@ func serve(args []string, stdout, stderr io.Writer) int {
 					log.Info("access log reopened")
 				}
 			case syscall.SIGHUP:
-				// Everything but the listening sockets and the number
-				// of workers: a new server on the same sockets takes
-				// new connections, the running one drains.
+				queue(reloads, "SIGHUP")
+			case sigUpgrade:
+				queue(upgrades, "SIGUSR2")
+			}
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case <-reloads:
+				// Everything but the number of workers: a new server on
+				// the same sockets takes new connections, the running
+				// one drains.
 				next, err := load()
 				if err == nil {
 					err = svc.Reload(next)
@@ -266,9 +289,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 				if err != nil {
 					log.Error("SIGHUP: configuration not reloaded; the running one stays in use", "err", err)
 				}
-			case sigUpgrade:
-				if err := svc.Upgrade(); err != nil {
+				svc.Outcome("reload", err)
+			case <-upgrades:
+				err := svc.Upgrade()
+				if err != nil {
 					log.Error("SIGUSR2: binary not upgraded", "err", err)
+					svc.Outcome("upgrade", err)
 				}
 			}
 		}

@@ -54,6 +54,10 @@ func TestSteerQUIC(t *testing.T) {
 	long := func(typ, gen byte) []byte {
 		return append([]byte{0xc0 | typ<<4, 0, 0, 0, 1, 12, gen}, make([]byte, 40)...)
 	}
+	// A client's first Initial: its own 8-byte ID.
+	first := func(b0 byte) []byte {
+		return append([]byte{0xc0, 0, 0, 0, 1, 8, b0}, make([]byte, 40)...)
+	}
 	got := func() int {
 		t.Helper()
 		buf := make([]byte, 2048)
@@ -76,16 +80,27 @@ func TestSteerQUIC(t *testing.T) {
 		{"short, generation 1", 1, short(1), 1},
 		{"short, generation 2", 1, short(2), 2},
 		{"short, unknown generation", 1, short(9), 1},
-		{"Initial", 1, long(0, 2), 1},
+		{"a first Initial (the client's ID)", 1, first(2), 1},
+		{"a later Initial (generation 2's ID)", 1, long(0, 2), 2},
+		{"a later Initial (an unknown generation's ID)", 1, long(0, 9), 1},
 		{"0-RTT", 1, long(1, 2), 1},
 		{"Handshake, generation 2", 1, long(2, 2), 2},
-		{"Initial after SetCurrent(2)", 2, long(0, 1), 2},
+		{"a first Initial after SetCurrent(2)", 2, first(1), 2},
+		{"a later Initial of generation 1 after SetCurrent(2)", 2, long(0, 1), 1},
 		{"short, generation 1, after SetCurrent(2)", 2, short(1), 1},
 		{"short, unknown generation, after SetCurrent(2)", 2, short(77), 2},
 		{"too short for a header", 2, []byte{0x40}, 2},
 	} {
 		if err := st.SetCurrent(tt.cur); err != nil {
 			t.Fatal(err)
+		}
+		// What a failed case left queued does not count for the next.
+		for _, fd := range []int{fd1, fd2} {
+			for {
+				if _, _, err := unix.Recvfrom(fd, make([]byte, 2048), unix.MSG_DONTWAIT); err != nil {
+					break
+				}
+			}
 		}
 		// One client address throughout: the kernel's hash would send
 		// every datagram to the same socket.
