@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/mediaship/engine/clienthello"
@@ -22,17 +23,18 @@ type passConn struct {
 	sni      string
 	u        *reactor.Conn // the upstream connection; nil before the dial
 	up       *routing.Upstream
-	tried    int       // upstreams tried
-	header   int       // bytes of PROXY header sent before the client's
-	started  bool      // relaying
-	done     bool      // both directions ended: the closes are clean
-	counted  bool      // its bytes are in the counters
-	refused  bool      // answered with an alert and closing
-	moved    int64     // bytes relayed both ways at the last idle check
-	movedAt  int64     // loop time (unix ns) they last changed
-	relayIdx int       // index in the loop's relays
-	random   [32]byte  // its ClientHello's, while claimed (passthrough.Table.Claim)
-	opened   time.Time // accepted: its access log line's time
+	tried    int            // upstreams tried
+	lastUp   netip.AddrPort // the upstream last tried, for the access log line of a relay none took
+	header   int            // bytes of PROXY header sent before the client's
+	started  bool           // relaying
+	done     bool           // both directions ended: the closes are clean
+	counted  bool           // its bytes are in the counters
+	refused  bool           // answered with an alert and closing
+	moved    int64          // bytes relayed both ways at the last idle check
+	movedAt  int64          // loop time (unix ns) they last changed
+	relayIdx int            // index in the loop's relays
+	random   [32]byte       // its ClientHello's, while claimed (passthrough.Table.Claim)
+	opened   time.Time      // accepted: its access log line's time
 	claimed  bool
 }
 
@@ -132,6 +134,7 @@ func (pc *passConn) dial() {
 		if u == nil {
 			break
 		}
+		pc.lastUp = u.Addr
 		uc, err := h.lc.loop.Dial(u.Addr, r.Cfg.ConnectTimeout.D(), passUp{h})
 		if err != nil {
 			pc.upFailed(u, err)
@@ -142,6 +145,13 @@ func (pc *passConn) dial() {
 		u.Active.Add(1)
 		return
 	}
+	// Logged as nginx's stream module logs it: status 502, nothing
+	// relayed, the upstream last tried (none when every one was backing
+	// off).
+	lc := h.lc
+	lc.logBuf = lc.srv.alog.AppendRelay(lc.logBuf, &lc.logClock, &accesslog.Relay{Start: pc.opened, Client: pc.c.Peer().Addr(),
+		SNI: pc.sni, Route: r.Cfg.Domain, Upstream: pc.lastUp, Status: 502})
+	lc.batchLog()
 	pc.refuse(passthrough.ReasonUpstream, ktls.AlertInternalError, "no upstream could be connected")
 }
 

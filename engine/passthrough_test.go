@@ -965,6 +965,7 @@ func TestPassthroughAccessLog(t *testing.T) {
 			}
 			var l struct {
 				Client, Relay, SNI, Route, Upstream string
+				Status                              int
 				Up                                  int64   `json:"bytes_up"`
 				Down                                int64   `json:"bytes_down"`
 				Duration                            float64 `json:"duration"`
@@ -972,12 +973,39 @@ func TestPassthroughAccessLog(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &l); err != nil {
 				t.Fatalf("json relay line %q: %v", line, err)
 			}
-			if l.Client != "127.0.0.1" || l.Relay != "tcp" || l.SNI != "a.test" || l.Route != "a.test" || l.Upstream != a.addr ||
+			if l.Client != "127.0.0.1" || l.Relay != "tcp" || l.Status != 200 || l.SNI != "a.test" || l.Route != "a.test" || l.Upstream != a.addr ||
 				l.Up < int64(len(msg)) || l.Down == 0 || l.Duration <= 0 {
 				t.Errorf("json relay line %q", line)
 			}
 		})
 	}
+	// A connection no upstream took gets its line too, status 502, naming
+	// the upstream tried, as nginx's stream module logs it.
+	t.Run("unreachable", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := l.Addr().String()
+		l.Close()
+		logPath := filepath.Join(t.TempDir(), "access.log")
+		ts := start(t, passthroughConfig(fmt.Sprintf("access_log = %q\naccess_log_format = \"json\"\n", logPath), "a.test", dead))
+		if _, _, err := passRoundTrip(ts.addr, "a.test", &tls.Config{InsecureSkipVerify: true}, nil, []byte("x")); err == nil {
+			t.Fatal("a relay to a closed port succeeded")
+		}
+		ts.stop()
+		b, _ := os.ReadFile(logPath)
+		var l2 struct {
+			Relay, SNI, Upstream string
+			Status               int
+			Up                   int64 `json:"bytes_up"`
+		}
+		line := strings.TrimSpace(string(b))
+		if err := json.Unmarshal([]byte(line), &l2); err != nil || l2.Relay != "tcp" || l2.Status != 502 || l2.SNI != "a.test" || l2.Upstream != dead || l2.Up != 0 {
+			t.Errorf("relay line for an unreachable upstream %q (%v)", line, err)
+		}
+	})
+
 	// A QUIC flow gets its line as it ends (here at the stop), with the
 	// datagram bytes each way.
 	t.Run("quic", func(t *testing.T) {
