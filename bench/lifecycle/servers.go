@@ -423,6 +423,11 @@ func (n *nginxServer) write(gen int) error {
 worker_processes 2;
 pid %s;
 error_log %s/nginx-error.log warn;
+# Without it an old worker lives as long as a client keeps its HTTP/2
+# connection busy (it is never idle, so never closed), and a binary
+# upgrade's old master never exits; the engine's GOAWAY moves such
+# clients on. 10 s: the engine's drains here take 2 to 6 s.
+worker_shutdown_timeout 10s;
 events { worker_connections 4096; }
 http {
     access_log off;
