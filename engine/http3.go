@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -80,6 +81,7 @@ func (s *Server) listenH3() error {
 		wrap = func(udp *net.UDPConn) net.PacketConn {
 			s.quic = passthrough.NewRouter(s.pass, udp, ids, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 			s.quic.SetAccessLog(s.alog)
+			s.steerRelays()
 			return s.quic.PacketConn()
 		}
 	}
@@ -155,7 +157,41 @@ func (s *Server) listenQUICPass() error {
 	s.quicUDP = udp
 	s.quic = passthrough.NewRouter(s.pass, udp, nil, s.cfg.Limits.MaxConnections, s.helloWait(), s.log)
 	s.quic.SetAccessLog(s.alog)
+	s.steerRelays()
 	return nil
+}
+
+// steerRelays has the QUIC steering keep each relayed flow's client
+// address on this generation (reuseport.QUICSteering.HoldRelay), so that
+// its flows finish here across a reload or upgrade; and a server that
+// handed over waits for them (relaysDone) within shutdown_grace.
+func (s *Server) steerRelays() {
+	if s.qsteer == nil {
+		return
+	}
+	st, gen := s.qsteer, s.quicGen
+	s.quic.SetSteering(func(a netip.AddrPort) {
+		if err := st.HoldRelay(a, gen); err != nil {
+			s.log.Warn("QUIC passthrough: the kernel's steering could not keep a relayed client here; a reload may cut its flow", "client", a, "err", err)
+		}
+	}, st.DropRelay)
+}
+
+// relaysDone waits until the QUIC relays of a server that handed over
+// have ended, or ctx does.
+func (s *Server) relaysDone(ctx context.Context) {
+	if s.quic == nil || !s.handed.Load() {
+		return
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for s.quic.Flows() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // udpSocket is the UDP socket of the engine's QUIC (HTTP/3, QUIC

@@ -413,6 +413,6 @@ func (cl *h3Client) Fail(status int, up proxy.UpstreamHead) {
 	cl.ex = nil
 	cl.send(h3Event{kind: h3Fail, status: status, up: up})
 }
-func (cl *h3Client) Abort()              { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
-func (cl *h3Client) Wake()               { cl.flush() }
-func (cl *h3Client) Finished()           { cl.ex = nil }
+func (cl *h3Client) Abort()    { cl.ex = nil; cl.send(h3Event{kind: h3Abort}) }
+func (cl *h3Client) Wake()     { cl.flush() }
+func (cl *h3Client) Finished() { cl.ex = nil }

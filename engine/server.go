@@ -448,6 +448,7 @@ func (s *Server) Run(ctx context.Context) error {
 				case <-sctx.Done():
 				}
 			}
+			s.h3.OnDrained(s.relaysDone)
 			h3err <- s.h3.Shutdown(sctx)
 		}()
 		if s.redir != nil {
@@ -456,6 +457,9 @@ func (s *Server) Run(ctx context.Context) error {
 		serr := s.group.Shutdown(sctx)
 		if herr := <-h3err; serr == nil {
 			serr = herr
+		}
+		if s.h3 == nil {
+			s.relaysDone(sctx) // QUIC passthrough on a socket of its own
 		}
 		if errors.Is(serr, context.DeadlineExceeded) {
 			s.log.Warn("grace period over; closed the remaining connections")

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -237,5 +238,75 @@ func TestReloadReleasesSockets(t *testing.T) {
 		t.Errorf("UDP %s after the stop: %v", addr, err)
 	} else {
 		c.Close()
+	}
+}
+
+// TestQUICRelayAcrossReload: a QUIC passthrough flow relaying a download
+// when the configuration is reloaded goes on in the old generation (the
+// kernel's steering keeps its client's datagrams there) and arrives byte
+// for byte; the old generation waits for it within shutdown_grace.
+func TestQUICRelayAcrossReload(t *testing.T) {
+	origin, pki := startH3Origin(t, "a.test")
+	dir := t.TempDir()
+	parse := func(idle string) *config.Config {
+		t.Helper()
+		text := "listen = \"127.0.0.1:0\"\n" + strings.Replace(passthroughConfig(fmt.Sprintf("[limits]\nidle_timeout = %q\n", idle), "a.test", origin),
+			`shutdown_grace = "2s"`, `shutdown_grace = "30s"`, 1) +
+			"idle_timeout = \"2s\"\n" // the route's: the old generation waits for its flow until then
+		cfg, err := config.Parse("engine.toml", dir, []byte(text))
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := engine.New(parse("60s"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr()
+	svc := engine.NewService(srv, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, srv) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	c := quicPassClient(t, addr, pki.pool)
+	resp, err := c.Get("https://a.test:" + portOf(addr) + "/bytes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	want := sha256.New()
+	io.Copy(want, io.LimitReader(&pattern{}, h3OriginBytes))
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var n int64
+	reloaded := false
+	for {
+		m, err := resp.Body.Read(buf)
+		h.Write(buf[:m])
+		n += int64(m)
+		if !reloaded && n >= 4<<20 {
+			reloaded = true
+			if err := svc.Reload(parse("61s")); err != nil {
+				t.Fatalf("Reload: %v", err)
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("after %d bytes: %v", n, err)
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !reloaded || n != h3OriginBytes || !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+		t.Errorf("reloaded %v; %d bytes through the relay, digest match %v", reloaded, n, bytes.Equal(h.Sum(nil), want.Sum(nil)))
 	}
 }

@@ -97,15 +97,16 @@ type Config struct {
 // serving requests with quic-go's http3 server.
 type Server struct {
 	// Immutable after Listen.
-	cfg   Config
-	log   *slog.Logger
-	udp   *net.UDPConn
-	tr    *quic.Transport
-	ln    listener
-	hs    *http3.Server
-	bufRx int // socket buffer sizes obtained
-	bufTx int
-	raw   *rawConns // with WebTransport: the connections served raw
+	cfg     Config
+	log     *slog.Logger
+	udp     *net.UDPConn
+	tr      *quic.Transport
+	ln      listener
+	hs      *http3.Server
+	bufRx   int // socket buffer sizes obtained
+	bufTx   int
+	raw     *rawConns                 // with WebTransport: the connections served raw
+	drained func(ctx context.Context) // OnDrained; nil without
 
 	active atomic.Int64 // connections open now: added to by Accept, taken from as each ends; read by ConnContext
 	stats  counters
@@ -354,10 +355,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.ln.Close() // no new connections; those open continue
 		err = s.hs.Shutdown(ctx)
 	}
+	if s.drained != nil {
+		s.drained(ctx)
+	}
 	s.tr.Close()
 	s.udp.Close() // the Transport closes only a socket it made itself
 	return err
 }
+
+// OnDrained has Shutdown call wait once the server's own connections are
+// done and before it closes the socket: what else reads the socket
+// through Config.Wrap (QUIC passthrough's relays) finishes there.
+func (s *Server) OnDrained(wait func(ctx context.Context)) { s.drained = wait }
 
 // Close closes every connection and the socket at once.
 func (s *Server) Close() error {

@@ -11,9 +11,9 @@ import (
 type Relay struct {
 	Start    time.Time // the connection was accepted
 	Client   netip.Addr
-	QUIC     bool   // a QUIC flow (UDP), not a TCP connection
-	SNI      string // the server name it named; "" for none
-	Route    string // the route's domain
+	QUIC     bool           // a QUIC flow (UDP), not a TCP connection
+	SNI      string         // the server name it named; "" for none
+	Route    string         // the route's domain
 	Upstream netip.AddrPort // the zero value when none was tried
 	Up, Down int64          // bytes from the client to the upstream, and back
 	// Status is nginx stream's $status: 200 (0 here) for a relay that

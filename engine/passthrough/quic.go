@@ -79,7 +79,9 @@ type Router struct {
 	helloWait time.Duration     // bounds the gathering of one ClientHello
 	now       func() time.Time  // the clock of every time the router keeps (time.Now; tests move theirs by hand)
 	stop      chan struct{}
-	alog      *accesslog.Log // a line per flow as it ends; nil for none (SetAccessLog)
+	alog      *accesslog.Log       // a line per flow as it ends; nil for none (SetAccessLog)
+	hold      func(netip.AddrPort) // SetSteering; nil without it
+	unhold    func(netip.AddrPort)
 
 	logMu    sync.Mutex // guards logClock and logBuf: flows end on several goroutines
 	logClock accesslog.Clock
@@ -382,6 +384,9 @@ func (r *Router) route(d []byte, from netip.AddrPort) (own bool) {
 	if cl == nil {
 		cl = &quicClient{}
 		r.clients[from] = cl
+		if r.hold != nil {
+			r.hold(from)
+		}
 	}
 	cl.flows = append(cl.flows, f)
 	r.flows++
@@ -455,8 +460,29 @@ func (r *Router) unlink(f *quicFlow) {
 	cl.flows = slices.DeleteFunc(cl.flows, func(g *quicFlow) bool { return g == f })
 	r.flows -= n - len(cl.flows)
 	if len(cl.flows) == 0 {
-		delete(r.clients, f.client)
+		r.forget(f.client)
 	}
+}
+
+// forget removes a client address without flows. Called with mu held.
+func (r *Router) forget(client netip.AddrPort) {
+	delete(r.clients, client)
+	if r.unhold != nil {
+		r.unhold(client)
+	}
+}
+
+// SetSteering has the router tell the kernel's QUIC steering which client
+// addresses it relays flows for (hold when an address gets its first
+// flow, drop when its last ends), so that a successor generation leaves
+// their datagrams here. Call it before Run.
+func (r *Router) SetSteering(hold, unhold func(netip.AddrPort)) { r.hold, r.unhold = hold, unhold }
+
+// Flows is the number of flows open.
+func (r *Router) Flows() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.flows
 }
 
 // release hands the datagrams of a hello no route takes to the engine's
@@ -687,7 +713,7 @@ func (r *Router) expire(now time.Time) {
 		clear(cl.flows[len(kept):])
 		cl.flows = kept
 		if len(kept) == 0 {
-			delete(r.clients, addr)
+			r.forget(addr)
 		}
 	}
 	r.flows -= len(dead)
@@ -743,8 +769,11 @@ func (r *Router) Close() {
 	r.closed = true
 	close(r.stop)
 	var all []*quicFlow
-	for _, cl := range r.clients {
+	for addr, cl := range r.clients {
 		all = append(all, cl.flows...)
+		if r.unhold != nil {
+			r.unhold(addr)
+		}
 	}
 	r.clients = map[netip.AddrPort]*quicClient{}
 	r.mu.Unlock()

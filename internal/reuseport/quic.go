@@ -1,6 +1,9 @@
 package reuseport
 
-import "os"
+import (
+	"net/netip"
+	"os"
+)
 
 // QUICSteering spreads the datagrams arriving at one UDP port over a
 // SO_REUSEPORT group of sockets, one per generation of the engine's QUIC
@@ -40,6 +43,17 @@ func (s *QUICSteering) SetCurrent(gen uint8) error { return s.objs.setCurrent(ge
 
 // Current is the generation new connections go to.
 func (s *QUICSteering) Current() (uint8, error) { return s.objs.current() }
+
+// HoldRelay sends client's datagrams to generation gen, before any
+// connection ID is looked at: a relayed (passthrough) flow's IDs are its
+// upstream's, which name no generation, so its client's address keeps
+// it where it is relayed. DropRelay forgets it when its last flow ends.
+func (s *QUICSteering) HoldRelay(client netip.AddrPort, gen uint8) error {
+	return s.objs.holdRelay(client, gen)
+}
+
+// DropRelay forgets client's relayed flows (HoldRelay).
+func (s *QUICSteering) DropRelay(client netip.AddrPort) { s.objs.dropRelay(client) }
 
 // Remove forgets generation gen's socket (closing the socket does too).
 func (s *QUICSteering) Remove(gen uint8) { s.objs.remove(gen) }

@@ -14,15 +14,18 @@ import (
 )
 
 type quicObjects struct {
-	prog       *ebpf.Program
-	socks, cur *ebpf.Map
+	prog               *ebpf.Program
+	socks, cur, relays *ebpf.Map
 }
 
 func (o *quicObjects) close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{o.prog, o.socks, o.cur} {
-		if c != nil {
-			errs = append(errs, c.Close())
+	if o.prog != nil {
+		errs = append(errs, o.prog.Close())
+	}
+	for _, m := range []*ebpf.Map{o.socks, o.cur, o.relays} {
+		if m != nil {
+			errs = append(errs, m.Close())
 		}
 	}
 	return errors.Join(errs...)
@@ -119,6 +122,41 @@ func listenUDP(addr string, checkFree bool) (int, string, error) {
 //	no socket for that generation, or a packet too short: current
 //	no current socket either: the kernel's hash
 //
+// The relays map: a client address with a relayed flow, and the
+// generation relaying it. The key: the address (IPv4 in the first 4 of
+// 16 bytes), the port in network order, the family (4 or 6), padding.
+const (
+	relayKeyLen = 24
+	maxRelays   = 1 << 16
+	// struct sk_reuseport_md: data and data_end are 8 bytes each, then
+	// len, then eth_protocol (network order, as htons(ETH_P_IP)).
+	mdEthProtocol = 20
+	ethIPv4       = 0x0008
+	ethIPv6       = 0xdd86
+)
+
+func relayKey(a netip.AddrPort) []byte {
+	k := make([]byte, relayKeyLen)
+	ip := a.Addr().Unmap()
+	if ip.Is4() {
+		b := ip.As4()
+		copy(k, b[:])
+		k[18] = 4
+	} else {
+		b := ip.As16()
+		copy(k, b[:])
+		k[18] = 6
+	}
+	k[16], k[17] = byte(a.Port()>>8), byte(a.Port())
+	return k
+}
+
+func (o *quicObjects) holdRelay(client netip.AddrPort, gen uint8) error {
+	return o.relays.Put(relayKey(client), uint32(gen))
+}
+
+func (o *quicObjects) dropRelay(client netip.AddrPort) { o.relays.Delete(relayKey(client)) }
+
 // ownIDLen is the length of the connection IDs the engine issues
 // (passthrough.OwnCIDs): an Initial whose DCID has it carries one of them.
 const ownIDLen = 12
@@ -138,6 +176,12 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		o.close()
 		return nil, fmt.Errorf("reuseport: create QUIC current map: %w", err)
 	}
+	if o.relays, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: "engine_qrelays", Type: ebpf.Hash, KeySize: relayKeyLen, ValueSize: 4, MaxEntries: maxRelays,
+	}); err != nil {
+		o.close()
+		return nil, fmt.Errorf("reuseport: create QUIC relays map: %w", err)
+	}
 	const skPass = 1
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1), // r6 = ctx
@@ -149,7 +193,51 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		asm.Mov.Imm(asm.R4, 7),
 		asm.FnSkbLoadBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, "current"),
-		asm.LoadMem(asm.R7, asm.RFP, -16, asm.Byte), // first byte
+		// A client with a relayed flow: the generation relaying it
+		// (key at fp-48: source address, 16 bytes, v4 in the first 4;
+		// source port; family).
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(asm.RFP, -48, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -40, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -32, asm.R1, asm.DWord),
+		asm.LoadMem(asm.R7, asm.R6, mdEthProtocol, asm.Word),
+		asm.Mov.Imm(asm.R2, 12), // IPv4: the source address at 12, 4 bytes
+		asm.Mov.Imm(asm.R4, 4),
+		asm.Mov.Imm(asm.R8, 4),
+		asm.JEq.Imm(asm.R7, ethIPv4, "addr"),
+		asm.JNE.Imm(asm.R7, ethIPv6, "cid"),
+		asm.Mov.Imm(asm.R2, 8), // IPv6: at 8, 16 bytes
+		asm.Mov.Imm(asm.R4, 16),
+		asm.Mov.Imm(asm.R8, 6),
+		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("addr"),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -48),
+		asm.Mov.Imm(asm.R5, 1), // BPF_HDR_START_NET
+		asm.FnSkbLoadBytesRelative.Call(),
+		asm.JNE.Imm(asm.R0, 0, "cid"),
+		asm.StoreMem(asm.RFP, -30, asm.R8, asm.Byte), // family
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Imm(asm.R2, 0), // the UDP header's source port
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -32),
+		asm.Mov.Imm(asm.R4, 2),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "cid"),
+		asm.LoadMapPtr(asm.R1, o.relays.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -48),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "cid"),
+		asm.LoadMem(asm.R9, asm.R0, 0, asm.Word),
+		asm.StoreMem(asm.RFP, -4, asm.R9, asm.Word),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, o.socks.FD()),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -4),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkSelectReuseport.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R7, asm.RFP, -16, asm.Byte).WithSymbol("cid"), // first byte
 		asm.Mov.Reg(asm.R8, asm.R7),
 		asm.And.Imm(asm.R8, 0x80),
 		asm.JEq.Imm(asm.R8, 0, "short"),
@@ -236,7 +324,7 @@ func (o *quicObjects) remove(gen uint8) { o.socks.Delete(uint32(gen)) }
 
 func (o *quicObjects) files() ([]*os.File, error) {
 	var out []*os.File
-	for _, fd := range []int{o.prog.FD(), o.socks.FD(), o.cur.FD()} {
+	for _, fd := range []int{o.prog.FD(), o.socks.FD(), o.cur.FD(), o.relays.FD()} {
 		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			for _, f := range out {
@@ -255,12 +343,12 @@ func adoptQUIC(fs []*os.File) (*QUICSteering, error) {
 			f.Close()
 		}
 	}()
-	if len(fs) != 3 {
-		return nil, fmt.Errorf("reuseport: %d QUIC steering descriptors handed over, want 3", len(fs))
+	if len(fs) != 4 {
+		return nil, fmt.Errorf("reuseport: %d QUIC steering descriptors handed over, want 4", len(fs))
 	}
 	s := &QUICSteering{}
 	o := &s.objs
-	fds := make([]int, 3)
+	fds := make([]int, 4)
 	for i, f := range fs {
 		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
@@ -273,18 +361,19 @@ func adoptQUIC(fs []*os.File) (*QUICSteering, error) {
 	}
 	var err error
 	if o.prog, err = ebpf.NewProgramFromFD(fds[0]); err != nil {
-		unix.Close(fds[1])
-		unix.Close(fds[2])
+		for _, fd := range fds[1:] {
+			unix.Close(fd)
+		}
 		return nil, fmt.Errorf("reuseport: adopt the QUIC steering program: %w", err)
 	}
-	if o.socks, err = ebpf.NewMapFromFD(fds[1]); err != nil {
-		unix.Close(fds[2])
-		o.close()
-		return nil, fmt.Errorf("reuseport: adopt the QUIC steering maps: %w", err)
-	}
-	if o.cur, err = ebpf.NewMapFromFD(fds[2]); err != nil {
-		o.close()
-		return nil, fmt.Errorf("reuseport: adopt the QUIC steering maps: %w", err)
+	for i, m := range []**ebpf.Map{&o.socks, &o.cur, &o.relays} {
+		if *m, err = ebpf.NewMapFromFD(fds[1+i]); err != nil {
+			for _, fd := range fds[2+i:] {
+				unix.Close(fd)
+			}
+			o.close()
+			return nil, fmt.Errorf("reuseport: adopt the QUIC steering maps: %w", err)
+		}
 	}
 	return s, nil
 }
