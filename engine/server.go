@@ -480,8 +480,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.h3 != nil {
 		s.h3.Close()
 	}
-	if s.quicUDP != nil {
+	if s.quic != nil {
+		// Beside HTTP/3 too, where it reads through quic-go: its sweeper
+		// and flows end here, each flow with its access log line.
 		s.quic.Close()
+	}
+	if s.quicUDP != nil {
 		s.quicUDP.Close()
 	}
 	<-h3done
