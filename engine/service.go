@@ -34,14 +34,15 @@ type Service struct {
 	exe  string   // the binary, as started (a binary upgrade runs what is there now)
 	args []string // its arguments
 
-	mu      sync.Mutex // serializes reloads, upgrades and the stop
-	cur     *generation
-	stopped bool
-	old     sync.WaitGroup // predecessors draining
-	done    chan error     // the current generation's Run ended on its own
-	upgrade chan struct{}  // closed when a new process took over
-	seq     int64          // the last Outcome's sequence number (only the signal goroutine writes it)
-	serving chan struct{}  // closed once the first generation serves
+	mu        sync.Mutex // serializes reloads, upgrades and the stop
+	cur       *generation
+	stopped   bool
+	old       sync.WaitGroup // predecessors draining
+	done      chan error     // the current generation's Run ended on its own
+	upgrade   chan struct{}  // closed when a new process took over
+	seq       int64          // the last Outcome's sequence number (only the signal goroutine writes it)
+	successor int            // the process an upgrade handed over to; guarded by mu
+	serving   chan struct{}  // closed once the first generation serves
 }
 
 // generation is one Server and the context its Run serves under.
@@ -147,6 +148,14 @@ func (sv *Service) Reload(next *config.Config) error {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	if sv.stopped {
+		if sv.successor != 0 {
+			// A reload asked for while the upgrade ran is the new
+			// process's to do.
+			if err := signalReload(sv.successor); err == nil {
+				sv.log.Info("reload passed on to the process that took over", "pid", sv.successor)
+				return ErrPassedOn
+			}
+		}
 		return errors.New("engine: reload: the server is stopping")
 	}
 	notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d\nSTATUS=reloading", monotonicUsec()))
@@ -237,19 +246,28 @@ func (sv *Service) Upgrade() error {
 	sv.log.Info("binary upgrade: the new process serves; this one drains", "new_pid", pid, "binary", sv.exe)
 	// systemd follows the new process as the service's main one.
 	notify(fmt.Sprintf("MAINPID=%d\nSTATUS=handed over to %d", pid, pid))
-	sv.stopped = true
+	sv.stopped, sv.successor = true, pid
 	cur.handed.Store(true)
 	cur.stopAccepting()
 	close(sv.upgrade)
 	return nil
 }
 
+// ErrPassedOn is Reload's answer in a process that has handed over to a
+// new one (a binary upgrade): the reload was asked of the new process.
+var ErrPassedOn = errors.New("engine: reload passed on to the process that took over")
+
 // Outcome records what became of a reload or an upgrade in the status
 // file beside the pid file (pid_file + ".status"), where engine reload and
-// engine upgrade read it: a line "SEQ ok|failed reload|upgrade MESSAGE",
+// engine upgrade read it: a line "SEQ ok|failed reload|upgrade DIGEST MESSAGE",
 // SEQ counting up from the process's start time in nanoseconds so that
 // a new process's lines sort after its predecessor's.
-func (sv *Service) Outcome(what string, err error) {
+//
+// digest names the configuration file's bytes the server read (for a
+// reload), so that a client that asked for a reload of other bytes (the
+// file changed meanwhile, or another reload overlapped) does not take
+// this answer for its own; "-" when there is none.
+func (sv *Service) Outcome(what, digest string, err error) {
 	sv.mu.Lock()
 	cfg := sv.cur.srv.cfg
 	sv.mu.Unlock()
@@ -261,10 +279,17 @@ func (sv *Service) Outcome(what string, err error) {
 	if err != nil {
 		res, msg = "failed", strings.ReplaceAll(err.Error(), "\n", " ")
 	}
-	line := fmt.Sprintf("%d %s %s %s\n", sv.seq, res, what, msg)
+	if digest == "" {
+		digest = "-"
+	}
+	line := fmt.Sprintf("%d %s %s %s %s\n", sv.seq, res, what, digest, msg)
 	tmp := cfg.PidFile + ".status.tmp"
-	if err := os.WriteFile(tmp, []byte(line), 0o644); err == nil {
-		os.Rename(tmp, cfg.PidFile+".status")
+	err = os.WriteFile(tmp, []byte(line), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, cfg.PidFile+".status")
+	}
+	if err != nil {
+		sv.log.Error("cannot write the status file engine reload and engine upgrade read", "path", cfg.PidFile+".status", "err", err)
 	}
 }
 

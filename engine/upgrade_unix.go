@@ -68,20 +68,23 @@ func startSuccessor(exe string, args []string, socks *Sockets, wait time.Duratio
 	}()
 	// Ready when it says so; failed when it exits first (a process it
 	// started may hold the pipe open after it), or after wait.
-	said := make(chan bool, 1)
+	said := make(chan error, 1)
 	go func() {
 		r.SetReadDeadline(time.Now().Add(wait))
 		buf := make([]byte, 16)
 		n, err := io.ReadAtLeast(r, buf, len("ready\n"))
-		said <- err == nil && string(buf[:n]) == "ready\n"
+		if err == nil && string(buf[:n]) != "ready\n" {
+			err = fmt.Errorf("it said %q, not ready", buf[:n])
+		}
+		said <- err
 	}()
 	timedOut := false
 	select {
-	case ok := <-said:
-		if ok {
+	case err := <-said:
+		if err == nil {
 			return pid, nil
 		}
-		timedOut = !processExited(exited)
+		timedOut = errors.Is(err, os.ErrDeadlineExceeded)
 	case <-exited:
 	}
 	syscall.Kill(-pid, syscall.SIGKILL)
@@ -93,12 +96,5 @@ func startSuccessor(exe string, args []string, socks *Sockets, wait time.Duratio
 	return 0, fmt.Errorf("the new process (%s, pid %d) exited before it served: its log says why", exe, pid)
 }
 
-// processExited reports whether exited is closed.
-func processExited(exited <-chan struct{}) bool {
-	select {
-	case <-exited:
-		return true
-	default:
-		return false
-	}
-}
+// signalReload asks process pid to reload (SIGHUP).
+func signalReload(pid int) error { return syscall.Kill(pid, syscall.SIGHUP) }

@@ -216,6 +216,27 @@ func TestReloadAndUpgradeCommands(t *testing.T) {
 		t.Errorf("engine reload of a changed workers = %d: %s", code, out)
 	}
 	write(2)
+	// Another file than the server reads: refused, naming the server's.
+	other := filepath.Join(dir, "other.toml")
+	b, _ := os.ReadFile(conf)
+	os.WriteFile(other, b, 0o644)
+	if code, out := control("reload", "-c", other); code != 1 || !strings.Contains(out, "reads "+conf) {
+		t.Errorf("engine reload -c another file = %d: %s", code, out)
+	}
+	// A pid file naming another process: nothing is signalled.
+	sleeper := exec.Command("sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	stale := filepath.Join(dir, "stale.pid")
+	os.WriteFile(stale, []byte(fmt.Sprint(sleeper.Process.Pid)), 0o644)
+	if code, out := control("reload", "-c", conf, "--pid-file", stale); code != 1 || !strings.Contains(out, "not an engine serve") {
+		t.Errorf("engine reload with a stale pid file = %d: %s", code, out)
+	}
+	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the process a stale pid file named was signalled: %v", err)
+	}
 
 	// Not an engine: a script that starts a process holding what it was
 	// passed, and exits.

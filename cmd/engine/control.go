@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -53,6 +56,12 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine %s: %v\n", name, err)
 		return 1
 	}
+	// Where the system says what the process runs (Linux): an engine
+	// serve, reading the file checked here.
+	if err := checkServer(pid, *configPath); err != nil {
+		fmt.Fprintf(stderr, "engine %s: %v\n", name, err)
+		return 1
+	}
 	// The server writes what became of the request beside its pid file.
 	statusFile := *pidFile
 	if statusFile == "" {
@@ -76,9 +85,21 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "engine: configuration %s is valid; asked the server (pid %d) to reload it (without a pid_file its outcome is only in its log)\n", cfg.File(), pid)
 			return 0
 		}
+		mine := configDigest(*configPath)
+		other := status{}
 		for time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
-			if st := readStatus(statusFile); st.seq > before.seq && st.what == "reload" {
+			st := readStatus(statusFile)
+			if st.seq <= before.seq || st.what != "reload" {
+				continue
+			}
+			if st.digest != mine {
+				// Another reload's answer, or the file changed before
+				// the server read it: not ours.
+				other = st
+				continue
+			}
+			{
 				if st.ok {
 					fmt.Fprintf(stdout, "engine: reloaded: new connections to pid %d get %s\n", pid, cfg.File())
 					return 0
@@ -87,7 +108,11 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 		}
-		fmt.Fprintf(stderr, "engine reload: the server (pid %d) did not say within %s whether it reloaded; its log says\n", pid, *wait)
+		if other.seq != 0 {
+			fmt.Fprintf(stderr, "engine reload: the server (pid %d) reloaded other contents of its configuration file than %s had when it was checked (it changed meanwhile, or another reload overlapped); run engine reload again\n", pid, *configPath)
+			return 1
+		}
+		fmt.Fprintf(stderr, "engine reload: the server (pid %d) did not say within %s whether it reloaded; see its log\n", pid, *wait)
 		return 1
 	}
 	for time.Now().Before(deadline) {
@@ -107,10 +132,11 @@ func controlCmd(name string, args []string, stdout, stderr io.Writer) int {
 
 // status is a line of the server's status file (engine.Service.Outcome).
 type status struct {
-	seq  int64
-	ok   bool
-	what string // "reload" or "upgrade"
-	msg  string
+	seq    int64
+	ok     bool
+	what   string // "reload" or "upgrade"
+	digest string // of the configuration file the server read; "-" for none
+	msg    string
 }
 
 // readStatus reads the status file; the zero status when there is none.
@@ -122,19 +148,85 @@ func readStatus(path string) status {
 	if err != nil {
 		return status{}
 	}
-	f := strings.SplitN(strings.TrimSpace(string(b)), " ", 4)
-	if len(f) < 3 {
+	f := strings.SplitN(strings.TrimSpace(string(b)), " ", 5)
+	if len(f) < 4 {
 		return status{}
 	}
 	seq, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
 		return status{}
 	}
-	st := status{seq: seq, ok: f[1] == "ok", what: f[2]}
-	if len(f) == 4 {
-		st.msg = f[3]
+	st := status{seq: seq, ok: f[1] == "ok", what: f[2], digest: f[3]}
+	if len(f) == 5 {
+		st.msg = f[4]
 	}
 	return st
+}
+
+// configDigest names the bytes of the configuration file at path (the
+// first 16 hex digits of their SHA-256), "" when it cannot be read.
+func configDigest(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || path == "" {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// checkServer makes sure process pid is an engine serve reading the
+// configuration file path (its command line and working directory, from
+// /proc): a stale pid file must not have another process signalled, and
+// a reload asked with another file than the server reads would report
+// an answer about the wrong file. Without /proc it checks nothing.
+func checkServer(pid int, path string) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		if os.IsNotExist(err) {
+			if _, serr := os.Stat("/proc/self/cmdline"); serr == nil {
+				return fmt.Errorf("no process %d (a stale pid file?)", pid)
+			}
+		}
+		return nil
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	serve, conf := false, ""
+	for i, a := range args {
+		switch {
+		case a == "serve":
+			serve = true
+		case (a == "-c" || a == "--config" || a == "-config") && i+1 < len(args):
+			conf = args[i+1]
+		case strings.HasPrefix(a, "-c="), strings.HasPrefix(a, "--config="), strings.HasPrefix(a, "-config="):
+			_, conf, _ = strings.Cut(a, "=")
+		}
+	}
+	if !serve {
+		return fmt.Errorf("process %d is not an engine serve (its command line: %s): a stale pid file?", pid, strings.Join(args, " "))
+	}
+	if conf == "" {
+		return nil
+	}
+	if !filepath.IsAbs(conf) {
+		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil {
+			conf = filepath.Join(cwd, conf)
+		}
+	}
+	want, _ := filepath.Abs(path)
+	if !sameFile(conf, want) {
+		return fmt.Errorf("the server (pid %d) reads %s, not %s: it reloads its own file; give -c %s", pid, conf, path, conf)
+	}
+	return nil
+}
+
+// sameFile reports whether a and b name the same file.
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	if err1 != nil || err2 != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return os.SameFile(sa, sb)
 }
 
 // findServer reads the running server's process ID from pidFile, the

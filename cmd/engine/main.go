@@ -282,19 +282,23 @@ func serve(args []string, stdout, stderr io.Writer) int {
 				// Everything but the number of workers: a new server on
 				// the same sockets takes new connections, the running
 				// one drains.
+				digest := configDigest(*configPath)
 				next, err := load()
 				if err == nil {
 					err = svc.Reload(next)
 				}
+				if errors.Is(err, engine.ErrPassedOn) {
+					continue // the new process answers it
+				}
 				if err != nil {
 					log.Error("SIGHUP: configuration not reloaded; the running one stays in use", "err", err)
 				}
-				svc.Outcome("reload", err)
+				svc.Outcome("reload", digest, err)
 			case <-upgrades:
 				err := svc.Upgrade()
 				if err != nil {
 					log.Error("SIGUSR2: binary not upgraded", "err", err)
-					svc.Outcome("upgrade", err)
+					svc.Outcome("upgrade", "", err)
 				}
 			}
 		}

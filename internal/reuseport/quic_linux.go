@@ -112,6 +112,8 @@ func listenUDP(addr string, checkFree bool) (int, string, error) {
 // The program reads the first bytes of the QUIC packet (after the 8-byte
 // UDP header, where the context's data starts) and picks the socket:
 //
+//	a client address with a relayed flow (relays), but for an Initial:
+//	    the generation relaying it
 //	long header, type Initial (0x00) with a DCID of the engine's length:
 //	    socks[DCID[0]] (a client's Initials after the server's first
 //	    one carry the server's ID: its handshake stays where it began)
@@ -193,6 +195,12 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		asm.Mov.Imm(asm.R4, 7),
 		asm.FnSkbLoadBytes.Call(),
 		asm.JNE.Imm(asm.R0, 0, "current"),
+		// An Initial packet never goes by the client's address: a new
+		// connection from a port a finished relay used must reach the
+		// current generation.
+		asm.LoadMem(asm.R7, asm.RFP, -16, asm.Byte),
+		asm.And.Imm(asm.R7, 0xb0), // long header and type bits
+		asm.JEq.Imm(asm.R7, 0x80, "cid"),
 		// A client with a relayed flow: the generation relaying it
 		// (key at fp-48: source address, 16 bytes, v4 in the first 4;
 		// source port; family).

@@ -131,6 +131,11 @@ func TestSteerQUIC(t *testing.T) {
 			t.Errorf("a relayed client's datagram %x reached %d, want 2", d[:7], s)
 		}
 	}
+	// A first Initial from that address is a new connection: current.
+	c.Write(first(2))
+	if s := got(); s != 1 {
+		t.Errorf("a first Initial from a relayed client's address reached %d, want the current 1", s)
+	}
 	st.DropRelay(client)
 	c.Write(short(9))
 	if s := got(); s != 1 {
