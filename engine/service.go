@@ -238,9 +238,17 @@ func (sv *Service) Upgrade() error {
 	if err != nil {
 		return err
 	}
+	files, _ := socks.Files()
+	inodes := socketInodes(files)
+	already := holders(inodes) // systemd's, with socket activation
 	pid, err := startSuccessor(sv.exe, sv.args, socks, time.Minute)
 	socks.Close()
 	if err != nil {
+		// Nothing the failed process started may keep the sockets (a
+		// process in a session of its own escapes its group's kill).
+		if killed := killHolders(inodes, already); len(killed) > 0 {
+			sv.log.Warn("upgrade: killed processes the failed new process left holding the listening sockets", "pids", fmt.Sprint(killed))
+		}
 		return fmt.Errorf("engine: upgrade: %w; this process goes on serving", err)
 	}
 	sv.log.Info("binary upgrade: the new process serves; this one drains", "new_pid", pid, "binary", sv.exe)

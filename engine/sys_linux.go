@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -92,3 +94,63 @@ func monotonicUsec() int64 {
 }
 
 func closeFd(fd int) { unix.Close(fd) }
+
+// socketInodes are the inodes of the sockets in fs.
+func socketInodes(fs []*os.File) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, f := range fs {
+		rawFd(f, func(fd int) {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil {
+				out[st.Ino] = true
+			}
+		})
+	}
+	return out
+}
+
+// holders are the other processes that hold one of the sockets inodes
+// names (from /proc).
+func holders(inodes map[uint64]bool) map[int]bool {
+	return scanHolders(inodes, nil)
+}
+
+// killHolders kills every other process that holds one of the sockets
+// inodes names, but those in before (which held them already: systemd,
+// with socket activation), and returns their process IDs: what a failed
+// upgrade's new process left behind in a session of its own, beyond its
+// process group's reach.
+func killHolders(inodes map[uint64]bool, before map[int]bool) []int {
+	var killed []int
+	for pid := range scanHolders(inodes, before) {
+		unix.Kill(pid, unix.SIGKILL)
+		killed = append(killed, pid)
+	}
+	return killed
+}
+
+func scanHolders(inodes map[uint64]bool, skip map[int]bool) map[int]bool {
+	out := map[int]bool{}
+	self := os.Getpid()
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self || skip[pid] {
+			continue
+		}
+		dir := "/proc/" + p.Name() + "/fd"
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			l, err := os.Readlink(dir + "/" + fd.Name())
+			if err != nil || !strings.HasPrefix(l, "socket:[") {
+				continue
+			}
+			ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]"), 10, 64)
+			if err == nil && inodes[ino] {
+				out[pid] = true
+				break
+			}
+		}
+	}
+	return out
+}

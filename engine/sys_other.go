@@ -22,3 +22,7 @@ func dupFdFile(int, string) (*os.File, error)      { return nil, errNoHandover }
 func rawFd(*os.File, func(int)) error { return errNoHandover }
 func monotonicUsec() int64            { return 0 }
 func closeFd(int)                     {}
+
+func socketInodes([]*os.File) map[uint64]bool         { return nil }
+func holders(map[uint64]bool) map[int]bool            { return nil }
+func killHolders(map[uint64]bool, map[int]bool) []int { return nil }

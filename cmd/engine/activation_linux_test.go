@@ -239,8 +239,9 @@ func TestReloadAndUpgradeCommands(t *testing.T) {
 	}
 
 	// Not an engine: a script that starts a process holding what it was
-	// passed, and exits.
-	script := "#!/bin/sh\nsleep 300 &\nexit 1\n"
+	// passed, one in a session of its own (out of its process group's
+	// reach), and exits.
+	script := "#!/bin/sh\nsleep 300 &\nsetsid sleep 301 &\nexit 1\n"
 	os.WriteFile(bin+".new", []byte(script), 0o755)
 	if err := os.Rename(bin+".new", bin); err != nil {
 		t.Fatal(err)
