@@ -113,6 +113,11 @@ func (f *fixture) close() {
 // root makes generation gen's root and returns it.
 func (f *fixture) root(gen int) (string, error) {
 	r := filepath.Join(f.dir, fmt.Sprintf("gen-%d", gen))
+	if _, err := os.Stat(r); err == nil {
+		// Made already, and maybe served now: rewriting its files would
+		// truncate them under the requests reading them.
+		return r, nil
+	}
 	if err := os.MkdirAll(r, 0o755); err != nil {
 		return "", err
 	}
