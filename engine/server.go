@@ -403,6 +403,14 @@ func (s *Server) Run(ctx context.Context) error {
 		go s.admin.Serve()
 	}
 	if s.qsteer != nil {
+		if s.h3 != nil {
+			// Not before HTTP/3 accepts: the predecessor's clients,
+			// told to go away, come back all at once.
+			select {
+			case <-s.h3.Accepting():
+			case <-time.After(time.Second):
+			}
+		}
 		// New QUIC connections come here from now on; the
 		// predecessor's keep reaching it.
 		if err := s.qsteer.SetCurrent(s.quicGen); err != nil {

@@ -108,6 +108,13 @@ type Server struct {
 	raw     *rawConns                 // with WebTransport: the connections served raw
 	drained func(ctx context.Context) // OnDrained; nil without
 
+	acceptOnce sync.Once
+	accepting  chan struct{}   // closed once Serve waits for connections
+	pumped     chan *quic.Conn // accepted by the pumps, for Serve
+	pumpOnce   sync.Once
+	pumpDone   chan struct{} // closed when the listener has closed
+	pumpErr    error         // why; set before pumpDone closes
+
 	active atomic.Int64 // connections open now: added to by Accept, taken from as each ends; read by ConnContext
 	stats  counters
 }
@@ -164,7 +171,8 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, accepting: make(chan struct{}),
+		pumped: make(chan *quic.Conn, acceptQueue), pumpDone: make(chan struct{})}
 	s.stats.errors = map[string]int64{}
 
 	var err error
@@ -363,6 +371,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Accepting is closed once Serve waits for connections: quic-go queues
+// at most 32 finished handshakes for it and refuses the next ones
+// (CONNECTION_REFUSED), so a server that is about to take a burst of new
+// connections (a successor taking over) waits for this first.
+func (s *Server) Accepting() <-chan struct{} { return s.accepting }
+
 // OnDrained has Shutdown call wait once the server's own connections are
 // done and before it closes the socket: what else reads the socket
 // through Config.Wrap (QUIC passthrough's relays) finishes there.
@@ -404,6 +418,34 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
+// acceptPumps is how many goroutines take finished handshakes off
+// quic-go's queue (countingListener.Accept), and acceptQueue how many
+// they hold for the server.
+const (
+	acceptPumps = 8
+	acceptQueue = 1024
+)
+
+// pump moves accepted connections from quic-go's queue to pumped until
+// the listener closes.
+func (s *Server) pump() {
+	for {
+		c, err := s.ln.Accept(context.Background())
+		if err != nil {
+			s.pumpOnce.Do(func() {
+				s.pumpErr = err
+				close(s.pumpDone)
+			})
+			return
+		}
+		select {
+		case s.pumped <- c:
+		default:
+			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "too many connections waiting")
+		}
+	}
+}
+
 // listener is a *quic.Listener, or a *quic.EarlyListener with 0-RTT.
 type listener interface {
 	Accept(context.Context) (*quic.Conn, error)
@@ -415,11 +457,31 @@ type listener interface {
 type countingListener struct{ s *Server }
 
 func (l countingListener) Accept(ctx context.Context) (*quic.Conn, error) {
-	c, err := l.s.ln.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
 	s := l.s
+	s.acceptOnce.Do(func() {
+		// quic-go queues at most 32 finished handshakes for Accept and
+		// refuses the next ones (CONNECTION_REFUSED): a burst of clients
+		// coming back together (told to go away by a predecessor) can
+		// finish more at once while one accepting goroutine waits for
+		// its turn on a busy CPU. Several take them off quic-go's queue
+		// into a deeper one.
+		for range acceptPumps {
+			go s.pump()
+		}
+		close(s.accepting)
+	})
+	var c *quic.Conn
+	select {
+	case c = <-s.pumped:
+	case <-s.pumpDone:
+		select {
+		case c = <-s.pumped: // taken before the listener closed
+		default:
+			return nil, s.pumpErr
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	s.stats.conns.Add(1)
 	s.active.Add(1)
 	context.AfterFunc(c.Context(), func() {

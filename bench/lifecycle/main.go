@@ -39,10 +39,10 @@ type plan struct {
 
 // run drives s through p under load and reports what the clients saw.
 func run(s server, f *fixture, p plan, logf func(string, ...any)) (Report, error) {
+	defer s.Stop() // a start that failed may have left a process
 	if err := s.Start(0); err != nil {
 		return Report{}, err
 	}
-	defer s.Stop()
 	l := StartLoad(f.target(s.Protos()), p.conns)
 	stopped := false
 	defer func() {

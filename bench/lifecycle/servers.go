@@ -299,8 +299,9 @@ func (e *engineServer) Start(gen int) error {
 	}
 	e.reaped = make(chan struct{})
 	go func() { e.cmd.Wait(); lf.Close(); close(e.reaped) }()
+	e.pid = e.cmd.Process.Pid // Stop stops it whatever happens next
 	for deadline := time.Now().Add(peer.StartTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if e.pid = readPid(e.pidFile()); e.pid == e.cmd.Process.Pid {
+		if readPid(e.pidFile()) == e.cmd.Process.Pid {
 			return e.f.awaitGen(gen, e.limit, true)
 		}
 	}

@@ -114,11 +114,12 @@ func listenUDP(addr string, checkFree bool) (int, string, error) {
 //
 //	a client address with a relayed flow (relays), but for an Initial:
 //	    the generation relaying it
-//	long header, type Initial (0x00) with a DCID of the engine's length:
-//	    socks[DCID[0]] (a client's Initials after the server's first
-//	    one carry the server's ID: its handshake stays where it began)
-//	long header, type Initial with another DCID length, or 0-RTT
-//	    (0x10): current (the ID is the client's own)
+//	long header, type Initial (0x00) or 0-RTT (0x10): current. A
+//	    client's first flight carries an ID of its own, which may look
+//	    like one of the engine's (quic-go's clients pick 8 to 20 random
+//	    bytes); its later Initials carry the server's ID but only
+//	    acknowledge: a handshake under way in a generation that handed
+//	    over finishes by its Handshake packets, which go by ID.
 //	long header, Handshake or Retry: socks[DCID[0]], byte 6
 //	short header: socks[DCID[0]], byte 1
 //	no socket for that generation, or a packet too short: current
@@ -158,10 +159,6 @@ func (o *quicObjects) holdRelay(client netip.AddrPort, gen uint8) error {
 }
 
 func (o *quicObjects) dropRelay(client netip.AddrPort) { o.relays.Delete(relayKey(client)) }
-
-// ownIDLen is the length of the connection IDs the engine issues
-// (passthrough.OwnCIDs): an Initial whose DCID has it carries one of them.
-const ownIDLen = 12
 
 func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 	s := &QUICSteering{}
@@ -251,11 +248,8 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		asm.JEq.Imm(asm.R8, 0, "short"),
 		asm.Mov.Reg(asm.R8, asm.R7),
 		asm.And.Imm(asm.R8, 0x30),
-		asm.JEq.Imm(asm.R8, 0x10, "current"),        // 0-RTT: the client's own ID
-		asm.JNE.Imm(asm.R8, 0x00, "long"),           // Handshake or Retry
-		asm.LoadMem(asm.R9, asm.RFP, -11, asm.Byte), // an Initial's DCID length
-		asm.JNE.Imm(asm.R9, ownIDLen, "current"),
-		asm.LoadMem(asm.R9, asm.RFP, -10, asm.Byte).WithSymbol("long"), // DCID[0] of a long header
+		asm.JLT.Imm(asm.R8, 0x20, "current"),        // Initial or 0-RTT
+		asm.LoadMem(asm.R9, asm.RFP, -10, asm.Byte), // DCID[0] of a long header
 		asm.Ja.Label("select"),
 		asm.LoadMem(asm.R9, asm.RFP, -15, asm.Byte).WithSymbol("short"), // DCID[0] of a short header
 		asm.StoreMem(asm.RFP, -4, asm.R9, asm.Word).WithSymbol("select"),
