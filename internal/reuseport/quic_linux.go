@@ -3,10 +3,8 @@ package reuseport
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -29,84 +27,6 @@ func (o *quicObjects) close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func listenUDP(addr string, checkFree bool) (int, string, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return -1, "", fmt.Errorf("reuseport: %w", err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return -1, "", fmt.Errorf("reuseport: bad port %q", portStr)
-	}
-	ip := netip.IPv6Unspecified()
-	switch host {
-	case "", "::", "[::]":
-	case "localhost":
-		ip = netip.MustParseAddr("127.0.0.1")
-	default:
-		if ip, err = netip.ParseAddr(host); err != nil {
-			return -1, "", fmt.Errorf("reuseport: bad host %q", host)
-		}
-	}
-	family := unix.AF_INET6
-	if ip.Is4() {
-		family = unix.AF_INET
-	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil && family == unix.AF_INET6 && host == "" {
-		ip, family = netip.IPv4Unspecified(), unix.AF_INET
-		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	}
-	if err != nil {
-		return -1, "", os.NewSyscallError("socket", err)
-	}
-	fail := func(op string, err error) (int, string, error) {
-		unix.Close(fd)
-		return -1, "", os.NewSyscallError(op, err)
-	}
-	var sa unix.Sockaddr
-	if family == unix.AF_INET {
-		sa = &unix.SockaddrInet4{Port: port, Addr: ip.As4()}
-	} else {
-		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
-		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
-	}
-	if checkFree && port != 0 {
-		// As for TCP: SO_REUSEPORT would otherwise let this socket share
-		// another server's port without a word.
-		probe, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return fail("socket", err)
-		}
-		if family == unix.AF_INET6 {
-			unix.SetsockoptInt(probe, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
-		}
-		err = unix.Bind(probe, sa)
-		unix.Close(probe)
-		if err != nil {
-			return fail("bind", err)
-		}
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		return fail("setsockopt SO_REUSEPORT", err)
-	}
-	if err := unix.Bind(fd, sa); err != nil {
-		return fail("bind", err)
-	}
-	got, err := unix.Getsockname(fd)
-	if err != nil {
-		return fail("getsockname", err)
-	}
-	var bound netip.AddrPort
-	switch a := got.(type) {
-	case *unix.SockaddrInet4:
-		bound = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-	case *unix.SockaddrInet6:
-		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
-	}
-	return fd, bound.String(), nil
 }
 
 // The program reads the first bytes of the QUIC packet (after the 8-byte

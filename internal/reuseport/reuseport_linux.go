@@ -14,6 +14,17 @@ import (
 )
 
 func listen(addr string, checkFree bool) (int, string, error) {
+	return open(addr, unix.SOCK_STREAM, checkFree)
+}
+
+func listenUDP(addr string, checkFree bool) (int, string, error) {
+	return open(addr, unix.SOCK_DGRAM, checkFree)
+}
+
+// open makes a non-blocking SO_REUSEPORT socket of type typ bound to
+// addr, listening when it is a TCP one, and returns it with the address
+// it is bound to.
+func open(addr string, typ int, checkFree bool) (int, string, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return -1, "", fmt.Errorf("reuseport: %w", err)
@@ -37,11 +48,11 @@ func listen(addr string, checkFree bool) (int, string, error) {
 	if ip.Is4() {
 		family = unix.AF_INET
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil && family == unix.AF_INET6 && host == "" {
 		// No IPv6 on this host: the wildcard falls back to IPv4.
 		ip, family = netip.IPv4Unspecified(), unix.AF_INET
-		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		fd, err = unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	}
 	if err != nil {
 		return -1, "", os.NewSyscallError("socket", err)
@@ -50,8 +61,10 @@ func listen(addr string, checkFree bool) (int, string, error) {
 		unix.Close(fd)
 		return -1, "", os.NewSyscallError(op, err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		return fail("setsockopt SO_REUSEADDR", err)
+	if typ == unix.SOCK_STREAM {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fail("setsockopt SO_REUSEADDR", err)
+		}
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 		return fail("setsockopt SO_REUSEPORT", err)
@@ -64,7 +77,7 @@ func listen(addr string, checkFree bool) (int, string, error) {
 		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
 	}
 	if checkFree && port != 0 {
-		if err := portFree(family, sa); err != nil {
+		if err := portFree(family, typ, sa); err != nil {
 			unix.Close(fd)
 			return -1, "", err
 		}
@@ -72,8 +85,10 @@ func listen(addr string, checkFree bool) (int, string, error) {
 	if err := unix.Bind(fd, sa); err != nil {
 		return fail("bind", err)
 	}
-	if err := unix.Listen(fd, 4096); err != nil {
-		return fail("listen", err)
+	if typ == unix.SOCK_STREAM {
+		if err := unix.Listen(fd, 4096); err != nil {
+			return fail("listen", err)
+		}
 	}
 	got, err := unix.Getsockname(fd)
 	if err != nil {
@@ -89,16 +104,20 @@ func listen(addr string, checkFree bool) (int, string, error) {
 	return fd, bound.String(), nil
 }
 
-// portFree binds a socket without SO_REUSEPORT (with SO_REUSEADDR, so
-// connections in TIME_WAIT from a previous run do not count) to see
-// whether anything listens on the address already.
-func portFree(family int, sa unix.Sockaddr) error {
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+// portFree binds a socket of type typ without SO_REUSEPORT (a TCP one
+// with SO_REUSEADDR, so connections in TIME_WAIT from a previous run do
+// not count) to see whether anything is bound to the address already:
+// SO_REUSEPORT would otherwise let a socket silently share another
+// server's port.
+func portFree(family, typ int, sa unix.Sockaddr) error {
+	fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return os.NewSyscallError("socket", err)
 	}
 	defer unix.Close(fd)
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if typ == unix.SOCK_STREAM {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	}
 	if family == unix.AF_INET6 {
 		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
 	}
