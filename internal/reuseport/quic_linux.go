@@ -154,13 +154,9 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "cid"),
 		asm.LoadMem(asm.R9, asm.R0, 0, asm.Word),
-		asm.StoreMem(asm.RFP, -4, asm.R9, asm.Word),
-		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.LoadMapPtr(asm.R2, o.socks.FD()),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -4),
-		asm.Mov.Imm(asm.R4, 0),
-		asm.FnSkSelectReuseport.Call(),
+	}
+	insns = append(insns, selectGen(asm.R9, o.socks.FD())...)
+	insns = append(insns,
 		asm.JEq.Imm(asm.R0, 0, "pass"),
 		asm.LoadMem(asm.R7, asm.RFP, -16, asm.Byte).WithSymbol("cid"), // first byte
 		asm.Mov.Reg(asm.R8, asm.R7),
@@ -172,13 +168,11 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		asm.LoadMem(asm.R9, asm.RFP, -10, asm.Byte), // DCID[0] of a long header
 		asm.Ja.Label("select"),
 		asm.LoadMem(asm.R9, asm.RFP, -15, asm.Byte).WithSymbol("short"), // DCID[0] of a short header
-		asm.StoreMem(asm.RFP, -4, asm.R9, asm.Word).WithSymbol("select"),
-		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.LoadMapPtr(asm.R2, o.socks.FD()),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -4),
-		asm.Mov.Imm(asm.R4, 0),
-		asm.FnSkSelectReuseport.Call(),
+	)
+	byID := selectGen(asm.R9, o.socks.FD())
+	byID[0] = byID[0].WithSymbol("select")
+	insns = append(insns, byID...)
+	insns = append(insns,
 		asm.JEq.Imm(asm.R0, 0, "pass"),
 		// current: socks[cur[0]]
 		asm.Mov.Imm(asm.R1, 0).WithSymbol("current"),
@@ -188,17 +182,13 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		asm.Add.Imm(asm.R2, -8),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "pass"),
-		asm.LoadMem(asm.R0, asm.R0, 0, asm.Word),
-		asm.StoreMem(asm.RFP, -4, asm.R0, asm.Word),
-		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.LoadMapPtr(asm.R2, o.socks.FD()),
-		asm.Mov.Reg(asm.R3, asm.RFP),
-		asm.Add.Imm(asm.R3, -4),
-		asm.Mov.Imm(asm.R4, 0),
-		asm.FnSkSelectReuseport.Call(), // on failure: the kernel's hash
+		asm.LoadMem(asm.R9, asm.R0, 0, asm.Word),
+	)
+	insns = append(insns, selectGen(asm.R9, o.socks.FD())...) // on failure: the kernel's hash
+	insns = append(insns,
 		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass"),
 		asm.Return(),
-	}
+	)
 	if o.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "engine_qsteer", Type: ebpf.SkReuseport, License: "GPL", Instructions: insns,
 	}); err != nil {
@@ -218,6 +208,20 @@ func steerQUIC(fd int, gen uint8) (*QUICSteering, error) {
 		return nil, fmt.Errorf("reuseport: attach the QUIC program: %w", os.NewSyscallError("setsockopt SO_ATTACH_REUSEPORT_EBPF", err))
 	}
 	return s, nil
+}
+
+// selectGen is the instructions that pick socks[gen] (gen in a register;
+// r6 the context) for the packet; r0 is 0 when one was picked.
+func selectGen(gen asm.Register, socks int) asm.Instructions {
+	return asm.Instructions{
+		asm.StoreMem(asm.RFP, -4, gen, asm.Word),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, socks),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -4),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkSelectReuseport.Call(),
+	}
 }
 
 func (o *quicObjects) add(gen uint8, fd int) error {
