@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,38 +33,14 @@ func TestServiceReload(t *testing.T) {
 	writeFile(t, filepath.Join(a, "x.txt"), "A")
 	writeFile(t, filepath.Join(b, "x.txt"), "B")
 	_, sum := linkBig(t, a, "big.bin")
-	dir := t.TempDir()
 	listen := "127.0.0.1:0"
 	parse := func(root string, workers int) *config.Config {
 		t.Helper()
-		cfg, err := config.Parse("engine.toml", dir, []byte(fmt.Sprintf(
-			"listen = %q\nworkers = %d\nroot = %q\n[admin]\nlisten = \"127.0.0.1:0\"\n", listen, workers, root)))
-		if err == nil {
-			err = cfg.Validate()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+		return parseConfig(t, fmt.Sprintf(
+			"listen = %q\nworkers = %d\nroot = %q\n[admin]\nlisten = \"127.0.0.1:0\"\n", listen, workers, root))
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := engine.New(parse(a, 2), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, svc, _ := startService(t, parse(a, 2))
 	addr, admin := srv.Addr(), srv.AdminAddr()
-	svc := engine.NewService(srv, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, srv) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(scale(30 * time.Second)):
-			t.Error("Run did not return after its context ended")
-		}
-	}()
 	get := func(path string) string {
 		t.Helper()
 		tr := &http.Transport{DisableKeepAlives: true}
@@ -170,33 +147,17 @@ func TestReloadReleasesSockets(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, filepath.Join(root, "x.txt"), "x")
 	pki := newPKI(t, t.TempDir(), "r.test")
-	dir := t.TempDir()
 	n := 0
 	parse := func() *config.Config {
 		t.Helper()
 		n++ // a limit that changes: each reload starts a generation
-		cfg, err := config.Parse("engine.toml", dir, []byte(fmt.Sprintf(
+		return parseConfig(t, fmt.Sprintf(
 			"listen = \"127.0.0.1:0\"\nworkers = 2\n[limits]\nheader_timeout = \"%ds\"\n%s[[sites]]\ndomain = \"r.test\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n"+
 				"[reverse_proxy]\nenabled = true\ntls_termination = false\n[[reverse_proxy.routes]]\ndomain = \"pt.test\"\nupstreams = [\"127.0.0.1:9\"]\n",
-			10+n, ktlsAuto, root, pki.certFile, pki.keyFile)))
-		if err == nil {
-			err = cfg.Validate()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+			10+n, ktlsAuto, root, pki.certFile, pki.keyFile))
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := engine.New(parse(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, svc, stop := startService(t, parse())
 	addr := srv.Addr()
-	svc := engine.NewService(srv, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, srv) }()
 	fds := func() int {
 		es, _ := os.ReadDir("/proc/self/fd")
 		return len(es) + 1000*runtime.NumGoroutine() // both must settle back
@@ -239,12 +200,7 @@ func TestReloadReleasesSockets(t *testing.T) {
 	if after > before+2+1000*5 {
 		t.Errorf("goroutines*1000 + descriptors: %d after 10 more reloads, %d before", after, before)
 	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(scale(30 * time.Second)):
-		t.Fatal("Run did not return")
-	}
+	stop()
 	if l, err := net.Listen("tcp", addr); err != nil {
 		t.Errorf("TCP %s after the stop: %v", addr, err)
 	} else {
@@ -263,35 +219,15 @@ func TestReloadReleasesSockets(t *testing.T) {
 // for byte; the old generation waits for it within shutdown_grace.
 func TestQUICRelayAcrossReload(t *testing.T) {
 	origin, pki := startH3Origin(t, "a.test")
-	dir := t.TempDir()
 	parse := func(idle string) *config.Config {
 		t.Helper()
 		text := "listen = \"127.0.0.1:0\"\n" + strings.Replace(passthroughConfig(fmt.Sprintf("[limits]\nidle_timeout = %q\n", idle), "a.test", origin),
 			`shutdown_grace = "2s"`, `shutdown_grace = "30s"`, 1) +
 			"idle_timeout = \"2s\"\n" // the route's: the old generation waits for its flow until then
-		cfg, err := config.Parse("engine.toml", dir, []byte(text))
-		if err == nil {
-			err = cfg.Validate()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+		return parseConfig(t, text)
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := engine.New(parse("60s"), log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, svc, _ := startService(t, parse("60s"))
 	addr := srv.Addr()
-	svc := engine.NewService(srv, log)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx, srv) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
 	c := quicPassClient(t, addr, pki.pool)
 	resp, err := c.Get("https://a.test:" + portOf(addr) + "/bytes")
 	if err != nil {
@@ -325,4 +261,33 @@ func TestQUICRelayAcrossReload(t *testing.T) {
 	if !reloaded || n != h3OriginBytes || !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
 		t.Errorf("reloaded %v; %d bytes through the relay, digest match %v", reloaded, n, bytes.Equal(h.Sum(nil), want.Sum(nil)))
 	}
+}
+
+// startService runs cfg's server as a Service until stop, which ends it
+// and waits for every generation (an error after 30 s); the test's end
+// stops it too.
+func startService(t *testing.T, cfg *config.Config) (*engine.Server, *engine.Service, func()) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := engine.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := engine.NewService(srv, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, srv) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(scale(30 * time.Second)):
+				t.Error("Run did not return after its context ended")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return srv, svc, stop
 }
