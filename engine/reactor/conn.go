@@ -497,7 +497,7 @@ func (l *Loop) flush(c *Conn) bool {
 			continue
 		}
 		if s.file {
-			chunk := int(min(s.n, int64(budget)))
+			chunk := int(min(s.n, int64(budget), sendfileStep))
 			n, err := sendfile(c.fd, s.fd, s.off, chunk)
 			if n > 0 {
 				s.off += int64(n)
@@ -566,6 +566,17 @@ func (l *Loop) flush(c *Conn) bool {
 	c.progress++
 	return true
 }
+
+// sendfileStep is the most one sendfile(2) moves; a turn makes several
+// calls, up to the write budget. Sending a file in 2 MiB calls filled
+// the socket until the next call met EAGAIN, so the loop slept once per
+// buffer and the client drained it in bursts; in 256 KiB steps (as
+// lighttpd sends) the client reads while the loop sends and the socket
+// rarely fills. One connection, plain HTTP/1.1, 100 MB from the page
+// cache, 9 interleaved downloads each on 2 vCPUs: 2,002 to 2,458 MiB/s
+// (medians) and 0.43 to 0.32 s of server CPU per GiB; 128 KiB and
+// 512 KiB steps measured no better.
+const sendfileStep = 256 << 10
 
 // spliceSegSize is the most one splice(2) moves.
 const spliceSegSize = 1 << 20
