@@ -56,8 +56,11 @@ type Conn struct {
 	idleSince       int64 // MarkIdle: loop time since when; 0 = not idle
 	sendTimeout     int64 // overrides Config.SendTimeout when set
 	pipe            [2]int
-	pipeLen         int  // bytes in pipe, read from the source and not yet written
-	bulk            bool // SetBulkInput: read into bulkReadBuffer
+	pipeLen         int   // bytes in pipe, read from the source and not yet written
+	bulk            bool  // SetBulkInput: read into bulkReadBuffer
+	streamed        int64 // bytes taken from the socket in bulk since it was last unbatched
+	batched         bool  // SO_RCVLOWAT raised (batch.go)
+	batchWake       int64 // when a batched socket last woke the loop
 
 	// Outbound connections (Loop.Dial) only.
 	h          Handler // serves this connection instead of the loop's handler
@@ -222,7 +225,12 @@ func (c *Conn) Spliced() bool { return !c.splicing }
 // the usual one, from its next read on: for a long body that goes
 // through userspace (a proxied response to a TLS client), where each
 // read is a turn of the loop.
-func (c *Conn) SetBulkInput(on bool) { c.bulk = on }
+func (c *Conn) SetBulkInput(on bool) {
+	c.bulk = on
+	if !on {
+		c.loop.unbatch(c)
+	}
+}
 
 // WriteSource queues output produced by src.
 func (c *Conn) WriteSource(src Source) { c.queue(seg{src: src}) }
@@ -613,6 +621,7 @@ func (l *Loop) spliceSeg(c *Conn, s *seg, budget *int) bool {
 	}
 	if s.n == 0 {
 		s.from.splicing, s.from.spliceTo = false, nil
+		l.unbatch(s.from)
 		s.from = nil
 		c.out = c.out[1:]
 		return true
@@ -637,6 +646,7 @@ func (l *Loop) spliceSeg(c *Conn, s *seg, budget *int) bool {
 			s.n -= int64(n)
 		}
 		src.progress++
+		l.took(src, n)
 		return true
 	case err == nil && s.n < 0:
 		// A relay's source ended: pass its half-close on.

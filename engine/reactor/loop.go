@@ -31,26 +31,28 @@ type Loop struct {
 	sys      loopSys
 
 	// Owned by the loop goroutine.
-	lfd       int // listener; -1 once draining
-	slots     []*Conn
-	free      []int32
-	bufs      [][]byte // free input buffers
-	bigBufs   [][]byte // free bulk input buffers (Conn.SetBulkInput)
-	bigInUse  int      // bulk input buffers held by connections
-	pipes     [][2]int // free empty pipes for splice, reused: a relay needs two
-	ready     []*Conn  // connections that yielded with work left
-	readyNext []*Conn  // the other list: ready's store while ready is processed
-	now       int64    // monotonic nanoseconds, refreshed each turn
-	draining  bool
-	stopped   bool
-	paused    bool      // accepting paused: out of descriptors
-	lastWarn  int64     // when the last accept failure was logged
-	lastFull  int64     // when max_connections was last logged
-	clock     time.Time // wall clock at now, for Date headers
-	handedOff bool      // this turn made another goroutine runnable: yield before sleeping
-	asleep    bool      // the last sweep found nothing to watch: wait for events without a deadline
-	outbound  int       // open connections made by Dial
-	lastYield int64     // when an unpinned loop last yielded (now's clock)
+	lfd           int // listener; -1 once draining
+	slots         []*Conn
+	free          []int32
+	bufs          [][]byte // free input buffers
+	bigBufs       [][]byte // free bulk input buffers (Conn.SetBulkInput)
+	bigInUse      int      // bulk input buffers held by connections
+	pipes         [][2]int // free empty pipes for splice, reused: a relay needs two
+	ready         []*Conn  // connections that yielded with work left
+	readyNext     []*Conn  // the other list: ready's store while ready is processed
+	now           int64    // monotonic nanoseconds, refreshed each turn
+	draining      bool
+	stopped       bool
+	paused        bool      // accepting paused: out of descriptors
+	lastWarn      int64     // when the last accept failure was logged
+	lastFull      int64     // when max_connections was last logged
+	clock         time.Time // wall clock at now, for Date headers
+	handedOff     bool      // this turn made another goroutine runnable: yield before sleeping
+	asleep        bool      // the last sweep found nothing to watch: wait for events without a deadline
+	outbound      int       // open connections made by Dial
+	batched       []*Conn   // sockets whose input is batched (batch.go)
+	nextBatchTick int64     // when they are next checked
+	lastYield     int64     // when an unpinned loop last yielded (now's clock)
 
 	// The queue; the only state other goroutines touch.
 	qmu   sync.Mutex // guards queue and dead
@@ -178,6 +180,9 @@ func (l *Loop) run() error {
 			// file, these wake-ups land in its sendfile calls too).
 			until = -1
 		}
+		if len(l.batched) > 0 && (until < 0 || until > l.nextBatchTick) {
+			until = l.nextBatchTick
+		}
 		if len(l.ready) > 0 {
 			until = 0
 		} else if l.handedOff {
@@ -211,6 +216,7 @@ func (l *Loop) run() error {
 				}
 				if ev.readable {
 					c.readable = true
+					c.batchWake = l.now
 				}
 				if ev.hangup {
 					c.hangup = true
@@ -242,6 +248,9 @@ func (l *Loop) run() error {
 			}
 			clear(ready)
 			l.readyNext = ready[:0]
+		}
+		if len(l.batched) > 0 && l.now >= l.nextBatchTick {
+			l.tickBatched()
 		}
 		if l.now >= nextSweep {
 			l.sweep()
@@ -533,6 +542,9 @@ func (l *Loop) readIn(c *Conn) {
 			c.wpos += n
 			c.heard = true
 			c.progress++
+			if c.bulk {
+				l.took(c, n)
+			}
 			if n < want && n < shortRead && !c.hangup {
 				// A small read that left room drained the socket: with
 				// edge-triggered epoll the next bytes bring a new event,

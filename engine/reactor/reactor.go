@@ -145,6 +145,7 @@ type Stats struct {
 type counters struct {
 	accepted, rejected, reclaimed, open, bytesMem, bytesFile, bytesSplice, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 	writes, full, fullWait                                                                                           atomic.Int64
+	batches                                                                                                          atomic.Int64 // sockets whose input was batched (batch.go)
 }
 
 // ErrClosed is returned by Run after Shutdown.

@@ -192,6 +192,42 @@ func TestRelay(t *testing.T) {
 		}
 	})
 
+	t.Run("a stream's tail below the batch mark", func(t *testing.T) {
+		// Past batchAfter bytes the backend's socket wakes the loop only
+		// for batchLowat bytes: a tail shorter than that, with no FIN
+		// behind it, must still be relayed, and so must the small
+		// messages after it.
+		c, b := dial()
+		defer c.Close()
+		defer b.Close()
+		var before int64
+		for _, l := range g.loops {
+			before += l.stats.batches.Load()
+		}
+		bulk := pattern(4<<20, 3)
+		go b.Write(bulk)
+		got := make([]byte, len(bulk))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, bulk) {
+			t.Fatalf("client read %d bytes of the stream: %v", len(got), err)
+		}
+		var after int64
+		for _, l := range g.loops {
+			after += l.stats.batches.Load()
+		}
+		if after == before {
+			t.Fatal("a 4 MiB stream was never batched")
+		}
+		for i, msg := range []string{"the tail, 1000 bytes " + string(pattern(979, 4)), "ping", "pong"} {
+			b.Write([]byte(msg))
+			buf := make([]byte, len(msg))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+				t.Fatalf("message %d after the stream: read %d bytes, %v", i, len(buf), err)
+			}
+		}
+	})
+
 	t.Run("backend reset", func(t *testing.T) {
 		c, b := dial()
 		defer c.Close()

@@ -411,3 +411,9 @@ func pinToCPU(cpu int, log *slog.Logger) func() {
 	}
 	return func() { unix.SchedSetaffinity(0, &old) }
 }
+
+// setRcvLowat sets how many bytes must wait in the socket before it
+// reports readable (batch.go).
+func setRcvLowat(fd, n int) error {
+	return os.NewSyscallError("setsockopt SO_RCVLOWAT", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, n))
+}

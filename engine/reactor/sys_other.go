@@ -31,6 +31,7 @@ func sendOOB(int, []byte, []byte) (int, error)                     { return 0, e
 func sendfile(int, int, int64, int) (int, error)                   { return 0, errNotLinux }
 func setCongestion(int, string) error                              { return errNotLinux }
 func setPacing(int, uint64) error                                  { return errNotLinux }
+func setRcvLowat(int, int) error                                   { return errNotLinux }
 func setLingerZero(int)                                            {}
 func connect(Addr) (int, error)                                    { return -1, errNotLinux }
 func newPipe() ([2]int, error)                                     { return [2]int{}, errNotLinux }
