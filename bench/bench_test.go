@@ -457,6 +457,35 @@ func TestInterrupted(t *testing.T) {
 	}
 }
 
+// TestOnSamples: the caller's readings open when the samples start,
+// after the warmup, and close once they end; a run interrupted during
+// its warmup makes neither.
+func TestOnSamples(t *testing.T) {
+	const warmup, duration = 300 * time.Millisecond, time.Second
+	var began, ended time.Time
+	calls := 0
+	start := time.Now()
+	run(t, Config{URLs: []string{misbehave(t, "", 0)}, Samples: 2, Warmup: warmup, Duration: duration,
+		OnSamples: func() func() {
+			calls++
+			began = time.Now()
+			return func() { calls++; ended = time.Now() }
+		}})
+	if calls != 2 || began.Sub(start) < warmup || ended.Sub(began) < duration {
+		t.Errorf("OnSamples: %d calls, began %v after the start and ended %v after that; want 2 calls, at least %v and %v",
+			calls, began.Sub(start), ended.Sub(began), warmup, duration)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	d := digestOf(body)
+	if _, err := Run(ctx, Config{URLs: []string{misbehave(t, "", 0)}, Samples: 2, Warmup: 5 * time.Second, Duration: time.Second,
+		ExpectDigest: &d, ExpectSize: int64(len(body)), RangeLast: -1,
+		OnSamples: func() func() { t.Error("OnSamples called during the warmup"); return nil }}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSelfCheck(t *testing.T) {
 	r, err := SelfCheck(context.Background(), Config{Duration: time.Second, Samples: 2, Connections: 2}, 4<<20, false)
 	if err != nil {

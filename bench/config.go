@@ -62,6 +62,13 @@ type Config struct {
 	// ServerPID, when set, is measured: CPU seconds and peak RSS (with
 	// its child processes).
 	ServerPID int
+	// OnSamples, when set, is called when the samples start (after the
+	// warmup, where ServerPID's CPU is first read), and the function it
+	// returns when they end (where that CPU is read again): a caller's
+	// own readings of the server over the same time (bench/compare reads
+	// the server's syscalls and wake-ups). Neither is called when the
+	// run ends during the warmup.
+	OnSamples func() (end func())
 	// AdminURL, when set, is an engine's admin listener
 	// ("http://127.0.0.1:9100"): its /metrics is read at the start and
 	// the end of the samples, and the report gives the differences

@@ -214,10 +214,15 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	type watches struct {
 		server *serverWatch
 		client clientWatch
+		end    func() // OnSamples's; nil without it
 	}
 	srvCh := make(chan watches, 1)
 	srvTimer := time.AfterFunc(c.Warmup, func() {
-		srvCh <- watches{startServerStats(c.ServerPID, c.AdminURL), startClientWatch()}
+		w := watches{server: startServerStats(c.ServerPID, c.AdminURL), client: startClientWatch()}
+		if c.OnSamples != nil {
+			w.end = c.OnSamples()
+		}
+		srvCh <- w
 	})
 
 	// Open loop: a dispatcher hands out scheduled start times, request k
@@ -321,7 +326,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		// listener answering slowly, bounded by its client's timeout).
 		w = <-srvCh
 	} // else stopped during the warmup: nothing measured
-	return s.report(checked, elapsed, interrupted, w.server.finish(), w.client), nil
+	srv := w.server.finish()
+	if w.end != nil {
+		w.end()
+	}
+	return s.report(checked, elapsed, interrupted, srv, w.client), nil
 }
 
 // worker issues requests until the run stops.
