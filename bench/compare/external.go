@@ -83,6 +83,8 @@ type extEnv struct {
 	sample    time.Duration // one sample's length
 	warmup    time.Duration
 	wrkScript string // the Lua file that makes wrk print its counters
+	// sys counts the servers' syscalls; nil when it could not be opened.
+	sys *syscallCounter
 }
 
 // extRun is one cell's measurement: a row, a server's URL for it, and
@@ -114,9 +116,8 @@ type extSample struct {
 	p99      float64 // ms; wrk's latency row
 	// s_time: the timed connections, and those it marked as resumed.
 	conns, resumed int64
-	// Server CPU seconds during the sample; cpuOK false if unreadable.
-	cpu   float64
-	cpuOK bool
+	// What the server's process tree did during the sample.
+	use serverUse
 }
 
 func rejected(reason, format string, args ...any) extSample {
@@ -124,7 +125,8 @@ func rejected(reason, format string, args ...any) extSample {
 }
 
 // measureExternal measures one cell with the row's client: a warmup,
-// then the samples, each with the server's CPU read around it.
+// then the samples, each with the server's CPU, wake-ups and syscalls
+// read around it.
 func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base string, repeat int) outcome {
 	o := outcome{repeat: repeat, rejected: map[string]int{}}
 	u, err := url.Parse(base + "/" + r.file)
@@ -139,12 +141,8 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 	}
 	o.kxProbe = x.kx
 	pid := s.pidFor(r)
-	var sum struct {
-		cpu             float64
-		cpuOK           bool
-		bytes, requests int64
-	}
-	sum.cpuOK = true
+	var sum struct{ bytes, requests int64 }
+	var uses []serverUse // the accepted samples'
 	var values, p99s []float64
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -157,10 +155,9 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 		if !more || ctx.Err() != nil {
 			break
 		}
-		t0, ok0 := serverTicks(pid)
+		before := readServer(pid, env.sys)
 		sm := x.run(ctx, false)
-		t1, ok1 := serverTicks(pid)
-		sm.cpu, sm.cpuOK = float64(t1-t0)/100, ok0 && ok1 && t1 >= t0
+		sm.use = readServer(pid, env.sys).since(before)
 		o.samples++
 		if sm.reject != "" {
 			o.rejected[sm.reject]++
@@ -172,8 +169,7 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 		if r.metric == "rps" && r.client == clientWrk {
 			p99s = append(p99s, sm.p99)
 		}
-		sum.cpu += sm.cpu
-		sum.cpuOK = sum.cpuOK && sm.cpuOK
+		uses = append(uses, sm.use)
 		sum.bytes += sm.bytes
 		sum.requests += sm.requests
 		o.conns += sm.conns
@@ -186,13 +182,15 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 	if len(p99s) > 0 {
 		o.p99, o.hasP99 = stats.Median(p99s), true
 	}
+	use := totalUse(uses)
 	switch {
-	case !sum.cpuOK:
+	case !use.cpuOK:
 	case r.metric == "mibps" && sum.bytes > 0:
-		o.cpu, o.hasCPU = sum.cpu/(float64(sum.bytes)/(1<<30)), true
+		o.cpu, o.hasCPU = use.cpu/(float64(sum.bytes)/(1<<30)), true
 	case r.metric == "rps" && sum.requests > 0:
-		o.cpu, o.hasCPU = 1e6*sum.cpu/float64(sum.requests), true
+		o.cpu, o.hasCPU = 1e6*use.cpu/float64(sum.requests), true
 	}
+	o.setUse(r.metric, use, sum.bytes, sum.requests)
 	return o
 }
 

@@ -34,15 +34,72 @@ func readCPU() cpuSnap {
 	return s
 }
 
-// serverTicks is the CPU time, in clock ticks (USER_HZ, 100 on Linux),
-// that a server's process and all its descendants (nginx's workers) have
-// used so far; ok is false where it cannot be read.
-func serverTicks(pid int) (ticks uint64, ok bool) {
+// readServer reads a server's process tree, pid and its descendants (nginx's
+// workers), at one moment: the CPU ticks of its processes, the wake-ups
+// of every thread of every process (voluntary_ctxt_switches in
+// /proc/PID/task/TID/status) and, with sys, the syscalls of every
+// process. A thread that exits between two readings takes its wake-ups
+// along (its process's status keeps no count of its dead threads), as a
+// process that exits takes all three: the servers here keep their
+// threads and workers for the whole run, so it does not happen to them.
+func readServer(pid int, sys *syscallCounter) serverReading {
 	procs, err := readProcs()
 	if _, found := procs[pid]; err != nil || !found {
-		return 0, false
+		return serverReading{}
 	}
-	return procs.treeTicks(pid), true
+	tree := procs.tree(pid)
+	r := serverReading{ticksOK: true, wakeupsOK: true}
+	for _, p := range tree {
+		r.ticks += procs[p].ticks
+	}
+	for _, p := range tree {
+		n, err := processWakeups(p)
+		if err != nil && p == pid {
+			r.wakeupsOK = false
+		}
+		r.wakeups += n // 0 for a child that exited meanwhile
+	}
+	if sys != nil {
+		var err error
+		r.syscalls, err = sys.count(tree)
+		r.syscallsOK = err == nil
+	}
+	return r
+}
+
+// processWakeups sums the wake-ups of a process's threads; a thread that
+// exits while they are read adds none.
+func processWakeups(pid int) (uint64, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum uint64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/status")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if n, ok := voluntarySwitches(string(b)); ok {
+			sum += n
+		}
+	}
+	return sum, nil
+}
+
+// voluntarySwitches is a thread's voluntary_ctxt_switches, from its
+// /proc status: the times it gave up the CPU to wait and was woken. The
+// line after it, nonvoluntary_ctxt_switches, is preemption, not a
+// wake-up.
+func voluntarySwitches(status string) (uint64, bool) {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // procTable is every process's parent and CPU ticks, read from /proc at
@@ -90,9 +147,17 @@ func readProcs() (procTable, error) {
 	return procs, nil
 }
 
-// treeTicks sums the ticks of root and its descendants, found by their
-// parents.
+// treeTicks sums the ticks of root and its descendants.
 func (procs procTable) treeTicks(root int) uint64 {
+	var sum uint64
+	for _, pid := range procs.tree(root) {
+		sum += procs[pid].ticks
+	}
+	return sum
+}
+
+// tree is root and its descendants, found by their parents.
+func (procs procTable) tree(root int) []int {
 	ours := map[int]bool{root: true}
 	for changed := true; changed; {
 		changed = false
@@ -102,9 +167,9 @@ func (procs procTable) treeTicks(root int) uint64 {
 			}
 		}
 	}
-	var sum uint64
+	pids := make([]int, 0, len(ours))
 	for pid := range ours {
-		sum += procs[pid].ticks
+		pids = append(pids, pid)
 	}
-	return sum
+	return pids
 }

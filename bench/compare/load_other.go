@@ -5,5 +5,6 @@ package main
 // readCPU: the machine's CPU time is read from Linux's /proc only.
 func readCPU() cpuSnap { return cpuSnap{} }
 
-// serverTicks: a process's CPU time is read from Linux's /proc only.
-func serverTicks(pid int) (uint64, bool) { return 0, false }
+// readServer: a process tree's CPU time and wake-ups are read from
+// Linux's /proc, and its syscalls counted with eBPF on Linux, only.
+func readServer(int, *syscallCounter) serverReading { return serverReading{} }

@@ -27,6 +27,11 @@ type outcome struct {
 	// rows, microseconds per request. Set when hasCPU.
 	cpu    float64
 	hasCPU bool
+	// The server's syscalls and wake-ups (serveruse.go) over the
+	// accepted samples, its whole process tree: per MiB on "mibps" rows,
+	// per request on the others. Set when hasSyscalls, hasWakeups.
+	syscalls, wakeups       float64
+	hasSyscalls, hasWakeups bool
 	// External clients: wrk's p99 latency in ms (the median over the
 	// accepted samples), and s_time's timed connections and how many of
 	// them it marked as resumed, over the accepted samples.
@@ -143,10 +148,10 @@ func (o outcome) remeasured() string {
 }
 
 // logLine is the progress line for the terminal.
-func (o outcome) logLine(unit string) string {
+func (o outcome) logLine(r row) string {
 	s := "no figure"
 	if o.accepted > 0 {
-		s = fmt.Sprintf("%10.1f %s", o.value, unit)
+		s = fmt.Sprintf("%10.1f %s", o.value, r.unit)
 		if o.hasP99 {
 			s += fmt.Sprintf(", p99 %.2f ms", o.p99)
 		}
@@ -155,6 +160,16 @@ func (o outcome) logLine(unit string) string {
 		}
 		if o.hasCPU {
 			s += fmt.Sprintf(", server CPU %.3g", o.cpu)
+		}
+		if o.hasSyscalls || o.hasWakeups {
+			sys, wake := "unknown", "unknown"
+			if o.hasSyscalls {
+				sys = useFigure(o.syscalls)
+			}
+			if o.hasWakeups {
+				wake = useFigure(o.wakeups)
+			}
+			s += fmt.Sprintf(", server %s syscalls and %s wake-ups %s", sys, wake, useUnit(r.metric))
 		}
 	}
 	if o.hasBackend {

@@ -394,7 +394,7 @@ func (r *peerRig) clients(t *testing.T, s *server) {
 			case rw.client == clientSTime && !rw.resume && o.resumed != 0:
 				t.Errorf("%s: %d of %d connections resumed, want none", rw.name, o.resumed, o.conns)
 			}
-			t.Logf("%s: %s", rw.name, o.logLine(rw.unit))
+			t.Logf("%s: %s", rw.name, o.logLine(rw))
 		})
 	}
 }

@@ -52,10 +52,14 @@ type run struct {
 	l        *launcher
 	manifest []integrity.Entry
 	env      *extEnv // the external clients' environment; nil when no row has one
-	ktls     kernelTLS
-	leftOut  []string // rows and servers left out, and why, for the page
-	servers  []*server
-	footing  string // with a baseline: what sameFooting found
+	// sys counts the servers' syscalls, opened once for the run and
+	// closed by stopAll; nil when it could not be, and sysErr says why.
+	sys     *syscallCounter
+	sysErr  error
+	ktls    kernelTLS
+	leftOut []string // rows and servers left out, and why, for the page
+	servers []*server
+	footing string // with a baseline: what sameFooting found
 	// Filled by measureAll: cells[row][server name] collects every
 	// repeat's outcome.
 	cells []map[string]*cell
@@ -100,6 +104,10 @@ func (r *run) stopAll() {
 	}
 	r.servers = nil
 	r.sc.teardown()
+	if err := r.sys.close(); err != nil {
+		log.Printf("syscall counter: %v", err)
+	}
+	r.sys = nil
 	if r.l != nil {
 		os.RemoveAll(r.l.work)
 	}
@@ -130,6 +138,12 @@ func (r *run) prepare() {
 	r.l.offerKTLS = r.ktls.probe == nil
 	log.Printf("kernel TLS: %v", orOK(r.ktls.probe))
 
+	// One counter for the whole run, attached before the servers start
+	// and read around every sample; stopAll closes it.
+	if r.sys, r.sysErr = openSyscallCounter(); r.sysErr != nil {
+		log.Printf("syscalls not counted: %v", r.sysErr)
+	}
+
 	// The external clients come from Debian: a row whose client is
 	// missing, and cannot be installed, is left out and the page says why.
 	r.rows = slices.DeleteFunc(r.rows, func(rw row) bool {
@@ -150,6 +164,7 @@ func (r *run) prepare() {
 		if r.env, err = newExtEnv(work, r.manifest, o.largeSize, o.samples, o.duration/time.Duration(o.samples), o.warmup); err != nil {
 			r.fatal("%v", err)
 		}
+		r.env.sys = r.sys
 	}
 	if err := r.sc.setup(r.l, r.rows); err != nil {
 		r.fatal("%v", err)
@@ -234,7 +249,7 @@ func (r *run) measureAll(ctx context.Context) bool {
 					}
 				}
 				c.repeats = append(c.repeats, o)
-				log.Printf("repeat %d  %-52s %-*s %s", rep, rw.name, nameWidth, s.name, o.logLine(rw.unit))
+				log.Printf("repeat %d  %-52s %-*s %s", rep, rw.name, nameWidth, s.name, o.logLine(rw))
 			}
 		}
 	}
@@ -252,9 +267,25 @@ func (r *run) measureCell(ctx context.Context, rw row, s *server, base string, r
 			Duration: o.duration, Samples: o.samples, Warmup: o.warmup, Rate: rw.rate, Manifest: r.manifest,
 			LocalRoot: filepath.Join(r.l.work, "www"), ExpectSize: -1, RangeLast: -1, Insecure: true,
 			NewConnectionPerRequest: rw.newConns, ServerPID: s.pidFor(rw), Timeout: 30 * time.Second, KeyExchanges: o.kx.ids()}
+		// The server's tree is read where bench.Run reads its CPU.
+		pid := s.pidFor(rw)
+		var use serverUse
+		cfg.OnSamples = func() func() {
+			before := readServer(pid, r.sys)
+			return func() { use = readServer(pid, r.sys).since(before) }
+		}
 		once = func() outcome {
+			use = serverUse{}
 			rep, err := bench.Run(ctx, cfg)
-			return newOutcome(repeat, rep, err, rw.metric)
+			out := newOutcome(repeat, rep, err, rw.metric)
+			if out.accepted > 0 {
+				var responses int64
+				for _, sm := range rep.Samples {
+					responses += sm.Responses
+				}
+				out.setUse(rw.metric, use, rep.Bytes, responses)
+			}
+			return out
 		}
 	} else {
 		once = func() outcome { return measureExternal(ctx, r.env, rw, s, base, repeat) }
@@ -275,7 +306,7 @@ func (r *run) measureCell(ctx context.Context, rw row, s *server, base string, r
 			break
 		}
 		log.Printf("repeat %d  %-52s %-*s %s: disturbed (other processes used %.0f%% of the CPU), measuring again",
-			repeat, rw.name, nameWidth, s.name, out.logLine(rw.unit), 100*out.others)
+			repeat, rw.name, nameWidth, s.name, out.logLine(rw), 100*out.others)
 		discarded = append(discarded, out.others)
 	}
 	out.discarded = discarded
