@@ -15,9 +15,13 @@
 // rows with programs from Debian instead (each figure measured by a
 // program other than this harness), and puts the
 // server's CPU in every cell ("726.1 [0.821]": seconds per GiB on the
-// large-file rows, microseconds per request on the 1 KiB rows); it
-// writes docs/BENCHMARKS-external.md and compares engine, nginx, caddy,
-// gohttp and lighttpd unless told otherwise:
+// large-file rows, microseconds per request on the 1 KiB rows), and
+// after the main table its syscalls (counted by an eBPF program on the
+// sys_enter raw tracepoint, when this runs as root) and wake-ups (its
+// threads' voluntary context switches) per MiB or per request, over
+// its whole process tree (serveruse.go); the proxy and passthrough pages
+// have both too. It writes docs/BENCHMARKS-external.md and compares
+// engine, nginx, caddy, gohttp and lighttpd unless told otherwise:
 //
 //	go run ./bench/compare --client external --repeats 5 --max-others 0.05
 //

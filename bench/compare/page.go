@@ -264,6 +264,32 @@ func (c *cell) extText(r row) string {
 	})
 }
 
+// useText is the cell of the syscalls and wake-ups table: "5.8 / 0.54",
+// the medians over the repeats with accepted samples. counted is false
+// when the run could not count syscalls at all: they are "not measured",
+// never 0. A figure whose readings failed in every repeat is "unknown".
+func (c *cell) useText(counted bool) string {
+	switch {
+	case c.cannot != "":
+		return c.cannot
+	case len(c.repeats) == 0:
+		return "-"
+	case len(c.figures()) == 0:
+		return "no accepted sample"
+	}
+	median := func(v []float64) string {
+		if len(v) == 0 {
+			return "unknown"
+		}
+		return useFigure(stats.Median(v))
+	}
+	sys := "not measured"
+	if counted {
+		sys = median(c.accepted(func(o outcome) (float64, bool) { return o.syscalls, o.hasSyscalls }))
+	}
+	return sys + " / " + median(c.accepted(func(o outcome) (float64, bool) { return o.wakeups, o.hasWakeups }))
+}
+
 // describe is the cell's text around its figure, which format writes
 // from the repeats' figures.
 func (c *cell) describe(format func([]float64) string) string {
@@ -461,6 +487,9 @@ type page struct {
 	leftOut, installed []string
 	// With --client external: each client's version, by row.client.
 	clientVersions map[string]string
+	// sysErr is why the servers' syscalls were not counted; nil when
+	// they were.
+	sysErr error
 }
 
 // external: the rows are measured by programs other than this harness
@@ -596,6 +625,9 @@ func render(p page) string {
 	if marked {
 		fmt.Fprintf(&b, "\n%s: within 10%% of the client's ceiling for that cell (see \"The client's ceiling\" below): the client was at least 90%% busy, so the figure may be the client's, not the server's.\n", ceilingMark)
 	}
+	if p.external() {
+		p.useTable(&b)
+	}
 	p.baselineSection(&b)
 	if p.external() {
 		p.externalSections(&b)
@@ -680,6 +712,9 @@ func (p page) unmeasured() []string {
 		"Many files or many clients: two files ("+thousands(p.large)+" bytes and 1 KiB) and at most 64 connections; no open-file cache churn, no thousands of idle connections, no range requests, no directory listings.",
 		"Other TLS settings: only TLS 1.3 with the suite Go's client picks on AES-capable CPUs (TLS_AES_128_GCM_SHA256; nginx and lighttpd are limited to it) and an ECDSA P-256 certificate; no TLS 1.2, no RSA.",
 	)
+	if p.external() && p.sysErr != nil {
+		out = append(out, "The servers' syscalls: the eBPF program that counts them could not be loaded here (see \"Server syscalls and wake-ups\").")
+	}
 	if p.passthrough() {
 		out = append(out,
 			"Routing by server name: the clients send none, so every relay takes its catch-all route after reading the ClientHello; the cost of matching a name among many routes is not in these figures.",

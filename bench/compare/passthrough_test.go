@@ -12,8 +12,8 @@ import (
 )
 
 // TestRenderPassthrough: the passthrough page says what relays to what,
-// leaves out the proxy's backend-connection table, and says what it did
-// not measure.
+// counts the relay's syscalls and wake-ups, leaves out the proxy's
+// backend-connection table, and says what it did not measure.
 func TestRenderPassthrough(t *testing.T) {
 	rows := passthroughMatrix()
 	servers := []*server{{name: "engine", about: "engine dev"}, {id: "nginx", name: "nginx", about: "nginx 1.22"}}
@@ -32,6 +32,8 @@ func TestRenderPassthrough(t *testing.T) {
 		"| relayed large file, 1 connection, h3 (QUIC passthrough) | MiB/s [relay CPU s/GiB] |",
 		"no HTTP/3",
 		"nginx and HAProxy have no QUIC passthrough",
+		"## Server syscalls and wake-ups",
+		"counted over the relay's whole process tree",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("passthrough page lacks %q:\n%s", want, doc)

@@ -368,6 +368,7 @@ func (r *run) write() {
 		leftOut:        r.leftOut,
 		installed:      r.l.apt.installed,
 		clientVersions: versions,
+		sysErr:         r.sysErr,
 	})
 	path := o.out
 	if !filepath.IsAbs(path) {

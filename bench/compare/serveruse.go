@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Beside its CPU, what a server's process tree did over a cell's
@@ -110,4 +111,32 @@ func useFigure(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	}
 	return strconv.FormatFloat(v, 'g', 2, 64)
+}
+
+// useTable is the syscalls and wake-ups of every cell, after the main
+// table: the rows and servers of that table.
+func (p page) useTable(b *strings.Builder) {
+	who := "server"
+	switch {
+	case p.passthrough():
+		who = "relay"
+	case p.proxy():
+		who = "proxy"
+	}
+	fmt.Fprintf(b, "\n## Server syscalls and wake-ups\n\nEach cell is syscalls / wake-ups per MiB of file data received on the MiB/s rows, per request on the others, counted over the %[1]s's whole process tree (every thread of every process: nginx's master and workers, say) over the accepted samples, as the CPU in brackets is, and given as the median over the repeats; a wake-up is a thread that slept (waiting for a socket, a lock or a timer) and was woken, its voluntary context switches in /proc/PID/task/TID/status, and a syscall is one the %[1]s entered, counted by an eBPF program on the raw tracepoint sys_enter.", who)
+	if p.sysErr != nil {
+		fmt.Fprintf(b, " Syscalls were not measured: %s.", p.sysErr)
+	}
+	b.WriteString("\n\n| workload | unit |")
+	for _, s := range p.servers {
+		fmt.Fprintf(b, " %s |", s.name)
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---:|", len(p.servers)) + "\n")
+	for i, r := range p.rows {
+		fmt.Fprintf(b, "| %s | syscalls / wake-ups %s |", r.name, useUnit(r.metric))
+		for _, s := range p.servers {
+			fmt.Fprintf(b, " %s |", tableSafe(p.cells[i][s.name].useText(p.sysErr == nil)))
+		}
+		b.WriteString("\n")
+	}
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestPerUnit(t *testing.T) {
@@ -63,5 +66,79 @@ func TestServerUseSums(t *testing.T) {
 	o.setUse("mibps", serverUse{wakeups: 54, syscalls: 580, wakeupsOK: true}, 100<<20, 1)
 	if o.hasSyscalls || !o.hasWakeups || o.wakeups != 0.54 {
 		t.Errorf("setUse without syscalls: %+v", o)
+	}
+}
+
+func TestUseText(t *testing.T) {
+	with := func(repeat int, sys, wake float64) outcome {
+		o := clean(repeat, 100)
+		o.syscalls, o.hasSyscalls, o.wakeups, o.hasWakeups = sys, true, wake, true
+		return o
+	}
+	unread := clean(1, 100)
+	for _, tc := range []struct {
+		name    string
+		c       cell
+		counted bool
+		want    string
+	}{
+		{"one repeat", cell{repeats: []outcome{with(1, 5.81, 0.537)}}, true, "5.8 / 0.54"},
+		{"medians", cell{repeats: []outcome{with(1, 4, 0.5), with(2, 6, 0.7), with(3, 5, 0.6)}}, true, "5.0 / 0.6"},
+		{"per request", cell{repeats: []outcome{with(1, 1234.4, 17.26)}}, true, "1234 / 17.3"},
+		{"syscalls not counted", cell{repeats: []outcome{with(1, 0, 0.54)}}, false, "not measured / 0.54"},
+		{"readings failed", cell{repeats: []outcome{unread}}, true, "unknown / unknown"},
+		{"no accepted sample", cell{repeats: []outcome{{repeat: 1, samples: 2, rejected: map[string]int{"length": 2}}}}, true, "no accepted sample"},
+		{"cannot", cell{cannot: "no HTTP/3"}, true, "no HTTP/3"},
+	} {
+		if got := tc.c.useText(tc.counted); got != tc.want {
+			t.Errorf("%s: useText(%v) = %q, want %q", tc.name, tc.counted, got, tc.want)
+		}
+	}
+}
+
+// TestRenderUseTable: an external page has the syscalls and wake-ups
+// table after the main one, with the same rows and servers; without a
+// counter it says why, and no cell shows 0 syscalls.
+func TestRenderUseTable(t *testing.T) {
+	rows := externalMatrix()[:2]
+	servers := []*server{{name: "engine", about: "engine dev"}, {id: "lighttpd", name: "lighttpd", about: "lighttpd/1.4.69"}}
+	o := clean(1, 100)
+	o.syscalls, o.hasSyscalls, o.wakeups, o.hasWakeups = 5.8, true, 0.54, true
+	cells := []map[string]*cell{
+		{"engine": {repeats: []outcome{o}}, "lighttpd": {repeats: []outcome{o}}},
+		{"engine": {repeats: []outcome{o}}, "lighttpd": {cannot: "no HTTP/2"}},
+	}
+	p := page{when: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), cpus: 2, repeats: 1, samples: 2, sample: time.Second,
+		servers: servers, rows: rows, cells: cells, client: "external"}
+	doc := render(p)
+	for _, want := range []string{
+		"## Server syscalls and wake-ups\n\nEach cell is syscalls / wake-ups per MiB of file data",
+		"whole process tree",
+		"a wake-up is a thread that slept",
+		"| workload | unit | engine | lighttpd |\n|---|---|---:|---:|\n",
+		"| large file, 1 connection, h1 TLS | syscalls / wake-ups per MiB | 5.8 / 0.54 | 5.8 / 0.54 |",
+		"| large file, 1 connection, h2 TLS | syscalls / wake-ups per MiB | 5.8 / 0.54 | no HTTP/2 |",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("page lacks %q:\n%s", want, doc)
+		}
+	}
+	if main, use := strings.Index(doc, "| large file, 1 connection, h1 TLS | MiB/s"), strings.Index(doc, "## Server syscalls"); main < 0 || use < main {
+		t.Errorf("the syscalls table is not after the main table:\n%s", doc)
+	}
+	p.sysErr = errors.New("load the raw tracepoint program: operation not permitted")
+	doc = render(p)
+	for _, want := range []string{
+		"Syscalls were not measured: load the raw tracepoint program: operation not permitted.",
+		"| not measured / 0.54 | not measured / 0.54 |",
+		"- The servers' syscalls: the eBPF program that counts them could not be loaded here",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("page without a counter lacks %q:\n%s", want, doc)
+		}
+	}
+	p.client = "bench"
+	if doc := render(p); strings.Contains(doc, "## Server syscalls") {
+		t.Error("an engine bench page has the syscalls table, which only external pages have")
 	}
 }
