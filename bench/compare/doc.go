@@ -27,8 +27,11 @@
 //
 // Its clients, and what each can check:
 //
-//   - curl (one connection, h1 TLS, h2 TLS, h1 plain): every byte is
-//     piped into this harness and BLAKE3-hashed against the fixture;
+//   - curl (one connection, h1 TLS, h2 TLS, h1 plain): a cell's first
+//     transfer is piped into this harness and every byte BLAKE3-hashed
+//     against the fixture (a failure fails the cell); the samples after
+//     it write to /dev/null, so that the client is curl alone, and are
+//     checked for status, HTTP version, Content-Length and byte count;
 //   - wrk (16 connections h1 TLS; 1 KiB on 64 keep-alive connections,
 //     with p99) and h2load (16 clients, one h2 stream each, -n exact):
 //     status and length only, which the page says;
@@ -47,8 +50,9 @@
 // the engine with a `[reverse_proxy]` route, nginx (`upstream` with
 // `keepalive 64`), Caddy (`reverse_proxy`) and HAProxy (Debian's, `mode
 // http`, `http-reuse always`; installed with apt-get as above). Its rows:
-// a large file over one h1 TLS connection (curl, every byte hashed), 1 KiB
-// on 64 keep-alive connections (wrk), and 1 KiB at a fixed 5,000 req/s
+// a large file over one h1 TLS connection (curl, its first transfer
+// hashed), 1 KiB on 64 keep-alive connections (wrk), and 1 KiB at a
+// fixed 5,000 req/s
 // (engine bench, open loop: p50, p99 and failed responses); the CPU in
 // brackets is the proxy's, and a table counts the connections each proxy
 // opened to the backend (nginx's stub_status, read around every run). It

@@ -194,12 +194,19 @@ func measureExternal(ctx context.Context, env *extEnv, r row, s *server, base st
 	return o
 }
 
-// prepare does what a cell needs before its samples: a probe request
-// for the clients that cannot check bodies, then the warmup (which for
-// h2load also sizes its runs).
+// prepare does what a cell needs before its samples: curl's hashed
+// transfer, or a probe request for the clients that cannot check
+// bodies, then the warmup (which for h2load also sizes its runs).
 func (x *extRun) prepare(ctx context.Context) error {
+	deadline := time.Now().Add(x.env.warmup)
 	var err error
 	switch x.row.client {
+	case clientCurl:
+		// The warmup's first transfer: every byte of it hashed. The
+		// samples write to /dev/null and check only what curl reports.
+		if sm := curlHashed(ctx, x.row, x.url.String(), x.size, x.digest); sm.reject != "" {
+			return fmt.Errorf("hashed transfer: %s: %s", sm.reject, sm.detail)
+		}
 	case clientWrk:
 		x.respLen, err = probeResponse(ctx, x.url, false, x.size, x.digest)
 	case clientSTime:
@@ -218,7 +225,6 @@ func (x *extRun) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("probe request: %w", err)
 	}
-	deadline := time.Now().Add(x.env.warmup)
 	for {
 		sm := x.run(ctx, true)
 		if sm.reject != "" {

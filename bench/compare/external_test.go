@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,32 +218,50 @@ func TestCheckCurl(t *testing.T) {
 	}
 
 	h2 := row{proto: "h2", tls: true}
-	want := integrity.Digest{1, 2, 3}
-	body := curlBody{n: largeTestSize, digest: want}
+	fewer := rep
+	fewer.size--
+	otherLength := rep
+	otherLength.length = "99943777"
 	for _, tc := range []struct {
 		name string
 		r    row
 		rep  curlReport
+		want string
+	}{
+		{"good", h2, rep, ""},
+		{"curl counted a byte less", h2, fewer, "length"},
+		{"another Content-Length", h2, otherLength, "length"},
+		{"HTTP/1.1 where h2 was asked", row{proto: "h1", tls: true}, rep, "protocol"},
+		{"refused", h2, refused, "status 000"},
+	} {
+		if got, detail := checkCurl(tc.r, tc.rep, largeTestSize); got != tc.want {
+			t.Errorf("%s: checkCurl = %q (%s), want %q", tc.name, got, detail, tc.want)
+		}
+	}
+
+	want := integrity.Digest{1, 2, 3}
+	for _, tc := range []struct {
+		name string
 		body curlBody
 		want string
 	}{
-		{"good", h2, rep, body, ""},
-		{"one byte differs", h2, rep, curlBody{n: largeTestSize, digest: integrity.Digest{1, 2, 4}}, "digest"},
-		{"fewer bytes through the pipe", h2, rep, curlBody{n: largeTestSize - 1, digest: want}, "length"},
-		{"HTTP/1.1 where h2 was asked", row{proto: "h1", tls: true}, rep, body, "protocol"},
-		{"refused", h2, refused, curlBody{}, "status 000"},
+		{"good", curlBody{n: largeTestSize, digest: want}, ""},
+		{"one byte differs", curlBody{n: largeTestSize, digest: integrity.Digest{1, 2, 4}}, "digest"},
+		{"fewer bytes through the pipe", curlBody{n: largeTestSize - 1, digest: want}, "length"},
 	} {
-		if got, detail := checkCurl(tc.r, tc.rep, tc.body, largeTestSize, want); got != tc.want {
-			t.Errorf("%s: checkCurl = %q (%s), want %q", tc.name, got, detail, tc.want)
+		if got, detail := checkCurlBody(tc.body, largeTestSize, want); got != tc.want {
+			t.Errorf("%s: checkCurlBody = %q (%s), want %q", tc.name, got, detail, tc.want)
 		}
 	}
 }
 
-// TestCurlTransferChecksEveryByte runs curl against a local server that
-// serves the fixture with one byte changed, or one byte short: neither
-// transfer may count, and the true body must.
-func TestCurlTransferChecksEveryByte(t *testing.T) {
-	testtool.Require(t, "curl")
+// curlFixtures serves a random body at /good.bin, the same with one byte
+// changed at /flipped.bin, one byte short of its Content-Length at
+// /short.bin and one byte shorter, with a Content-Length to match, at
+// /shorter.bin, over TLS with HTTP/2; it returns the server's URL, the
+// body and its digest.
+func curlFixtures(t *testing.T) (string, []byte, integrity.Digest) {
+	t.Helper()
 	good := make([]byte, 3<<20+17)
 	rand.Read(good)
 	want, _, err := integrity.Sum(bytes.NewReader(good))
@@ -256,6 +275,8 @@ func TestCurlTransferChecksEveryByte(t *testing.T) {
 		switch r.URL.Path {
 		case "/flipped.bin":
 			body = flipped
+		case "/shorter.bin":
+			body = good[:len(good)-1]
 		case "/short.bin":
 			// The promised length, then one byte less: curl must notice.
 			w.Header().Set("Content-Length", strconv.Itoa(len(good)))
@@ -267,26 +288,73 @@ func TestCurlTransferChecksEveryByte(t *testing.T) {
 	}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv.URL, good, want
+}
+
+// TestCurlTransfers runs curl against a local server that serves the
+// fixture, the fixture with one byte changed, one byte short of its
+// Content-Length and one byte shorter: the hashed transfer accepts only
+// the fixture; a sample (to /dev/null) accepts the changed byte too,
+// which is why a cell's first transfer is the hashed one, and rejects
+// the lengths.
+func TestCurlTransfers(t *testing.T) {
+	testtool.Require(t, "curl")
+	base, good, want := curlFixtures(t)
+	size := int64(len(good))
 	ctx := context.Background()
 	for _, tc := range []struct {
-		path  string
-		proto string
-		want  string
+		path          string
+		proto         string
+		hashed, timed string // the rejections
 	}{
-		{"/good.bin", "h1", ""},
-		{"/good.bin", "h2", ""},
-		{"/flipped.bin", "h1", "digest"},
-		{"/flipped.bin", "h2", "digest"},
-		{"/short.bin", "h1", "curl failed"},
+		{"/good.bin", "h1", "", ""},
+		{"/good.bin", "h2", "", ""},
+		{"/flipped.bin", "h1", "digest", ""},
+		{"/flipped.bin", "h2", "digest", ""},
+		{"/short.bin", "h1", "curl failed", "curl failed"},
+		{"/shorter.bin", "h2", "length", "length"},
 	} {
 		r := row{proto: tc.proto, tls: true, file: tc.path[1:]}
-		s := curlTransfer(ctx, r, srv.URL+tc.path, int64(len(good)), want)
-		if s.reject != tc.want {
-			t.Errorf("curl %s over %s: reject %q (%s), want %q", tc.path, tc.proto, s.reject, s.detail, tc.want)
+		for _, x := range []struct {
+			how  string
+			s    extSample
+			want string
+		}{
+			{"hashed", curlHashed(ctx, r, base+tc.path, size, want), tc.hashed},
+			{"to /dev/null", curlTimed(ctx, r, base+tc.path, size), tc.timed},
+		} {
+			if x.s.reject != x.want {
+				t.Errorf("curl %s over %s, %s: reject %q (%s), want %q", tc.path, tc.proto, x.how, x.s.reject, x.s.detail, x.want)
+			}
+			if x.want == "" && (x.s.bytes != size || x.s.value <= 0) {
+				t.Errorf("curl %s over %s, %s: accepted with %d bytes at %v MiB/s", tc.path, tc.proto, x.how, x.s.bytes, x.s.value)
+			}
 		}
-		if tc.want == "" && (s.bytes != int64(len(good)) || s.value <= 0) {
-			t.Errorf("curl %s over %s: accepted with %d bytes at %v MiB/s", tc.path, tc.proto, s.bytes, s.value)
+	}
+}
+
+// TestCurlCellHashesFirst: a curl cell whose server changes a byte fails
+// before its samples, with the hashed transfer's reason; one that serves
+// the fixture starts them.
+func TestCurlCellHashesFirst(t *testing.T) {
+	testtool.Require(t, "curl")
+	base, good, want := curlFixtures(t)
+	for _, tc := range []struct {
+		path string
+		want string // in prepare's error; "" for none
+	}{
+		{"/good.bin", ""},
+		{"/flipped.bin", "hashed transfer: digest: BLAKE3 "},
+	} {
+		u, err := url.Parse(base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := &extRun{env: &extEnv{warmup: 0}, row: row{proto: "h1", tls: true, client: clientCurl}, url: u, size: int64(len(good)), digest: want}
+		err = x.prepare(context.Background())
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("prepare %s = %v, want an error with %q", tc.path, err, tc.want)
 		}
 	}
 }
@@ -435,6 +503,8 @@ func TestRenderExternal(t *testing.T) {
 		"Checked: Status and length, not content (wrk",
 		"Checked: Status and length, not content (h2load",
 		"BLAKE3-hashes all of it",
+		"runs that command, which writes the body to /dev/null",
+		"run as `curl -sS --max-time 300 -o /dev/null -w '%{stderr}…' --http1.1 -k --tlsv1.3",
 		"16 processes at once",
 		"| lighttpd | 1,000 of 1,000 resumed | 0 of 1,000 resumed |",
 		"Installed by this run (as root, from Debian): `apt-get install -y lighttpd lighttpd-mod-openssl`.",

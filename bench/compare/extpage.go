@@ -36,7 +36,8 @@ func clientCommand(r row, sample time.Duration) string {
 		if r.tls {
 			scheme = "https"
 		}
-		args = append([]string{"curl"}, curlArgs(r, scheme+"://127.0.0.1:PORT/"+r.file)...)
+		// A sample's command; the hashed transfer has -o - instead.
+		args = append([]string{"curl"}, curlArgs(r, scheme+"://127.0.0.1:PORT/"+r.file, "/dev/null")...)
 		for i, a := range args {
 			if a == curlWriteOut {
 				args[i] = "'%{stderr}…'"
@@ -73,8 +74,9 @@ func clientChecks(r row) string {
 		if r.proto == "h2" {
 			proto = "HTTP/2"
 		}
-		s := "Every byte: curl writes the body to a pipe, and this harness BLAKE3-hashes all of it as it arrives. A transfer counts only when curl exited 0, its -w report says status 200 and " + proto +
-			", the Content-Length header and curl's byte count are the file's size, the harness read exactly that many bytes, and their digest is the fixture's (B3SUMS)."
+		s := "The cell's first transfer, the warmup's first, is checked byte by byte: curl writes the body to a pipe (`-o -`) and this harness BLAKE3-hashes all of it as it arrives; it passes only when curl exited 0, its -w report says status 200 and " + proto +
+			", the Content-Length header and curl's byte count (size_download) are the file's size, the harness read exactly that many bytes, and their digest is the fixture's (B3SUMS); if it fails, the cell fails with that reason. Every sample after it runs that command, which writes the body to /dev/null (`-o /dev/null`) so that the client is curl alone, and counts only when curl exited 0 and its -w report says status 200 and " + proto +
+			", and Content-Length and size_download are the file's size: a sample's bytes are counted by curl, not hashed."
 		if r.tls {
 			s += " TLS 1.3 is required (--tlsv1.3)."
 		}

@@ -539,7 +539,7 @@ func render(p page) string {
 		fmt.Fprintf(&b, "%s\n\n", p.keyExchangeStatement())
 	}
 	if p.external() {
-		fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over its samples (%d per repeat, of about %v each; on the curl rows, one transfer is a sample, and transfers go on for %v), after a warmup. What makes a sample count depends on what its client can check, and is listed per row below: curl's rows check every byte against its BLAKE3 digest; wrk's and h2load's rows were checked for status and length, not content. In brackets, the server's CPU time (its process and all its children, from /proc, over the accepted samples): seconds per GiB received on the large-file rows, microseconds per request on the 1 KiB rows. ",
+		fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over its samples (%d per repeat, of about %v each; on the curl rows, one transfer is a sample, and transfers go on for %v), after a warmup. What makes a sample count depends on what its client can check, and is listed per row below: curl's rows check every byte of the cell's first transfer against its BLAKE3 digest, and each sample's status, HTTP version and lengths as curl reports them; wrk's and h2load's rows were checked for status and length, not content. In brackets, the server's CPU time (its process and all its children, from /proc, over the accepted samples): seconds per GiB received on the large-file rows, microseconds per request on the 1 KiB rows. ",
 			plural(p.repeats, "repeat"), p.samples, p.sample, time.Duration(p.samples)*p.sample)
 	} else {
 		fmt.Fprintf(&b, "The servers take turns on each row, in an order that rotates from row to row, over %s. A figure is the median, over the repeats that had accepted samples, of each repeat's median over %d samples of %v, after a warmup; a sample counts only when every response in it had the right status, the exact length and the BLAKE3 digest from the fixtures' B3SUMS. ",
@@ -734,7 +734,7 @@ func (p page) unmeasured() []string {
 // these figures.
 func (p page) clientCaveat() string {
 	if p.external() {
-		s := fmt.Sprintf("A separate client: every client shares the %s with the server it measures, so the two compete for them, and no external client's own ceiling was measured for this page. On the curl rows the client side includes this harness hashing every byte curl passes it through a pipe; wrk, h2load and s_time only count bytes. Server CPU in brackets is the server's alone.", plural(p.cpus, "CPU"))
+		s := fmt.Sprintf("A separate client: every client shares the %s with the server it measures, so the two compete for them, and no external client's own ceiling was measured for this page. On the curl rows the samples are curl alone, writing the body to /dev/null (only the cell's first transfer, before the samples, is piped into this harness and hashed); curl, wrk, h2load and s_time only count the samples' bytes. Server CPU in brackets is the server's alone.", plural(p.cpus, "CPU"))
 		if slices.ContainsFunc(p.rows, func(r row) bool { return r.client == "" }) {
 			s += " `engine bench`'s own CPU, on its rows, is in the client's table above."
 		}

@@ -45,8 +45,8 @@ func TestRenderPassthrough(t *testing.T) {
 }
 
 // TestQuickPassthrough runs the passthrough comparison in --quick mode
-// on its single-connection TCP row (curl, every byte hashed) and its
-// HTTP/3 row (engine bench, the engine alone) with the engine, nginx
+// on its single-connection TCP row (curl, its first transfer hashed)
+// and its HTTP/3 row (engine bench, the engine alone) with the engine, nginx
 // (stream, ssl_preread) and HAProxy (mode tcp) relaying to the nginx TLS
 // origin and the quic-go one: the templates and the page, end to end.
 // .ci/run installs nginx, its stream module, HAProxy and curl.
