@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // syscallObjects are the counting program, its link to sys_enter and the
@@ -43,7 +44,7 @@ func openSyscalls() (*syscallCounter, error) {
 		Name: "compare_sysc", Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: maxCounted,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create the counters' map: %w", err)
+		return nil, fmt.Errorf("create the counters' map: %w", needsRoot(err))
 	}
 	m := o.counts.FD()
 	insns := asm.Instructions{
@@ -83,13 +84,13 @@ func openSyscalls() (*syscallCounter, error) {
 	})
 	if err != nil {
 		o.close()
-		return nil, fmt.Errorf("load the raw tracepoint program: %w", err)
+		return nil, fmt.Errorf("load the raw tracepoint program: %w", needsRoot(err))
 	}
 	// A raw tracepoint is attached by name, without tracefs.
 	o.link, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: o.prog})
 	if err != nil {
 		o.close()
-		return nil, fmt.Errorf("attach to the raw tracepoint sys_enter: %w", err)
+		return nil, fmt.Errorf("attach to the raw tracepoint sys_enter: %w", needsRoot(err))
 	}
 	return c, nil
 }
@@ -116,6 +117,16 @@ func (o *syscallObjects) close() error {
 		errs = append(errs, o.link.Close())
 	}
 	return errors.Join(append(errs, o.prog.Close(), o.counts.Close())...)
+}
+
+// needsRoot says what a refusal means: the library's error for EPERM
+// speaks of RLIMIT_MEMLOCK, which kernels since 5.11 no longer use for
+// BPF memory; what the harness lacks is a capability.
+func needsRoot(err error) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("not permitted: counting syscalls needs root (CAP_BPF and CAP_PERFMON): %w", err)
+	}
+	return err
 }
 
 // nestedPIDNamespace reads a process's /proc status: NSpid lists its pid

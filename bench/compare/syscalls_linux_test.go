@@ -1,11 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestSyscallCounter makes a known number of syscalls and finds them
@@ -71,5 +76,17 @@ func TestNestedPIDNamespace(t *testing.T) {
 		if got := nestedPIDNamespace(tc.status); got != tc.want {
 			t.Errorf("nestedPIDNamespace(%q) = %v, want %v", tc.status, got, tc.want)
 		}
+	}
+}
+
+// TestNeedsRoot: a refusal names the capabilities, not the library's
+// RLIMIT_MEMLOCK hint, and keeps the errno; other errors pass as they are.
+func TestNeedsRoot(t *testing.T) {
+	refused := needsRoot(fmt.Errorf("map create: %w (MEMLOCK may be too low, consider rlimit.RemoveMemlock)", unix.EPERM))
+	if !strings.HasPrefix(refused.Error(), "not permitted: counting syscalls needs root (CAP_BPF and CAP_PERFMON): ") || !errors.Is(refused, unix.EPERM) {
+		t.Errorf("needsRoot(EPERM) = %v", refused)
+	}
+	if other := fmt.Errorf("attach: %w", unix.ENOENT); needsRoot(other) != other {
+		t.Errorf("needsRoot(ENOENT) = %v, want it unchanged", needsRoot(other))
 	}
 }
