@@ -129,9 +129,9 @@ func (x *extRun) curl(ctx context.Context) extSample {
 // curlHashed is a cell's first transfer, the one whose bytes are checked:
 // curl writes the body to a pipe and this harness hashes every byte as it
 // arrives; it counts when curl's report passes checkCurl and the bytes
-// checkCurlBody. Through the pipe curl is slower than alone (this
-// harness's hashing caps one connection near 900 MiB/s), so no sample
-// is taken this way.
+// checkCurlBody. Through the pipe curl is slower than alone (on two
+// CPUs this harness's hashing capped one connection near 900 MiB/s), so
+// no sample is taken this way.
 func curlHashed(ctx context.Context, r row, url string, size int64, want integrity.Digest) extSample {
 	var body curlBody
 	rep, failed := runCurl(ctx, curlArgs(r, url, "-"), func(out io.Reader) error {
@@ -155,8 +155,8 @@ func curlHashed(ctx context.Context, r row, url string, size int64, want integri
 
 // curlTimed is a sample: curl writes the body to /dev/null, so that the
 // client is curl alone, and it counts when curl exited 0 and its report
-// passes checkCurl. Its bytes are counted, not hashed: the cell's hashed
-// transfer vouched for the server's bytes before the samples.
+// passes checkCurl. Its bytes are counted, not hashed: only the cell's
+// first transfer, before the samples, was hashed.
 func curlTimed(ctx context.Context, r row, url string, size int64) extSample {
 	rep, failed := runCurl(ctx, curlArgs(r, url, os.DevNull), nil)
 	if failed.reject != "" {
