@@ -161,15 +161,15 @@ func (o outcome) logLine(r row) string {
 		if o.hasCPU {
 			s += fmt.Sprintf(", server CPU %.3g", o.cpu)
 		}
-		if o.hasSyscalls || o.hasWakeups {
-			sys, wake := "unknown", "unknown"
-			if o.hasSyscalls {
-				sys = useFigure(o.syscalls)
-			}
-			if o.hasWakeups {
-				wake = useFigure(o.wakeups)
-			}
-			s += fmt.Sprintf(", server %s syscalls and %s wake-ups %s", sys, wake, useUnit(r.metric))
+		var use []string
+		if o.hasSyscalls {
+			use = append(use, useFigure(o.syscalls)+" syscalls")
+		}
+		if o.hasWakeups {
+			use = append(use, useFigure(o.wakeups)+" wake-ups")
+		}
+		if len(use) > 0 {
+			s += fmt.Sprintf(", server %s %s", strings.Join(use, " and "), useUnit(r.metric))
 		}
 	}
 	if o.hasBackend {

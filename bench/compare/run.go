@@ -139,9 +139,13 @@ func (r *run) prepare() {
 	log.Printf("kernel TLS: %v", orOK(r.ktls.probe))
 
 	// One counter for the whole run, attached before the servers start
-	// and read around every sample; stopAll closes it.
-	if r.sys, r.sysErr = openSyscallCounter(); r.sysErr != nil {
-		log.Printf("syscalls not counted: %v", r.sysErr)
+	// and read around every sample; stopAll closes it. Only the external
+	// clients' pages show syscalls: engine bench's runs go without it,
+	// as every syscall on the machine runs its program.
+	if r.sc.name() != "bench" {
+		if r.sys, r.sysErr = openSyscallCounter(); r.sysErr != nil {
+			log.Printf("syscalls not counted: %v", r.sysErr)
+		}
 	}
 
 	// The external clients come from Debian: a row whose client is

@@ -69,6 +69,21 @@ func TestServerUseSums(t *testing.T) {
 	}
 }
 
+// TestLogLineUse: the progress line gives what was counted, and leaves
+// out what was not (no counter, as on engine bench's runs).
+func TestLogLineUse(t *testing.T) {
+	bulk := row{unit: "MiB/s", metric: "mibps"}
+	o := clean(1, 1946.3)
+	o.wakeups, o.hasWakeups = 0.73, true
+	if got, want := o.logLine(bulk), "    1946.3 MiB/s, server 0.73 wake-ups per MiB"; got != want {
+		t.Errorf("logLine without syscalls = %q, want %q", got, want)
+	}
+	o.syscalls, o.hasSyscalls = 2.04, true
+	if got, want := o.logLine(row{unit: "req/s", metric: "rps"}), "    1946.3 req/s, server 2.0 syscalls and 0.73 wake-ups per request"; got != want {
+		t.Errorf("logLine = %q, want %q", got, want)
+	}
+}
+
 func TestUseText(t *testing.T) {
 	with := func(repeat int, sys, wake float64) outcome {
 		o := clean(repeat, 100)
