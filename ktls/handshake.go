@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,23 @@ type Handshake struct {
 	first   []byte      // the record the handshake starts with
 	written []byte      // everything the handshake wrote, owned by the goroutine
 	flushed int         // written[:flushed] has been handed to Want or Done
+
+	// A step's end goes to a caller in Await through step, instead of
+	// through io, when stepWait is 1 as the step ends: the first to swap
+	// it to 0, the goroutine or Await giving up, decides which way. Only
+	// a handshake started by StartAwaited sets it (immutable awaited).
+	awaited  bool
+	stepWait atomic.Int32
+	step     chan Step
+}
+
+// Step is how a handshake step ended: its output for the client, and a
+// request for the next record, or the end of the handshake (Done).
+type Step struct {
+	Out     []byte
+	Done    bool
+	Session *Session
+	Err     error
 }
 
 // ServerConfig prepares a server's tls.Config for handshakes run by
@@ -103,14 +121,70 @@ func ServerConfig(base *tls.Config) *tls.Config {
 // ServerConfig, and the client's first record (the ClientHello, or its
 // first part), which becomes the goroutine's.
 func StartHandshake(config *tls.Config, io HandshakeIO, local, remote net.Addr, first []byte) *Handshake {
-	h := &Handshake{io: io, config: config, local: local, remote: remote, in: make(chan []byte, 1), first: first}
+	return start(config, io, local, remote, first, false)
+}
+
+// StartAwaited is StartHandshake for a caller that follows it, and every
+// Feed, with Await.
+func StartAwaited(config *tls.Config, io HandshakeIO, local, remote net.Addr, first []byte) *Handshake {
+	return start(config, io, local, remote, first, true)
+}
+
+func start(config *tls.Config, io HandshakeIO, local, remote net.Addr, first []byte, awaited bool) *Handshake {
+	h := &Handshake{io: io, config: config, local: local, remote: remote, in: make(chan []byte, 1), first: first,
+		awaited: awaited, step: make(chan Step, 1)}
+	if awaited {
+		h.stepWait.Store(1) // before the goroutine can end its first step
+	}
 	go h.run()
 	return h
+}
+
+// Await waits for the step that StartHandshake or the last Feed began,
+// until timer fires, and returns how it ended (ok). The caller parks,
+// so the handshake goroutine it has just made runnable runs next on the
+// caller's thread and its end comes back the same way: no other thread
+// is woken and no HandshakeIO hand-off (a Post, an eventfd write and a
+// wake-up of the loop) is made. With timer nil it does not wait. When ok
+// is false the step's end comes through HandshakeIO, as without Await.
+func (h *Handshake) Await(timer *time.Timer) (Step, bool) {
+	if timer != nil {
+		select {
+		case s := <-h.step:
+			return s, true
+		case <-timer.C:
+		}
+	}
+	if h.stepWait.CompareAndSwap(1, 0) {
+		return Step{}, false
+	}
+	return <-h.step, true // it ended meanwhile: it is on its way
+}
+
+// want and done end a step: to Await's caller when it still waits, else
+// through io.
+func (h *Handshake) want(out []byte) {
+	if h.stepWait.CompareAndSwap(1, 0) {
+		h.step <- Step{Out: out}
+		return
+	}
+	h.io.Want(out)
+}
+
+func (h *Handshake) done(out []byte, s *Session, err error) {
+	if h.stepWait.CompareAndSwap(1, 0) {
+		h.step <- Step{Out: out, Done: true, Session: s, Err: err}
+		return
+	}
+	h.io.Done(out, s, err)
 }
 
 // Feed hands the handshake the next record, after a Want. It never
 // blocks: there is at most one outstanding Want.
 func (h *Handshake) Feed(record []byte) {
+	if h.awaited {
+		h.stepWait.Store(1)
+	}
 	select {
 	case h.in <- record:
 	default:
@@ -131,11 +205,11 @@ func (h *Handshake) run() {
 	// The reactor's timeouts end a stalled handshake by calling Abort.
 	err := tc.HandshakeContext(context.Background())
 	if err != nil {
-		h.io.Done(h.unflushed(), nil, err)
+		h.done(h.unflushed(), nil, err)
 		return
 	}
 	s, err := h.session(tc.ConnectionState())
-	h.io.Done(h.unflushed(), s, err)
+	h.done(h.unflushed(), s, err)
 }
 
 // growStack grows a new goroutine's stack, while it is still shallow, to
@@ -275,7 +349,7 @@ type hsConn struct {
 
 func (c *hsConn) Read(p []byte) (int, error) {
 	if len(c.cur) == 0 {
-		c.h.io.Want(c.h.unflushed())
+		c.h.want(c.h.unflushed())
 		rec, ok := <-c.h.in
 		if !ok {
 			return 0, io.EOF

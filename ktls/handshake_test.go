@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -52,8 +53,11 @@ func (c chanIO) Done(out []byte, s *Session, err error) {
 
 // serveOne plays the reactor for one connection: it feeds whole records to
 // the handshake, then answers each application record with its upper-case
-// copy through our record layer.
-func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
+// copy through our record layer. With await above zero it starts the
+// handshake with StartAwaited and waits up to await for each step in
+// Await; steps tells how many ended there and how many through
+// HandshakeIO.
+func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config, await time.Duration, steps *stepCount) *Session {
 	raw := make(chan []byte, 16)
 	go func() {
 		for {
@@ -73,19 +77,43 @@ func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
 	var buf []byte
 	wanted := false
 	var s *Session
+	handle := func(e event) bool {
+		conn.Write(e.data)
+		switch e.kind {
+		case "want":
+			wanted = true
+		case "done":
+			if e.err != nil {
+				t.Errorf("handshake: %v", e.err)
+				return false
+			}
+			s = e.s
+		}
+		return true
+	}
+	awaitStep := func() bool {
+		if await <= 0 {
+			return true
+		}
+		timer := time.NewTimer(await)
+		defer timer.Stop()
+		st, ok := h.Await(timer)
+		if !ok {
+			return true // through ev
+		}
+		steps.awaited.Add(1)
+		e := event{kind: "want", data: st.Out}
+		if st.Done {
+			e = event{kind: "done", data: st.Out, s: st.Session, err: st.Err}
+		}
+		return handle(e)
+	}
 	for s == nil {
 		select {
 		case e := <-ev:
-			conn.Write(e.data)
-			switch e.kind {
-			case "want":
-				wanted = true
-			case "done":
-				if e.err != nil {
-					t.Errorf("handshake: %v", e.err)
-					return nil
-				}
-				s = e.s
+			steps.io.Add(1)
+			if !handle(e) {
+				return nil
 			}
 		case b, ok := <-raw:
 			if !ok {
@@ -97,16 +125,30 @@ func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
 			}
 			buf = append(buf, b...)
 		}
-		n := RecordLen(buf)
-		switch {
-		case n == 0 || len(buf) < n:
-		case h == nil:
-			h = StartHandshake(cfg, ev, conn.LocalAddr(), conn.RemoteAddr(), bytes.Clone(buf[:n]))
-			buf = buf[n:]
-		case wanted:
-			h.Feed(bytes.Clone(buf[:n]))
-			buf = buf[n:]
-			wanted = false
+		// An awaited step may want the next record at once (the client's
+		// Finished behind its change_cipher_spec), and it may be here.
+		for fed := true; fed && s == nil; {
+			fed = false
+			n := RecordLen(buf)
+			switch {
+			case n == 0 || len(buf) < n:
+			case h == nil && await > 0:
+				h = StartAwaited(cfg, ev, conn.LocalAddr(), conn.RemoteAddr(), bytes.Clone(buf[:n]))
+				buf, fed = buf[n:], true
+				if !awaitStep() {
+					return nil
+				}
+			case h == nil:
+				h = StartHandshake(cfg, ev, conn.LocalAddr(), conn.RemoteAddr(), bytes.Clone(buf[:n]))
+				buf = buf[n:]
+			case wanted:
+				h.Feed(bytes.Clone(buf[:n]))
+				buf, fed = buf[n:], true
+				wanted = false
+				if !awaitStep() {
+					return nil
+				}
+			}
 		}
 	}
 	// Whatever followed the handshake is application data: ours.
@@ -132,11 +174,79 @@ func serveOne(t *testing.T, conn net.Conn, cfg *tls.Config) *Session {
 	}
 }
 
+// stepCount counts how the steps of a handshake ended.
+type stepCount struct{ awaited, io atomic.Int64 }
+
 // TestHandshakeKeys runs real crypto/tls clients against the handshake
 // driver and our record layer: the keys from the key log and the sequence
 // number found after the session tickets must let both sides talk, first
-// handshake and resumed alike.
+// handshake and resumed alike, with each step's end handed over through
+// HandshakeIO or taken by Await.
 func TestHandshakeKeys(t *testing.T) {
+	t.Run("through HandshakeIO", func(t *testing.T) {
+		var steps stepCount
+		handshakeKeys(t, 0, &steps)
+		if steps.awaited.Load() != 0 || steps.io.Load() == 0 {
+			t.Errorf("%d steps awaited and %d through HandshakeIO; want none awaited", steps.awaited.Load(), steps.io.Load())
+		}
+	})
+	t.Run("awaited", func(t *testing.T) {
+		var steps stepCount
+		handshakeKeys(t, 10*time.Second, &steps)
+		if steps.awaited.Load() == 0 || steps.io.Load() != 0 {
+			t.Errorf("%d steps awaited and %d through HandshakeIO; want all awaited", steps.awaited.Load(), steps.io.Load())
+		}
+	})
+}
+
+// TestAwaitGivesUp: a step that does not end within Await's timer (here,
+// a certificate that takes its time) ends through HandshakeIO instead,
+// and the handshake completes.
+func TestAwaitGivesUp(t *testing.T) {
+	cert, pool := testCert(t)
+	release := make(chan struct{})
+	cfg := ServerConfig(&tls.Config{MinVersion: tls.VersionTLS13,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { <-release; return &cert, nil }})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var steps stepCount
+	served := make(chan *Session, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		served <- serveOne(t, c, cfg, 20*time.Millisecond, &steps)
+	}()
+	go func() {
+		// Held until Await has surely given up on the first step.
+		time.Sleep(300 * time.Millisecond)
+		close(release)
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("ping"))
+	got := make([]byte, 4)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "PING" {
+		t.Fatalf("echo: %q, %v", got, err)
+	}
+	c.Close()
+	if s := <-served; s == nil {
+		t.Fatal("no session")
+	}
+	if steps.io.Load() == 0 {
+		t.Errorf("%d steps awaited and none through HandshakeIO: the slow first step was waited for past the timer", steps.awaited.Load())
+	}
+}
+
+func handshakeKeys(t *testing.T, await time.Duration, steps *stepCount) {
 	cert, pool := testCert(t)
 	cfg := ServerConfig(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
 		NextProtos: []string{"http/1.1"}})
@@ -152,7 +262,7 @@ func TestHandshakeKeys(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); sessions <- serveOne(t, c, cfg) }()
+			go func() { defer c.Close(); sessions <- serveOne(t, c, cfg, await, steps) }()
 		}
 	}()
 	cache := tls.NewLRUClientSessionCache(4)
@@ -253,7 +363,7 @@ func TestHandshakeKeys12(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() { defer c.Close(); sessions <- serveOne(t, c, cfg) }()
+			go func() { defer c.Close(); sessions <- serveOne(t, c, cfg, 0, new(stepCount)) }()
 		}
 	}()
 	for _, id := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,

@@ -131,9 +131,12 @@ type Env struct {
 	Note func(msg string, args ...any)
 
 	// Owned by the loop goroutine.
-	inBufs    [][]byte // free plaintext input buffers
-	batchBufs [][]byte // free record batch buffers
-	warned    bool     // a promotion failure was logged on this loop
+	inBufs    [][]byte      // free plaintext input buffers
+	batchBufs [][]byte      // free record batch buffers
+	warned    bool          // a promotion failure was logged on this loop
+	stepTimer *time.Timer   // bounds a wait for a handshake step (awaitStep)
+	awaitFrom time.Time     // the window awaited counts in
+	awaited   time.Duration // spent waiting for handshake steps since awaitFrom
 }
 
 // maxFreeBufs bounds the idle buffers a loop keeps.
