@@ -180,6 +180,15 @@ func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testSe
 			t.Errorf("Run: %v", err)
 		}
 	}()
+	// Run binds nothing New has not bound, but it marks the server serving
+	// (/healthz 200) only when it gets there: a test that asks at once
+	// could find it "starting" on a loaded machine.
+	select {
+	case <-srv.Serving():
+	case <-ts.done:
+	case <-time.After(scale(30 * time.Second)):
+		t.Fatal("the server did not start serving")
+	}
 	var once sync.Once
 	ts.stop = func() {
 		once.Do(func() {

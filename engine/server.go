@@ -357,6 +357,9 @@ func anyPort(addr string) bool {
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.group.Addr() }
 
+// Serving is closed once Run serves: its loops run and /healthz says so.
+func (s *Server) Serving() <-chan struct{} { return s.serving }
+
 // Run serves until ctx is cancelled, then shuts down gracefully: it stops
 // accepting, closes idle connections, and lets responses in flight finish
 // for up to the configured grace period.
