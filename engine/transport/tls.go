@@ -155,12 +155,19 @@ func (s *Stream) awaitStep() {
 		s.c.Loop().HandedOff()
 		return
 	}
+	s.stepEnded(step)
+}
+
+// stepEnded sends a handshake step's output and takes what comes next:
+// the client's next record, or the record layer. A step ends here
+// whether it was awaited or came through hsIO's Post.
+func (s *Stream) stepEnded(step ktls.Step) {
 	s.c.WriteRef(step.Out)
 	if step.Done {
 		s.handshakeDone(step.Session, step.Err)
 		return
 	}
-	t.wanted = true
+	s.tls.wanted = true
 }
 
 const (
@@ -183,17 +190,11 @@ func takeRecord(c *reactor.Conn, n int) []byte {
 type hsIO struct{ s *Stream }
 
 func (h hsIO) Want(out []byte) {
-	h.s.c.Post(func() {
-		h.s.c.WriteRef(out)
-		h.s.tls.wanted = true
-	})
+	h.s.c.Post(func() { h.s.stepEnded(ktls.Step{Out: out}) })
 }
 
 func (h hsIO) Done(out []byte, sess *ktls.Session, err error) {
-	h.s.c.Post(func() {
-		h.s.c.WriteRef(out)
-		h.s.handshakeDone(sess, err)
-	})
+	h.s.c.Post(func() { h.s.stepEnded(ktls.Step{Out: out, Done: true, Session: sess, Err: err}) })
 }
 
 // errUnservedName is logged for a handshake refused because no
