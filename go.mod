@@ -20,6 +20,7 @@ require (
 	golang.org/x/crypto v0.59.0
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
+	lukechampine.com/blake3 v1.4.1
 )
 
 require (

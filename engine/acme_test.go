@@ -830,6 +830,7 @@ func parseConfig(t *testing.T, text string) *config.Config {
 	t.Helper()
 	cfg, err := config.Parse("test.toml", t.TempDir(), []byte(text))
 	if err == nil {
+		setTestStateDir(t, cfg)
 		err = cfg.Validate()
 	}
 	if err != nil {

@@ -62,11 +62,30 @@ var bigFile = sync.OnceValues(func() (string, string) {
 // TestMain runs the tests; the TestKernelTLS* ones may boot a VM with
 // this binary as its /init (internal/vmtest).
 func TestMain(m *testing.M) {
+	// Servers built outside start ([integrity] state_dir unset) keep
+	// their state in this run's directory, never in /var/lib/engine.
+	state, err := os.MkdirTemp("", "engine-test-state-*")
+	if err == nil {
+		os.Setenv("STATE_DIRECTORY", state)
+	}
 	code := vmtest.RunMain(m)
 	if p, _ := bigFile(); p != "" {
 		os.RemoveAll(filepath.Dir(p))
 	}
+	if state != "" {
+		os.RemoveAll(state)
+	}
 	os.Exit(code)
+}
+
+// setTestStateDir gives cfg the state directory of the test (digest
+// cache, outboard trees) unless it names one: never /var/lib/engine, and
+// no test learns digests from another. A configuration parsed again for
+// a reload gets the same one.
+func setTestStateDir(t testing.TB, cfg *config.Config) {
+	if cfg.Integrity.StateDir == "" {
+		cfg.Integrity.StateDir = filepath.Join(os.Getenv("STATE_DIRECTORY"), strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	}
 }
 
 // linkBig puts the 100 MiB file into dir as name.
@@ -161,6 +180,7 @@ func startFlags(t testing.TB, toml string, w io.Writer, flags ...string) *testSe
 			t.Fatalf("flag --%s: %v", flags[i], err)
 		}
 	}
+	setTestStateDir(t, cfg)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -309,8 +309,8 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision
 	if s != nil && !resp.NoBody {
 		h.lc.bulkPolicy(c, resp, s)
 	}
-	if resp.NeedDigest != nil && s != nil {
-		h.srv.digests.Request(s.files.Root, resp.NeedDigest)
+	if s != nil {
+		h.srv.digests.Needs(s.files.Root, resp)
 	}
 	if !st.rec.Active() { // a proxied request's record began with it
 		h.beginRecord(c, st, r)

@@ -390,8 +390,8 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 			hh.lc.bulkPolicy(hc.c, resp, hs.d.site)
 		}
 	}
-	if resp.NeedDigest != nil && hs.d.site != nil {
-		srv.digests.Request(hs.d.site.files.Root, resp.NeedDigest)
+	if hs.d.site != nil {
+		srv.digests.Needs(hs.d.site.files.Root, resp)
 	}
 	switch {
 	case hs.d.route != nil:

@@ -370,8 +370,8 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 
 	h := w.Header() // quic-go adds Date
 	writeFields(headerFields(h), resp, s, nil)
-	if resp.NeedDigest != nil && s != nil {
-		srv.digests.Request(s.files.Root, resp.NeedDigest)
+	if s != nil {
+		srv.digests.Needs(s.files.Root, resp)
 	}
 	w.WriteHeader(resp.Status)
 	sc.rec.Respond(resp.Status, resp.ReprDigest != "")

@@ -59,6 +59,9 @@ func writeFields(w fieldWriter, resp *files.Response, s *site, date []byte) {
 	if resp.ReprDigest != "" {
 		w.field("repr-digest", "Repr-Digest", resp.ReprDigest)
 	}
+	if resp.Link != nil {
+		w.fieldBytes("link", "Link", resp.Link)
+	}
 	if resp.RetryAfter > 0 {
 		w.fieldInt("retry-after", "Retry-After", int64(resp.RetryAfter))
 	}

@@ -247,7 +247,7 @@ func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error)
 		s.alog.Close()
 		return nil, err
 	}
-	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.Known})
+	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.Known, Outboards: s.digests.Trees()})
 	rc := reactor.Config{
 		Addr:     cfg.Listen,
 		Workers:  cfg.Workers,

@@ -230,9 +230,7 @@ func (hh *h3Handler) wtFile(s *site, path string, sc *h3Scratch) *files.Response
 		sc.files.Fetch(srv.cache, &fs)
 	}
 	resp := &sc.files.Resp
-	if resp.NeedDigest != nil {
-		srv.digests.Request(fs.Root, resp.NeedDigest)
-	}
+	srv.digests.Needs(fs.Root, resp)
 	if resp.Status == 200 && (resp.File == nil && len(resp.Parts) == 0 || resp.ReprDigest == "") {
 		resp.Status = 404 // a listing, or no digest to advertise
 	}

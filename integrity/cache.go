@@ -2,6 +2,7 @@ package integrity
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,11 +14,17 @@ import (
 )
 
 // FileID identifies the content of a file without reading it: a digest
-// computed for one FileID holds as long as the file still has it.
+// computed for one FileID holds as long as the file still has it. The
+// change time is in it because nothing else is sure to change when bytes
+// are rewritten in place: rsync --inplace -t and builds that normalise
+// modification times keep the size and mtime, and a file replaced by
+// another can get the old inode number back; the kernel sets the change
+// time on every write and metadata change, and no program can set it.
 type FileID struct {
 	Dev, Ino uint64
 	Size     int64
 	MtimeNs  int64
+	CtimeNs  int64
 }
 
 // Cache maps FileIDs to digests, bounded, safe for concurrent use.
@@ -86,9 +93,17 @@ func (c *Cache) Len() int {
 	return len(c.m)
 }
 
+// cacheHeader opens a saved cache: its version and fields. A file without
+// it was written by an engine that did not key digests by change time,
+// and is not trusted.
+const cacheHeader = "# engine digest cache 2: dev ino size mtime_ns ctime_ns blake3"
+
+// ErrCacheVersion means a saved digest cache is of another version.
+var ErrCacheVersion = errors.New("integrity: digest cache of another version (" + cacheHeader[2:] + " expected)")
+
 // Save writes the cache to path (atomically: a temporary file renamed) if
-// it changed since the last Save or Load. One line per digest:
-// "dev ino size mtime_ns hex".
+// it changed since the last Save or Load: cacheHeader, then one line per
+// digest, "dev ino size mtime_ns ctime_ns hex".
 func (c *Cache) Save(path string) error {
 	c.mu.Lock()
 	if !c.dirty {
@@ -98,7 +113,7 @@ func (c *Cache) Save(path string) error {
 	lines := make([]string, 0, len(c.m))
 	for _, id := range c.order {
 		if d, ok := c.m[id]; ok {
-			lines = append(lines, fmt.Sprintf("%d %d %d %d %s\n", id.Dev, id.Ino, id.Size, id.MtimeNs, d))
+			lines = append(lines, fmt.Sprintf("%d %d %d %d %d %s\n", id.Dev, id.Ino, id.Size, id.MtimeNs, id.CtimeNs, d))
 		}
 	}
 	c.dirty = false
@@ -108,6 +123,7 @@ func (c *Cache) Save(path string) error {
 		return err
 	}
 	w := bufio.NewWriter(tmp)
+	w.WriteString(cacheHeader + "\n")
 	for _, l := range lines {
 		w.WriteString(l)
 	}
@@ -123,8 +139,20 @@ func (c *Cache) Save(path string) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// Digests returns the digests held, for finding what is no longer needed.
+func (c *Cache) Digests() map[Digest]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[Digest]bool, len(c.m))
+	for _, d := range c.m {
+		out[d] = true
+	}
+	return out
+}
+
 // Load reads a file written by Save. A missing file is an empty cache;
-// a malformed line is an error naming it.
+// a malformed line, or a file of another version (ErrCacheVersion), is an
+// error naming it.
 func (c *Cache) Load(path string) error {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -142,11 +170,17 @@ func (c *Cache) read(r io.Reader, name string) error {
 	line := 0
 	for sc.Scan() {
 		line++
-		f := strings.Fields(sc.Text())
-		if len(f) != 5 {
-			return fmt.Errorf("integrity: %s:%d: expected dev ino size mtime digest", name, line)
+		if line == 1 {
+			if sc.Text() != cacheHeader {
+				return fmt.Errorf("%s: %w", name, ErrCacheVersion)
+			}
+			continue
 		}
-		var nums [4]int64
+		f := strings.Fields(sc.Text())
+		if len(f) != 6 {
+			return fmt.Errorf("integrity: %s:%d: expected dev ino size mtime_ns ctime_ns digest", name, line)
+		}
+		var nums [5]int64
 		for i := range nums {
 			v, err := strconv.ParseInt(f[i], 10, 64)
 			if err != nil {
@@ -154,11 +188,11 @@ func (c *Cache) read(r io.Reader, name string) error {
 			}
 			nums[i] = v
 		}
-		d, err := ParseHex(f[4])
+		d, err := ParseHex(f[5])
 		if err != nil {
-			return fmt.Errorf("integrity: %s:%d: %q is not 64 hex digits", name, line, f[4])
+			return fmt.Errorf("integrity: %s:%d: %q is not 64 hex digits", name, line, f[5])
 		}
-		c.Put(FileID{Dev: uint64(nums[0]), Ino: uint64(nums[1]), Size: nums[2], MtimeNs: nums[3]}, d)
+		c.Put(FileID{Dev: uint64(nums[0]), Ino: uint64(nums[1]), Size: nums[2], MtimeNs: nums[3], CtimeNs: nums[4]}, d)
 	}
 	c.mu.Lock()
 	c.dirty = false

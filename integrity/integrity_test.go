@@ -196,7 +196,7 @@ func (errReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
 func TestCacheSaveLoad(t *testing.T) {
 	c := NewCache(3)
 	for i := 0; i < 5; i++ {
-		c.Put(FileID{Dev: 1, Ino: uint64(i), Size: 10, MtimeNs: 99}, Digest{byte(i)})
+		c.Put(FileID{Dev: 1, Ino: uint64(i), Size: 10, MtimeNs: 99, CtimeNs: 7}, Digest{byte(i)})
 	}
 	if c.Len() != 3 {
 		t.Errorf("len %d, want 3 (bounded)", c.Len())
@@ -209,18 +209,29 @@ func TestCacheSaveLoad(t *testing.T) {
 	if err := c2.Load(p); err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := c2.Get(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 99}); !ok || d[0] != 4 {
+	if d, ok := c2.Get(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 99, CtimeNs: 7}); !ok || d[0] != 4 {
 		t.Errorf("loaded %v %v", d, ok)
 	}
-	if _, ok := c2.Get(FileID{Dev: 1, Ino: 0, Size: 10, MtimeNs: 99}); ok {
+	if _, ok := c2.Get(FileID{Dev: 1, Ino: 0, Size: 10, MtimeNs: 99, CtimeNs: 7}); ok {
 		t.Error("evicted entry came back")
 	}
-	if _, ok := c2.Get(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 100}); ok {
+	if _, ok := c2.Get(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 100, CtimeNs: 7}); ok {
 		t.Error("a different mtime matched")
 	}
-	os.WriteFile(p, []byte("1 2 3\n"), 0o644)
-	if err := NewCache(0).Load(p); err == nil || !strings.Contains(err.Error(), ":1:") {
+	// Bytes rewritten in place with the size and mtime kept (rsync
+	// --inplace -t): only the change time differs, and it must not match.
+	if _, ok := c2.Get(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 99, CtimeNs: 8}); ok {
+		t.Error("a different change time matched")
+	}
+	os.WriteFile(p, []byte(cacheHeader+"\n1 2 3\n"), 0o644)
+	if err := NewCache(0).Load(p); err == nil || !strings.Contains(err.Error(), ":2:") {
 		t.Errorf("malformed cache file: %v", err)
+	}
+	// A cache saved by an engine that keyed digests without the change
+	// time is not trusted: its digests may belong to older bytes.
+	os.WriteFile(p, []byte("1 4 10 99 "+strings.Repeat("ab", 32)+"\n"), 0o644)
+	if err := NewCache(0).Load(p); !errors.Is(err, ErrCacheVersion) {
+		t.Errorf("cache of the previous version: %v, want ErrCacheVersion", err)
 	}
 	if err := NewCache(0).Load(filepath.Join(t.TempDir(), "none")); err != nil {
 		t.Errorf("missing file: %v", err)

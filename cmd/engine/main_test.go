@@ -19,6 +19,21 @@ import (
 	"github.com/mediaship/engine/internal/selfsigned"
 )
 
+// TestMain gives the servers these tests start a state directory of
+// this run's ([integrity] state_dir defaults below $STATE_DIRECTORY),
+// never /var/lib/engine.
+func TestMain(m *testing.M) {
+	state, err := os.MkdirTemp("", "engine-cmd-test-state-*")
+	if err == nil {
+		os.Setenv("STATE_DIRECTORY", state)
+	}
+	code := m.Run()
+	if state != "" {
+		os.RemoveAll(state)
+	}
+	os.Exit(code)
+}
+
 func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.toml")

@@ -119,10 +119,25 @@ type Integrity struct {
 	// Repr-Digest once it has been hashed) or "require" (503 with
 	// Retry-After until it has been).
 	Mode string `toml:"mode"`
-	// Cache is a file the digest cache is saved to (every minute and at
-	// shutdown) and loaded from, so a restart does not rehash everything.
-	// Zero: not persisted.
+	// StateDir keeps what the engine learned about files across
+	// restarts: the digest cache (StateDir/digests, unless Cache names
+	// another file) and the files' outboard trees (StateDir/outboard).
+	// Zero means $STATE_DIRECTORY/integrity when set (systemd's
+	// StateDirectory=), else /var/lib/engine/integrity for root, else
+	// $XDG_STATE_HOME/engine/integrity (~/.local/state/engine/integrity).
+	// "off" keeps nothing: every file is hashed again after a restart,
+	// and outboard trees live in a temporary directory removed at exit.
+	// Created at start (mode 0750) when missing.
+	StateDir string `toml:"state_dir"`
+	// Cache is the file the digest cache is saved to (every minute and
+	// at shutdown) and loaded from, so a restart does not rehash
+	// everything. Zero means StateDir/digests ("off" with StateDir "off").
 	Cache string `toml:"cache"`
+	// Outboard serves every file's BLAKE3 outboard tree (Bao format, in
+	// 256 KiB chunk groups) at the file's path + ".obao", and links it
+	// from the file's responses, so a client can check any range of the
+	// file against its digest. Nil means on.
+	Outboard *bool `toml:"outboard"`
 	// Manifest is the b3sum-format file read at each site root. Zero
 	// means "B3SUMS"; "off" reads none.
 	Manifest string `toml:"manifest"`

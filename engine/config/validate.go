@@ -216,7 +216,19 @@ func (c *Config) validateIntegrity(errs *Errors) {
 	} else if ig.Manifest != "off" && (strings.ContainsAny(ig.Manifest, "/\\") || ig.Manifest == "." || ig.Manifest == "..") {
 		errs.add(c.errAt("integrity.manifest", "%q is not a file name; expected a name such as \"B3SUMS\" (looked for at each site root) or \"off\"", ig.Manifest))
 	}
-	if ig.Cache != "" {
+	switch ig.StateDir {
+	case "":
+		ig.StateDir = DefaultStateDir()
+	case "off":
+	default:
+		ig.StateDir = c.resolvePath("integrity.state_dir", ig.StateDir)
+	}
+	switch {
+	case ig.Cache == "" && ig.StateDir == "off":
+		ig.Cache = "off"
+	case ig.Cache == "":
+		ig.Cache = filepath.Join(ig.StateDir, "digests")
+	case ig.Cache != "off":
 		ig.Cache = c.resolvePath("integrity.cache", ig.Cache)
 		if st, err := os.Stat(filepath.Dir(ig.Cache)); err != nil || !st.IsDir() {
 			errs.add(c.errAt("integrity.cache", "directory of %q does not exist; expected a file in an existing directory", ig.Cache))
@@ -228,6 +240,27 @@ func (c *Config) validateIntegrity(errs *Errors) {
 	if ig.Workers < 1 || ig.Workers > 256 {
 		errs.add(c.errAt("integrity.workers", "%d is out of range; expected 1 to 256", ig.Workers))
 	}
+}
+
+// DefaultStateDir is where [integrity] keeps its state when state_dir is
+// not set: below $STATE_DIRECTORY (set by systemd's StateDirectory=),
+// else /var/lib/engine for root, else the user's XDG state directory.
+func DefaultStateDir() string {
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		// systemd may list several, separated by colons: the first is ours.
+		d, _, _ = strings.Cut(d, ":")
+		return filepath.Join(d, "integrity")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/engine/integrity"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "engine", "integrity")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "engine", "integrity")
+	}
+	return filepath.Join(os.TempDir(), "engine-state", "integrity")
 }
 
 // validateKernel checks [kernel]. Kernel TLS defaults to "require" only

@@ -14,5 +14,5 @@ func fdIdentity(fd int) (integrity.FileID, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return integrity.FileID{}, os.NewSyscallError("fstat", err)
 	}
-	return integrity.FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNs: st.Mtim.Nano()}, nil
+	return integrity.FileID{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano()}, nil
 }

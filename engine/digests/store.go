@@ -3,9 +3,11 @@ package digests
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,17 +26,26 @@ type Store struct {
 	cache     *integrity.Cache // Cache
 	path      string           // persisted cache; "" when not persisted
 	manifests map[*files.Root]*manifest
+	// trees is the directory of outboard trees, served as a root of its
+	// own (files.Config.Outboards); nil when trees are off. treesTemp is
+	// set when it is a temporary directory, removed by Close.
+	trees     *files.Root
+	treesTemp bool
 	refuse    bool // on_mismatch = "refuse"
 	log       *slog.Logger
 	jobs      chan func()
 	wg        sync.WaitGroup
 
-	mu       sync.Mutex                    // guards inflight and each job's waiters
+	mu       sync.Mutex                    // guards inflight, treeFailed and each job's waiters
 	inflight map[integrity.FileID]*hashJob // guarded by mu: hashing queued or running
+	// treeFailed holds when writing a file's tree last failed, so that
+	// requests for a tree that cannot be written (a full disk) do not
+	// each read the whole file again.
+	treeFailed map[integrity.FileID]time.Time // guarded by mu
 
 	// Counters for stats, each on its own: added to by the hashing
 	// workers and the loops, read by any goroutine.
-	Files, Bytes, Nanos, Mismatches, Dropped, Joined atomic.Int64
+	Files, Bytes, Nanos, Mismatches, Dropped, Joined, TreesWritten atomic.Int64
 }
 
 // manifest is a site's B3SUMS: trusted for files not modified after it.
@@ -50,7 +61,21 @@ func New(cfg *config.Config, roots []*files.Root, log *slog.Logger) (*Store, err
 	ic := &cfg.Integrity
 	d := &Store{cache: integrity.NewCache(0), path: ic.Cache, manifests: map[*files.Root]*manifest{},
 		refuse: ic.OnMismatch == "refuse", log: log, jobs: make(chan func(), 4096),
-		inflight: map[integrity.FileID]*hashJob{}}
+		inflight: map[integrity.FileID]*hashJob{}, treeFailed: map[integrity.FileID]time.Time{}}
+	if d.path == "off" {
+		d.path = ""
+	}
+	if d.path != "" && ic.StateDir != "off" && filepath.Dir(d.path) == ic.StateDir {
+		if err := os.MkdirAll(ic.StateDir, 0o750); err != nil {
+			log.Warn("cannot create the state directory: digests are not kept across restarts", "dir", ic.StateDir, "err", err)
+			d.path = ""
+		}
+	}
+	if ic.Outboard == nil || *ic.Outboard {
+		if err := d.openTrees(ic.StateDir); err != nil {
+			return nil, err
+		}
+	}
 	if d.path != "" {
 		if err := d.cache.Load(d.path); err != nil {
 			log.Warn("digest cache unreadable; starting empty", "file", d.path, "err", err)
@@ -113,8 +138,8 @@ func info(sum integrity.Digest, corrupt bool) *files.Digest {
 }
 
 func identity(e *files.Entry) integrity.FileID {
-	dev, ino, size, mt := e.Identity()
-	return integrity.FileID{Dev: dev, Ino: ino, Size: size, MtimeNs: mt}
+	dev, ino, size, mt, ct := e.Identity()
+	return integrity.FileID{Dev: dev, Ino: ino, Size: size, MtimeNs: mt, CtimeNs: ct}
 }
 
 // Known is files.Config.KnownDigest: a digest from the cache, or from the
@@ -157,11 +182,30 @@ func (d *Store) listed(root *files.Root, e *files.Entry) (integrity.Digest, *man
 // instead of reading the file a second time.
 type hashJob struct {
 	waiters []waiter // guarded by Store.mu
+	// tree: the digest is known but the tree must be written: hash even
+	// if the cache knows the digest. Guarded by Store.mu.
+	tree bool
 }
 
 type waiter struct {
 	root *files.Root
 	e    *files.Entry
+}
+
+// Needs queues the work a response asked for: hashing a file whose
+// digest is not known (NeedDigest), or writing a tree that is missing
+// (NeedTree). site is the root of the site that answered.
+func (d *Store) Needs(site *files.Root, r *files.Response) {
+	if r.NeedDigest != nil {
+		root := site
+		if r.DigestRoot != nil {
+			root = r.DigestRoot
+		}
+		d.Request(root, r.NeedDigest)
+	}
+	if r.NeedTree != nil {
+		d.requestTree(site, r.NeedTree)
+	}
 }
 
 // Request queues hashing e unless its digest is known or its content is
@@ -175,8 +219,30 @@ func (d *Store) Request(root *files.Root, e *files.Entry) {
 		e.SetDigest(d.judge(root, e, sum))
 		return
 	}
+	d.queue(root, e, id, false)
+}
+
+// requestTree queues hashing e again, its digest known, to write its
+// missing outboard tree; not within a minute of failing to.
+func (d *Store) requestTree(root *files.Root, e *files.Entry) {
+	if d.trees == nil || root == d.trees {
+		return
+	}
+	id := identity(e)
+	d.mu.Lock()
+	failed, ok := d.treeFailed[id]
+	d.mu.Unlock()
+	if ok && time.Since(failed) < time.Minute {
+		return
+	}
+	d.queue(root, e, id, true)
+}
+
+// queue starts a hashing job for e, or joins the one hashing its content.
+func (d *Store) queue(root *files.Root, e *files.Entry, id integrity.FileID, tree bool) {
 	d.mu.Lock()
 	if j := d.inflight[id]; j != nil {
+		j.tree = j.tree || tree
 		for _, w := range j.waiters {
 			if w.e == e {
 				d.mu.Unlock()
@@ -190,7 +256,7 @@ func (d *Store) Request(root *files.Root, e *files.Entry) {
 		return
 	}
 	e.Ref()
-	j := &hashJob{waiters: []waiter{{root, e}}}
+	j := &hashJob{waiters: []waiter{{root, e}}, tree: tree}
 	d.inflight[id] = j
 	d.mu.Unlock()
 	select {
@@ -205,9 +271,9 @@ func (d *Store) Request(root *files.Root, e *files.Entry) {
 // run hashes the content of job j from its first entry's descriptor.
 func (d *Store) run(id integrity.FileID, j *hashJob) {
 	d.mu.Lock()
-	first := j.waiters[0]
+	first, tree := j.waiters[0], j.tree
 	d.mu.Unlock()
-	sum, ok := d.hash(first.e, id)
+	sum, ok := d.hash(first.root, first.e, id, tree)
 	d.finish(id, j, sum, ok)
 }
 
@@ -235,15 +301,44 @@ func (d *Store) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok
 	}
 }
 
-// hash computes the digest of e's content from its open descriptor. It
-// reports false when the file changed meanwhile (the digest would belong
-// to no version of it).
-func (d *Store) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, bool) {
-	if sum, ok := d.cache.Get(id); ok {
+// hash computes the digest of e's content from its open descriptor, and
+// with it, in the same read, its outboard tree (kept for a file of more
+// than one group beneath a site's root). It reports false when the file
+// changed meanwhile (the digest would belong to no version of it).
+// tree asks for the tree even when the digest is known.
+func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree bool) (integrity.Digest, bool) {
+	if sum, ok := d.cache.Get(id); ok && !tree {
 		return sum, true // learned since the job was queued
 	}
+	var out *treeFile
+	if d.trees != nil && root != d.trees && id.Size > integrity.GroupSize {
+		f, err := os.CreateTemp(d.trees.Dir, ".tmp-*")
+		if err != nil {
+			d.treeFailure(id, e, err)
+		} else {
+			out = &treeFile{f: f}
+			defer func() {
+				f.Close()
+				os.Remove(f.Name()) // gone already when kept
+			}()
+		}
+	}
 	start := time.Now()
-	sum, err := integrity.SumRange(fileio.ReaderAt(e.Fd()), 0, id.Size)
+	r := fileio.ReaderAt(e.Fd())
+	var sum integrity.Digest
+	var err error
+	if out != nil {
+		sum, err = integrity.SumOutboard(r, id.Size, out)
+		if out.err != nil {
+			// The tree could not be written (a full disk): the digest
+			// still can be.
+			d.treeFailure(id, e, out.err)
+			out = nil
+		}
+	}
+	if out == nil {
+		sum, err = integrity.SumOutboard(r, id.Size, discard{})
+	}
 	d.Nanos.Add(int64(time.Since(start)))
 	if err != nil {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel(), "err", err)
@@ -255,29 +350,157 @@ func (d *Store) hash(e *files.Entry, id integrity.FileID) (integrity.Digest, boo
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel())
 		return sum, false
 	}
+	if out != nil {
+		if err := d.keepTree(out.f, sum); err != nil {
+			d.treeFailure(id, e, err)
+		}
+	}
 	return sum, true
 }
 
+// treeFile is a tree being written, with the first write error.
+type treeFile struct {
+	f   *os.File
+	err error
+}
+
+func (t *treeFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := t.f.WriteAt(p, off)
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// discard takes a tree that is not kept (a file of one group: its tree
+// is its size alone).
+type discard struct{}
+
+func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+
+func (d *Store) treeFailure(id integrity.FileID, e *files.Entry, err error) {
+	d.mu.Lock()
+	d.treeFailed[id] = time.Now()
+	d.mu.Unlock()
+	d.log.Warn("cannot write a file's outboard tree; its .obao answers 503 and is tried again in a minute", "path", e.Rel(), "dir", d.trees.Dir, "err", err)
+}
+
+// openTrees opens (creating it when missing) the directory of outboard
+// trees below stateDir, or a temporary one when stateDir is "off" or
+// unusable, and clears what a crash left half written.
+func (d *Store) openTrees(stateDir string) error {
+	dir := ""
+	if stateDir != "off" {
+		dir = filepath.Join(stateDir, "outboard")
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			d.log.Warn("cannot create the directory of outboard trees; they go to a temporary one and are written again after a restart", "dir", dir, "err", err)
+			dir = ""
+		}
+	}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "engine-outboard-*")
+		if err != nil {
+			return fmt.Errorf("engine: a directory for outboard trees: %w", err)
+		}
+		dir, d.treesTemp = tmp, true
+	}
+	root, err := files.NewRoot(dir, false)
+	if err != nil {
+		return fmt.Errorf("engine: outboard trees: %w", err)
+	}
+	d.trees = root
+	d.collectTrees(0)
+	return nil
+}
+
+// Trees is the directory of outboard trees, for files.Config.Outboards;
+// nil when they are off.
+func (d *Store) Trees() *files.Root { return d.trees }
+
+// keepTree makes the tree written to f the tree of the file whose digest
+// is sum: flushed to disk, then renamed into place (a crash leaves a
+// temporary file or the whole tree, never a cut one under the final
+// name), and its own digest put in the cache for its responses.
+func (d *Store) keepTree(f *os.File, sum integrity.Digest) error {
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	final := filepath.Join(d.trees.Dir, files.OutboardName(sum))
+	if err := os.Rename(f.Name(), final); err != nil {
+		return err
+	}
+	d.TreesWritten.Add(1)
+	own, n, err := integrity.Sum(io.NewSectionReader(f, 0, 1<<62))
+	if err != nil {
+		return nil // served all the same; hashed when first asked for
+	}
+	if id, err := fdIdentity(int(f.Fd())); err == nil && id.Size == n {
+		d.cache.Put(id, own)
+	}
+	return nil
+}
+
+// treeGrace is how long a tree no digest in the cache names is kept
+// (a tree is written before its file's digest is put in the cache), and a
+// temporary file left by a crash.
+const treeGrace = 10 * time.Minute
+
+// collectTrees removes trees of contents the cache no longer knows, and
+// temporary files older than grace: trees live as long as their digest.
+func (d *Store) collectTrees(grace time.Duration) {
+	ents, err := os.ReadDir(d.trees.Dir)
+	if err != nil || len(ents) == 0 {
+		return
+	}
+	var live map[integrity.Digest]bool
+	now := time.Now()
+	for _, de := range ents {
+		name := de.Name()
+		info, err := de.Info()
+		if err != nil || now.Sub(info.ModTime()) < grace {
+			continue
+		}
+		if hexSum, ok := strings.CutSuffix(name, files.OutboardSuffix); ok && !strings.HasPrefix(name, ".") {
+			if live == nil {
+				live = d.cache.Digests()
+			}
+			if sum, err := integrity.ParseHex(hexSum); err == nil && live[sum] {
+				continue
+			}
+		} else if !strings.HasPrefix(name, ".tmp-") {
+			continue // not ours
+		}
+		os.Remove(filepath.Join(d.trees.Dir, name))
+	}
+}
+
 // SaveLoop persists the cache now and then, until stop closes.
+// Trees no longer needed are removed every ten minutes.
 func (d *Store) SaveLoop(stop <-chan struct{}) {
-	if d.path == "" {
+	if d.path == "" && d.trees == nil {
 		return
 	}
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
-	for {
+	for i := 1; ; i++ {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if d.path != "" {
 			if err := d.cache.Save(d.path); err != nil {
 				d.log.Warn("cannot save the digest cache", "file", d.path, "err", err)
 			}
 		}
+		if d.trees != nil && i%10 == 0 {
+			d.collectTrees(treeGrace)
+		}
 	}
 }
 
-// Close stops hashing and saves the cache.
+// Close stops hashing and saves the cache; trees in a temporary
+// directory go with it.
 func (d *Store) Close() {
 	close(d.jobs)
 	d.wg.Wait()
@@ -285,6 +508,9 @@ func (d *Store) Close() {
 		if err := d.cache.Save(d.path); err != nil {
 			d.log.Warn("cannot save the digest cache", "file", d.path, "err", err)
 		}
+	}
+	if d.trees != nil && d.treesTemp {
+		os.RemoveAll(d.trees.Dir)
 	}
 }
 

@@ -36,15 +36,18 @@ type Entry struct {
 	Small []byte
 	Err   error // for KindError and KindForbidden: why, for the log
 
-	fd   int
-	dev  uint64
-	ino  uint64
-	key  string
-	rel  string
-	dir  string       // directory watched for changes to this entry
-	abs  string       // dir + "/" + base name: what inotify events name
-	refs atomic.Int32 // holders: the cache while it lists the entry, and each response; any goroutine
-	gone atomic.Bool  // removed from the cache; the last Release closes fd
+	fd  int
+	dev uint64
+	ino uint64
+	// ctimeNs is the change time at open: what tells bytes rewritten in
+	// place from the ones hashed (integrity.FileID).
+	ctimeNs int64
+	key     string
+	rel     string
+	dir     string       // directory watched for changes to this entry
+	abs     string       // dir + "/" + base name: what inotify events name
+	refs    atomic.Int32 // holders: the cache while it lists the entry, and each response; any goroutine
+	gone    atomic.Bool  // removed from the cache; the last Release closes fd
 	// viaHidden: the path resolved through a symbolic link to a dotfile
 	// or into a dot directory beneath the root.
 	viaHidden bool
@@ -78,9 +81,10 @@ func (e *Entry) SetDigest(d *Digest) { e.digest.Store(d) }
 // the file in the background). Release it when done.
 func (e *Entry) Ref() { e.refs.Add(1) }
 
-// Identity returns what identifies the entry's content without reading it.
-func (e *Entry) Identity() (dev, ino uint64, size, mtimeNs int64) {
-	return e.dev, e.ino, e.Size, e.ModTime.UnixNano()
+// Identity returns what identifies the entry's content without reading
+// it: device, inode, size, and modification and change times.
+func (e *Entry) Identity() (dev, ino uint64, size, mtimeNs, ctimeNs int64) {
+	return e.dev, e.ino, e.Size, e.ModTime.UnixNano(), e.ctimeNs
 }
 
 // Rel returns the entry's path relative to its root.
@@ -134,7 +138,11 @@ type Config struct {
 	// KnownDigest, when set, is asked (on a worker, at open) for a digest
 	// already known for a file: from a digest cache or a manifest.
 	KnownDigest func(root *Root, e *Entry) *Digest
-	Logger      *slog.Logger
+	// Outboards, when set, is the directory of the files' outboard trees
+	// (OutboardName): a request for a file's path + ".obao" is answered
+	// with its tree, and the file's responses link to it.
+	Outboards *Root
+	Logger    *slog.Logger
 }
 
 // DefaultMaxEntries is the cache size when Config.MaxEntries is zero.
@@ -147,6 +155,8 @@ type Cache struct {
 	cfg Config
 	log *slog.Logger
 	w   *watcher // nil when inotify is unavailable: nothing is cached
+	// outboardSite serves trees from cfg.Outboards; nil without them.
+	outboardSite *Site
 
 	mu         sync.RWMutex        // guards the four fields below: Lookup and Len read; Open, invalidations and revalidation write
 	m          map[string]*Entry   // guarded by mu; key -> entry
@@ -180,6 +190,9 @@ func NewCache(cfg Config) *Cache {
 		cfg.Logger = slog.Default()
 	}
 	c := &Cache{cfg: cfg, log: cfg.Logger, m: make(map[string]*Entry), byPath: make(map[string][]*Entry), stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Outboards != nil {
+		c.outboardSite = &Site{Root: cfg.Outboards}
+	}
 	w, err := newWatcher(c.invalidateDir, c.invalidateAll)
 	if err != nil {
 		c.log.Warn("open-file cache disabled: cannot watch files for changes; every request opens its file", "err", err)

@@ -118,7 +118,7 @@ func openEntry(r *Root, rel string, small int64) *Entry {
 		e.Kind, e.Err = KindError, os.NewSyscallError("fstat", err)
 		return e
 	}
-	e.dev, e.ino = st.Dev, st.Ino
+	e.dev, e.ino, e.ctimeNs = st.Dev, st.Ino, st.Ctim.Nano()
 	e.ModTime = time.Unix(st.Mtim.Unix())
 	e.viaHidden = resolvesHidden(r, fd)
 	switch st.Mode & unix.S_IFMT {
@@ -155,7 +155,7 @@ func stillSame(e *Entry) bool {
 		return err != nil
 	case KindFile:
 		return err == nil && st.Dev == e.dev && st.Ino == e.ino && st.Size == e.Size &&
-			time.Unix(st.Mtim.Unix()).Equal(e.ModTime)
+			time.Unix(st.Mtim.Unix()).Equal(e.ModTime) && st.Ctim.Nano() == e.ctimeNs
 	case KindDir:
 		return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Ino == e.ino
 	}

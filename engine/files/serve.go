@@ -65,8 +65,15 @@ type Response struct {
 	// whole representation is known (and the client did not refuse it).
 	ReprDigest string
 	// NeedDigest is the entry whose digest is not known yet: the caller
-	// queues hashing it.
+	// queues hashing it, as a file of DigestRoot when that is set (an
+	// outboard tree) or of the site's root.
 	NeedDigest *Entry
+	DigestRoot *Root
+	// NeedTree is a file whose digest is known but whose outboard tree
+	// is missing: the caller queues hashing it again to write the tree.
+	NeedTree *Entry
+	// Link is the Link field value: the file's outboard tree.
+	Link []byte
 	// RetryAfter is the Retry-After value in seconds for a 503.
 	RetryAfter int
 }
@@ -80,20 +87,22 @@ type Scratch struct {
 	key, rel, tmp, idx []byte
 	held               []*Entry
 	opened             []opened
-	need               []string
-	listing            []byte // a directory listing read by Fetch
-	listingRel         string // the directory it lists
-	needListing        bool   // Fetch must list listingRel
-	listed             bool   // Fetch listed listingRel (listing nil: it failed)
+	need               []opened // e nil: to be opened by Fetch
+	listing            []byte   // a directory listing read by Fetch
+	listingRel         string   // the directory it lists
+	needListing        bool     // Fetch must list listingRel
+	listed             bool     // Fetch listed listingRel (listing nil: it failed)
 	ranges             []Range
 	parts              []Part
+	link               []byte
 	mp                 []byte
 	Resp               Response
 }
 
 type opened struct {
-	rel string
-	e   *Entry
+	root *Root
+	rel  string
+	e    *Entry
 }
 
 // Reset releases every reference held for the last request.
@@ -119,8 +128,8 @@ func (s *Scratch) Pending() bool { return len(s.need) > 0 || s.needListing }
 // Fetch does the blocking work Serve asked for: opening files and reading
 // a directory. Call it off the reactor, then call Serve again.
 func (s *Scratch) Fetch(c *Cache, site *Site) {
-	for _, rel := range s.need {
-		s.opened = append(s.opened, opened{rel: rel, e: c.Open(site.Root, rel)})
+	for _, n := range s.need {
+		s.opened = append(s.opened, opened{root: n.root, rel: n.rel, e: c.Open(n.root, n.rel)})
 	}
 	s.need = s.need[:0]
 	if s.needListing {
@@ -133,14 +142,14 @@ func (s *Scratch) Fetch(c *Cache, site *Site) {
 // cache; on a miss it records rel in need and returns nil.
 func (s *Scratch) lookup(c *Cache, root *Root, rel []byte) *Entry {
 	for i := range s.opened {
-		if s.opened[i].rel == string(rel) {
+		if s.opened[i].root == root && s.opened[i].rel == string(rel) {
 			return s.opened[i].e
 		}
 	}
 	e, key := c.Lookup(root, rel, s.key)
 	s.key = key
 	if e == nil {
-		s.need = append(s.need, string(rel))
+		s.need = append(s.need, opened{root: root, rel: string(rel)})
 		return nil
 	}
 	s.held = append(s.held, e)
@@ -170,6 +179,17 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 	if len(s.opened) > maxOpened {
 		ErrorResponse(r, 500)
 		return true
+	}
+	if c.cfg.Outboards != nil {
+		if base, ok := outboardBase(rel); ok {
+			b := s.lookup(c, site.Root, base)
+			if b == nil {
+				return false
+			}
+			if b.Kind == KindFile && !(site.HideDotfiles && b.viaHidden) {
+				return c.serveOutboard(req, s, b)
+			}
+		}
 	}
 	e := s.lookup(c, site.Root, rel)
 	if e == nil {
@@ -335,6 +355,10 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 	r.File = sel
 	if dg != nil && wantsBLAKE3(req.Header.Get("want-repr-digest")) {
 		r.ReprDigest = dg.Header
+	}
+	if c.cfg.Outboards != nil && rel != nil && site != c.outboardSite {
+		s.link = appendOutboardLink(s.link[:0], rel)
+		r.Link = s.link
 	}
 
 	switch evalPreconditions(req.Header, etag, sel.ETag, sel.ModTime) {

@@ -1,0 +1,218 @@
+package engine_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/integrity"
+)
+
+// seededFile writes n random bytes to path and returns them.
+func seededFile(t *testing.T, path string, n int, seed byte) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{seed}).Read(b)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// fetch GETs url with the extra header fields (name, value, ...) and
+// returns the response with its body read.
+func fetch(t *testing.T, url string, fields ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	for i := 0; i+1 < len(fields); i += 2 {
+		req.Header.Set(fields[i], fields[i+1])
+	}
+	c := &http.Client{Timeout: scale(20 * time.Second)}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+// treeOf waits until url (a file's .obao) answers 200 (the file is hashed
+// in the background, 503 meanwhile) and returns the tree.
+func treeOf(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	var resp *http.Response
+	var body []byte
+	if !waitFor(scale(20*time.Second), func() bool {
+		resp, body = fetch(t, url)
+		if resp.StatusCode == 503 && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("503 for %s without Retry-After", url)
+		}
+		return resp.StatusCode != 503
+	}) {
+		t.Fatalf("%s: still 503", url)
+	}
+	return resp, body
+}
+
+// checkTree checks that tree is the outboard of data under data's BLAKE3,
+// group by group, and that the response carries its own digest.
+func checkTree(t *testing.T, resp *http.Response, tree, data []byte) {
+	t.Helper()
+	if resp.StatusCode != 200 {
+		t.Fatalf("tree: status %d, want 200", resp.StatusCode)
+	}
+	own, _, _ := integrity.Sum(bytes.NewReader(tree))
+	if got := resp.Header.Get("Repr-Digest"); got != own.HeaderValue() {
+		t.Errorf("tree's Repr-Digest %q, want its own BLAKE3 %q", got, own.HeaderValue())
+	}
+	root, _, _ := integrity.Sum(bytes.NewReader(data))
+	o, err := integrity.ParseOutboard(tree, root, int64(len(data)))
+	if err != nil {
+		t.Fatalf("tree of %d bytes: %v", len(tree), err)
+	}
+	for i := range o.Groups() {
+		off, n := o.Group(i)
+		if err := o.Verify(i, data[off:off+n]); err != nil {
+			t.Fatalf("group %d: %v", i, err)
+		}
+	}
+}
+
+// TestOutboard: a file's responses link to its outboard tree, which the
+// engine serves at the file's path + ".obao" (a 503 with Retry-After until
+// the file is hashed): with its own Repr-Digest, ranges, and always the
+// tree of the file's current bytes, never a stale sidecar of that name
+// on disk. A tree removed from the state directory is written again.
+func TestOutboard(t *testing.T) {
+	root := t.TempDir()
+	state := t.TempDir()
+	big := seededFile(t, filepath.Join(root, "big.bin"), 3*integrity.GroupSize+12345, 1)
+	spaced := seededFile(t, filepath.Join(root, "sub/a b.bin"), integrity.GroupSize+1, 2)
+	small := seededFile(t, filepath.Join(root, "small.txt"), 1000, 3)
+	// A stale sidecar by the tree's name: the engine's own tree wins.
+	writeFile(t, filepath.Join(root, "big.bin.obao"), "stale sidecar, not a tree")
+	ts := start(t, fmt.Sprintf("root = %q\n[integrity]\nstate_dir = %q\n", root, state))
+
+	resp, body := fetch(t, ts.url+"/big.bin")
+	if !bytes.Equal(body, big) {
+		t.Fatal("file body differs")
+	}
+	if got, want := resp.Header.Get("Link"), `</big.bin.obao>; rel="blake3-outboard"`; got != want {
+		t.Errorf("Link %q, want %q", got, want)
+	}
+	if resp, _ := fetch(t, ts.url+"/sub/a%20b.bin", "Range", "bytes=0-0"); resp.Header.Get("Link") != `</sub/a%20b.bin.obao>; rel="blake3-outboard"` {
+		t.Errorf("Link of a spaced name: %q", resp.Header.Get("Link"))
+	}
+
+	resp, tree := treeOf(t, ts.url+"/big.bin.obao")
+	checkTree(t, resp, tree, big)
+	if len(tree) != int(integrity.OutboardSize(int64(len(big)))) {
+		t.Fatalf("tree of %d bytes, want %d", len(tree), integrity.OutboardSize(int64(len(big))))
+	}
+	if resp.Header.Get("ETag") == "" || resp.Header.Get("Link") != "" {
+		t.Errorf("tree's ETag %q (want one), Link %q (want none)", resp.Header.Get("ETag"), resp.Header.Get("Link"))
+	}
+	resp, part := fetch(t, ts.url+"/big.bin.obao", "Range", "bytes=8-71")
+	if resp.StatusCode != 206 || !bytes.Equal(part, tree[8:72]) {
+		t.Errorf("tree range: status %d, %d bytes", resp.StatusCode, len(part))
+	}
+	resp, again := fetch(t, ts.url+"/big.bin.obao", "If-None-Match", resp.Header.Get("ETag"))
+	if resp.StatusCode != 304 || len(again) != 0 {
+		t.Errorf("tree with its ETag: status %d", resp.StatusCode)
+	}
+	resp, tree = treeOf(t, ts.url+"/sub/a%20b.bin.obao")
+	checkTree(t, resp, tree, spaced)
+
+	// A file of one group: its tree is its size, 8 bytes.
+	resp, tree = treeOf(t, ts.url+"/small.txt.obao")
+	checkTree(t, resp, tree, small)
+	if len(tree) != 8 || binary.LittleEndian.Uint64(tree) != 1000 {
+		t.Errorf("tree of a small file: %x", tree)
+	}
+	// No file, no tree; a directory has none either.
+	for _, p := range []string{"/none.bin.obao", "/sub.obao", "/sub/.obao"} {
+		if resp, _ := fetch(t, ts.url+p); resp.StatusCode != 404 {
+			t.Errorf("%s: status %d, want 404", p, resp.StatusCode)
+		}
+	}
+
+	// The tree removed from the state directory: written again.
+	sum, _, _ := integrity.Sum(bytes.NewReader(big))
+	treePath := filepath.Join(state, "outboard", fmt.Sprintf("%x.obao", sum[:]))
+	if err := os.Remove(treePath); err != nil {
+		t.Fatalf("the tree is not where the state directory keeps it: %v", err)
+	}
+	resp, tree = treeOf(t, ts.url+"/big.bin.obao")
+	checkTree(t, resp, tree, big)
+}
+
+// TestRewrittenInPlace: bytes rewritten in place with the size and the
+// modification time kept (rsync --inplace -t, builds that normalise
+// mtimes) get a new digest, ETag and tree; the old ETag no longer matches.
+func TestRewrittenInPlace(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "model.bin")
+	old := seededFile(t, path, 2*integrity.GroupSize+7, 4)
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, fmt.Sprintf("root = %q\n", root))
+	oldSum, _, _ := integrity.Sum(bytes.NewReader(old))
+	if got := reprDigest(t, ts.addr, "/model.bin"); got != oldSum.HeaderValue() {
+		t.Fatalf("Repr-Digest %q, want %q", got, oldSum.HeaderValue())
+	}
+	resp, _ := fetch(t, ts.url+"/model.bin")
+	oldETag := resp.Header.Get("ETag")
+	resp, tree := treeOf(t, ts.url+"/model.bin.obao")
+	checkTree(t, resp, tree, old)
+
+	fresh := bytes.Clone(old)
+	rand.NewChaCha8([32]byte{5}).Read(fresh[100:200])
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(fresh[100:200], 100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.Stat(path); now.Size() != st.Size() || !now.ModTime().Equal(st.ModTime()) {
+		t.Fatal("size or mtime not kept")
+	}
+	freshSum, _, _ := integrity.Sum(bytes.NewReader(fresh))
+	var got string
+	if !waitFor(scale(20*time.Second), func() bool {
+		resp, _ := fetch(t, ts.url+"/model.bin")
+		got = resp.Header.Get("Repr-Digest")
+		return got == freshSum.HeaderValue()
+	}) {
+		t.Fatalf("Repr-Digest %q after the rewrite, want %q", got, freshSum.HeaderValue())
+	}
+	if resp, _ := fetch(t, ts.url+"/model.bin", "If-None-Match", oldETag); resp.StatusCode != 200 {
+		t.Errorf("the old ETag: status %d, want 200 (new bytes)", resp.StatusCode)
+	}
+	resp, tree = treeOf(t, ts.url+"/model.bin.obao")
+	checkTree(t, resp, tree, fresh)
+}
