@@ -3,11 +3,13 @@ package integrity
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -39,6 +41,10 @@ type TreeOptions struct {
 	Workers  int
 	Skip     func(rel string) bool // leave a file out (the manifest being written)
 	Progress func(Progress)        // called after each file, from any worker
+	// Outboard writes each file's outboard tree beside it, as FILE.obao
+	// (OutboardSidecar), in the same read as its digest; files named
+	// *.obao are then sidecars, never hashed themselves.
+	Outboard bool
 	// beforeHash lets tests change the tree mid-run.
 	beforeHash func(rel string)
 }
@@ -65,7 +71,7 @@ func HashTree(root string, o TreeOptions) ([]Entry, []FileError, error) {
 		}
 		rel, _ := filepath.Rel(root, p)
 		rel = filepath.ToSlash(rel)
-		if o.Skip != nil && o.Skip(rel) {
+		if o.Skip != nil && o.Skip(rel) || o.Outboard && strings.HasSuffix(rel, OutboardSidecar) {
 			return nil
 		}
 		info, err := d.Info()
@@ -108,7 +114,7 @@ func HashTree(root string, o TreeOptions) ([]Entry, []FileError, error) {
 				if o.beforeHash != nil {
 					o.beforeHash(j.rel)
 				}
-				d, n, err := hashOne(filepath.Join(root, filepath.FromSlash(j.rel)))
+				d, n, err := hashOne(filepath.Join(root, filepath.FromSlash(j.rel)), o.Outboard)
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, FileError{Path: j.rel, Err: err})
@@ -129,8 +135,15 @@ func HashTree(root string, o TreeOptions) ([]Entry, []FileError, error) {
 	return entries, errs, nil
 }
 
-// hashOne hashes a file and checks that it did not change meanwhile.
-func hashOne(path string) (Digest, int64, error) {
+// OutboardSidecar is added to a file's name to name its outboard tree
+// beside it: what engine digest --outboard writes, and what a client
+// looks for on a server that does not link the tree.
+const OutboardSidecar = ".obao"
+
+// hashOne hashes a file, with its tree written beside it when outboard is
+// set, and checks that it did not change meanwhile (a tree written for
+// bytes that changed is removed).
+func hashOne(path string, outboard bool) (Digest, int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Digest{}, 0, ErrVanished
@@ -143,9 +156,22 @@ func hashOne(path string) (Digest, int64, error) {
 	if err != nil {
 		return Digest{}, 0, err
 	}
-	d, n, err := Sum(f)
+	n := before.Size()
+	var tree *os.File
+	var w io.WriterAt = discardAt{}
+	if outboard {
+		if tree, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+OutboardSidecar+".tmp-*"); err != nil {
+			return Digest{}, 0, fmt.Errorf("outboard tree: %w", err)
+		}
+		defer func() {
+			tree.Close()
+			os.Remove(tree.Name()) // gone already when kept
+		}()
+		w = tree
+	}
+	d, err := SumOutboard(f, n, w)
 	if err != nil {
-		return Digest{}, n, err
+		return Digest{}, 0, err
 	}
 	after, err := os.Stat(path)
 	switch {
@@ -153,8 +179,21 @@ func hashOne(path string) (Digest, int64, error) {
 		return Digest{}, n, ErrVanished
 	case err != nil:
 		return Digest{}, n, err
-	case n != before.Size() || after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) || !os.SameFile(before, after):
-		return Digest{}, n, fmt.Errorf("%w (%d bytes read, size %d then %d)", ErrChanged, n, before.Size(), after.Size())
+	case after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) || !os.SameFile(before, after) || changedSince(before, after):
+		return Digest{}, n, fmt.Errorf("%w (size %d then %d)", ErrChanged, before.Size(), after.Size())
+	}
+	if tree != nil {
+		if err := tree.Sync(); err != nil {
+			return Digest{}, n, fmt.Errorf("outboard tree: %w", err)
+		}
+		if err := os.Rename(tree.Name(), path+OutboardSidecar); err != nil {
+			return Digest{}, n, fmt.Errorf("outboard tree: %w", err)
+		}
 	}
 	return d, n, nil
 }
+
+// discardAt takes a tree that is not kept.
+type discardAt struct{}
+
+func (discardAt) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }

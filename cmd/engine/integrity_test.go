@@ -78,6 +78,63 @@ func TestDigestCommand(t *testing.T) {
 	}
 }
 
+// TestDigestOutboard: engine digest --outboard writes every file's tree
+// beside it (FILE.obao), each the tree of the digest the manifest lists,
+// and leaves the sidecars out of the manifest, on the first run and the
+// next one alike.
+func TestDigestOutboard(t *testing.T) {
+	root := t.TempDir()
+	files := map[string][]byte{
+		"big.bin":       bytes.Repeat([]byte("0123456789"), (3*integrity.GroupSize+5)/10),
+		"sub/small.txt": []byte("small"),
+		"empty":         nil,
+	}
+	for name, b := range files {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755)
+		os.WriteFile(filepath.Join(root, name), b, 0o644)
+	}
+	mf := filepath.Join(root, "B3SUMS")
+	for run := 1; run <= 2; run++ {
+		code, _, errs := run2("digest", "--root", root, "--outboard", "-o", mf)
+		if code != 0 || !strings.Contains(errs, "3 files (and 3 outboard trees)") {
+			t.Fatalf("run %d: digest --outboard: %d\n%s", run, code, errs)
+		}
+		f, err := os.Open(mf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := integrity.ReadManifest(f)
+		f.Close()
+		if err != nil || len(entries) != len(files) {
+			t.Fatalf("run %d: manifest of %d entries (%v), want %d: the sidecars must not be listed", run, len(entries), err, len(files))
+		}
+		for _, e := range entries {
+			data := files[e.Path]
+			tree, err := os.ReadFile(filepath.Join(root, e.Path+".obao"))
+			if err != nil {
+				t.Fatalf("run %d: %s: no tree beside it: %v", run, e.Path, err)
+			}
+			o, err := integrity.ParseOutboard(tree, e.Digest, int64(len(data)))
+			if err != nil {
+				t.Fatalf("run %d: %s.obao: %v", run, e.Path, err)
+			}
+			for i := range o.Groups() {
+				off, n := o.Group(i)
+				if err := o.Verify(i, data[off:off+n]); err != nil {
+					t.Fatalf("run %d: %s: %v", run, e.Path, err)
+				}
+			}
+		}
+		left, _ := filepath.Glob(filepath.Join(root, ".*tmp-*"))
+		if len(left) > 0 {
+			t.Errorf("run %d: temporary files left: %v", run, left)
+		}
+	}
+	if code, _, _ := run2("digest", "--root", root, "--outboard", "--check", mf); code != 2 {
+		t.Errorf("--outboard with --check: exit %d, want 2 (usage)", code)
+	}
+}
+
 // badServer serves body with the given headers, optionally lying.
 func badServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) string {
 	t.Helper()
