@@ -43,9 +43,11 @@ const usage = `engine serves very large files over HTTP, fast, and proves every 
 Usage:
   engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--self-signed] [--check]
   engine preflight [-c engine.toml] [--json]
-  engine digest [--root DIR] [-o B3SUMS] [--check B3SUMS]
+  engine digest [--root DIR] [-o B3SUMS] [--outboard] [--check B3SUMS]
   engine precompress DIR [--codings br,zstd,gzip] [--min-size 1KiB] [--min-saving 5] [-j N] [--dry-run] [--check] [--json]
   engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
+  engine fetch URL [--mirror URL]... [-o PATH] [--connections N] [--protocol h1|h2|h3]
+               [--digest HEX | --manifest FILE|URL] [--resume] [-k] [--json]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
   engine reload [-c engine.toml] [--pid-file FILE]
   engine upgrade [-c engine.toml] [--pid-file FILE] [--wait 75s]
@@ -74,6 +76,10 @@ at the server's path on its listening sockets (SIGUSR2), and waits until
 it serves (exit 0) or the server says it failed (exit 1); the old process
 drains within shutdown_grace and exits.
 
+fetch downloads one file over several connections (and mirrors), checking
+every 256 KiB against the file's BLAKE3 tree as it lands, re-fetching only
+what fails, resumable after any kill ("engine fetch --help").
+
 precompress writes .br, .zst and .gz sidecars beside the compressible files
 of DIR for precompressed sites ("engine precompress --help" for the rules);
 --check reports stale and orphaned ones and exits 1 when there are any.
@@ -100,6 +106,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return precompressCmd(args[1:], stdout, stderr)
 	case "verify":
 		return verifyCmd(args[1:], stdout, stderr)
+	case "fetch":
+		return fetchCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
 	case "reload", "upgrade":
