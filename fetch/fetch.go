@@ -164,6 +164,9 @@ func (r *run) download(ctx context.Context, res *Result) error {
 		return err
 	}
 	size := r.sources[0].size
+	if err := r.awaitDigest(ctx); err != nil {
+		return err
+	}
 	root, err := r.trust(res)
 	if err != nil {
 		return err
@@ -177,6 +180,12 @@ func (r *run) download(ctx context.Context, res *Result) error {
 		return err
 	}
 	defer r.part.Close()
+	if res.Rechecked > 0 {
+		// What was checked again need not be checked a third time.
+		if err := r.checkpoint(); err != nil {
+			return fmt.Errorf("%w: recording progress: %v", ErrLocal, err)
+		}
+	}
 	r.plan()
 	r.started = time.Now()
 	stop := make(chan struct{})
@@ -245,6 +254,33 @@ func (r *run) probe(ctx context.Context) error {
 		if s == live[0] {
 			r.sources[0], r.sources[i] = r.sources[i], r.sources[0]
 			break
+		}
+	}
+	return nil
+}
+
+// awaitDigest asks the lead source again, for up to a minute, when it
+// sent no Repr-Digest but links a tree: a server that makes trees (the
+// engine) sends the digest once it has hashed the file, which its first
+// request for the file started.
+func (r *run) awaitDigest(ctx context.Context) error {
+	lead := r.sources[0]
+	if r.cfg.Digest != nil || lead.digest != nil || !lead.linked {
+		return nil
+	}
+	c := r.cfg.NewClient()
+	defer c.CloseIdleConnections()
+	for deadline := time.Now().Add(time.Minute); lead.digest == nil && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(250 * time.Millisecond):
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.Stall)
+		err := lead.probe(pctx, c)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrNetwork, lead.URL, err)
 		}
 	}
 	return nil
@@ -392,9 +428,13 @@ func (r *run) openPart(res *Result) error {
 	return nil
 }
 
-// recheck reads group i from the part file and checks it.
+// recheck reads group i from the part file and checks it; a group in a
+// hole was never written.
 func recheck(f *os.File, o *integrity.Outboard, i int64, buf []byte) bool {
-	off, _ := o.Group(i)
+	off, n := o.Group(i)
+	if hole(f, off, n) {
+		return false
+	}
 	if _, err := f.ReadAt(buf, off); err != nil {
 		return false
 	}
@@ -722,8 +762,13 @@ func (r *run) fail(err error) {
 	r.cancel(err)
 }
 
-// checkpoints records progress every second until stop, and reports it
-// ten times a second.
+// checkpointEvery is the longest a checked group waits to be recorded:
+// what a kill can cost beyond the groups in flight is the groups of this
+// long, checked again (not fetched again) from the part file on resume.
+const checkpointEvery = 500 * time.Millisecond
+
+// checkpoints records progress every checkpointEvery until stop, and
+// reports it ten times a second.
 func (r *run) checkpoints(stop <-chan struct{}) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
@@ -740,7 +785,7 @@ func (r *run) checkpoints(stop <-chan struct{}) {
 			p.Sources = r.live()
 			r.cfg.Progress(p)
 		}
-		if i%10 == 0 {
+		if i%int(checkpointEvery/(100*time.Millisecond)) == 0 {
 			if err := r.checkpoint(); err != nil {
 				r.fail(fmt.Errorf("%w: recording progress: %v", ErrLocal, err))
 			}

@@ -31,6 +31,7 @@ type Source struct {
 	digest  *integrity.Digest // from Repr-Digest; nil without one
 	etag    string            // strong, for If-Range; "" without one
 	treeURL string
+	linked  bool // the response linked a tree: the server makes them (engine), so a digest will come
 
 	mu       sync.Mutex // guards the fields below
 	bytes    int64      // body bytes received for the file's ranges
@@ -99,7 +100,7 @@ func (s *Source) learn(resp *http.Response) error {
 	s.treeURL = s.URL + integrity.OutboardSidecar // the documented derived name
 	if link := outboardLink(resp.Header.Values("Link")); link != "" {
 		if u, err := resp.Request.URL.Parse(link); err == nil {
-			s.treeURL = u.String()
+			s.treeURL, s.linked = u.String(), true
 		}
 	}
 	return nil
