@@ -174,5 +174,5 @@ func partBody(resp *files.Response, p files.Part) transport.Body {
 	if p.Mem != nil {
 		return transport.Mem(p.Mem)
 	}
-	return transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len}
+	return transport.File{FD: resp.File.Fd(), Off: p.Off, N: p.Len, Version: resp.File.Version()}
 }

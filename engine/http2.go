@@ -226,10 +226,11 @@ func (f frameSink) Data(st *h2.Stream, hdr []byte, off int64, n int) bool {
 		}
 	}
 	if end > 0 && !hc.present(hs, resp, end) {
-		// The file shrank under the length this response promised: h2
+		// The file shrank under the length this response promised, or
+		// its bytes were rewritten under the digest it promised: h2
 		// resets this stream alone (INTERNAL_ERROR).
 		hc.h.srv.stats.H2BodyFailures.Add(1)
-		hc.h.lc.note("file shrank while being sent; HTTP/2 stream reset",
+		hc.h.lc.note("file shrank or changed while being sent; HTTP/2 stream reset",
 			"peer", hc.c.Peer(), "path", string(st.Req.Path), "stream", st.ID)
 		return false
 	}
@@ -247,9 +248,12 @@ func (hc *h2Conn) present(hs *h2Strm, resp *files.Response, end int64) bool {
 	if hs.sizeAt == now && end <= hs.size {
 		return true
 	}
-	size, err := fileio.Size(resp.File.Fd())
+	size, changed, err := fileio.Stat(resp.File.Fd(), resp.File.Version())
 	if err != nil {
 		return false
+	}
+	if changed {
+		size = 0 // rewritten in place: none of its bytes are the ones promised
 	}
 	hs.size, hs.sizeAt = size, now
 	return end <= size

@@ -54,6 +54,23 @@ func fetch(t *testing.T, url string, fields ...string) (*http.Response, []byte) 
 	return resp, body
 }
 
+// fetchMaybe is fetch that returns a failed transfer instead of failing
+// the test.
+func fetchMaybe(url string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, body, err
+}
+
 // treeOf waits until url (a file's .obao) answers 200 (the file is hashed
 // in the background, 503 meanwhile) and returns the tree.
 func treeOf(t *testing.T, url string) (*http.Response, []byte) {
@@ -204,8 +221,16 @@ func TestRewrittenInPlace(t *testing.T) {
 	freshSum, _, _ := integrity.Sum(bytes.NewReader(fresh))
 	var got string
 	if !waitFor(scale(20*time.Second), func() bool {
-		resp, _ := fetch(t, ts.url+"/model.bin")
+		// Until the engine has seen the change, a response may start
+		// under the old digest: it must then fail, never end cleanly.
+		resp, body, err := fetchMaybe(ts.url + "/model.bin")
+		if err != nil {
+			return false
+		}
 		got = resp.Header.Get("Repr-Digest")
+		if got == oldSum.HeaderValue() && !bytes.Equal(body, old) {
+			t.Errorf("bytes other than the digest's delivered cleanly under the old digest")
+		}
 		return got == freshSum.HeaderValue()
 	}) {
 		t.Fatalf("Repr-Digest %q after the rewrite, want %q", got, freshSum.HeaderValue())

@@ -17,6 +17,7 @@ import (
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/fileio"
 	"github.com/mediaship/engine/wt"
 	"github.com/quic-go/quic-go"
 	"github.com/zeebo/blake3"
@@ -365,7 +366,12 @@ func (hh *h3Handler) wtSource(sess *wt.Session, op wtOp, file *files.Response, s
 			iov[0] = buf[:want]
 			// A file that came up short (it shrank, or was replaced) must
 			// not pass for the whole one: the stream is reset.
-			if _, err := b.ReadAt(iov[:], off); err != nil {
+			if _, err := b.ReadAt(iov[:], off); errors.Is(err, fileio.ErrChanged) {
+				hh.srv.log.Warn("webtransport source: the file changed while it was sent; stream reset", "file", op.file)
+				st.Abort(wt.CodeSourceFailed)
+				sess.Close(wt.CodeSourceFailed, "file "+op.file+" changed while it was sent")
+				return
+			} else if err != nil {
 				hh.srv.log.Warn("webtransport source: file unreadable", "file", op.file, "err", err)
 				st.Abort(wt.CodeSourceFailed)
 				sess.Close(wt.CodeSourceFailed, "file "+op.file+" could not be read")

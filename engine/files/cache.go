@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mediaship/engine/internal/fileio"
 )
 
 // Kind says what a path turned out to be.
@@ -39,9 +41,11 @@ type Entry struct {
 	fd  int
 	dev uint64
 	ino uint64
-	// ctimeNs is the change time at open: what tells bytes rewritten in
-	// place from the ones hashed (integrity.FileID).
+	// ctimeNs and nlink are the change time and link count at open:
+	// what tells bytes rewritten in place from the ones hashed
+	// (integrity.FileID, fileio.Version).
 	ctimeNs int64
+	nlink   uint64
 	key     string
 	rel     string
 	dir     string       // directory watched for changes to this entry
@@ -85,6 +89,12 @@ func (e *Entry) Ref() { e.refs.Add(1) }
 // it: device, inode, size, and modification and change times.
 func (e *Entry) Identity() (dev, ino uint64, size, mtimeNs, ctimeNs int64) {
 	return e.dev, e.ino, e.Size, e.ModTime.UnixNano(), e.ctimeNs
+}
+
+// Version is the file's version at open, which responses for it hold it
+// to while they send (fileio.Changed).
+func (e *Entry) Version() fileio.Version {
+	return fileio.Version{CtimeNs: e.ctimeNs, MtimeNs: e.ModTime.UnixNano(), Nlink: e.nlink}
 }
 
 // Rel returns the entry's path relative to its root.

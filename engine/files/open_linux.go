@@ -118,7 +118,7 @@ func openEntry(r *Root, rel string, small int64) *Entry {
 		e.Kind, e.Err = KindError, os.NewSyscallError("fstat", err)
 		return e
 	}
-	e.dev, e.ino, e.ctimeNs = st.Dev, st.Ino, st.Ctim.Nano()
+	e.dev, e.ino, e.ctimeNs, e.nlink = st.Dev, st.Ino, st.Ctim.Nano(), uint64(st.Nlink)
 	e.ModTime = time.Unix(st.Mtim.Unix())
 	e.viaHidden = resolvesHidden(r, fd)
 	switch st.Mode & unix.S_IFMT {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/mediaship/engine/internal/fileio"
 )
 
 // Addr is a peer address.
@@ -87,9 +89,12 @@ type seg struct {
 	off  int64
 	n    int64
 	file bool
-	src  Source
-	ctrl func(fd int) error
-	from *Conn // splice n bytes from this connection's socket
+	// version, for a file segment, is the version the file must keep
+	// (SendFile); zero: not checked.
+	version fileio.Version
+	src     Source
+	ctrl    func(fd int) error
+	from    *Conn // splice n bytes from this connection's socket
 }
 
 // Source produces output that must be computed rather than copied (TLS
@@ -168,10 +173,15 @@ func (c *Conn) WriteRef(p []byte) {
 // sendfile(2). The caller keeps fd open until Pending reports false or the
 // connection closes. If the file turns out shorter than off+n, the
 // connection is reset: a client must never get fewer bytes than the
-// Content-Length it was promised without noticing.
-func (c *Conn) SendFile(fd int, off, n int64) {
+// Content-Length it was promised without noticing. A version other than
+// zero is the file's when the response was promised: before the first
+// sendfile of each turn (up to the write budget, 2 MiB) the file is checked
+// against it (fileio.Changed, one fstat), and once
+// its bytes were rewritten in place the connection is reset too, so the
+// response never ends cleanly with bytes its digest does not describe.
+func (c *Conn) SendFile(fd int, off, n int64, version fileio.Version) {
 	if n > 0 {
-		c.queue(seg{fd: fd, off: off, n: n, file: true})
+		c.queue(seg{fd: fd, off: off, n: n, file: true, version: version})
 	}
 }
 
@@ -431,6 +441,7 @@ func (c *Conn) SetPacingRate(bytesPerSec uint64) error {
 // is full, or the connection used its write budget (false).
 func (l *Loop) flush(c *Conn) bool {
 	budget := l.cfg.WriteBudget
+	checked := -1 // the file whose version this turn checked: once per file per turn
 	for len(c.out) > 0 {
 		if !c.writable {
 			return false
@@ -505,6 +516,12 @@ func (l *Loop) flush(c *Conn) bool {
 			continue
 		}
 		if s.file {
+			if s.version.CtimeNs != 0 && checked != s.fd && fileio.Changed(s.fd, s.version) {
+				l.log.Warn("file changed while being sent; connection reset", "peer", c.peer)
+				l.closeConn(c, true)
+				return false
+			}
+			checked = s.fd
 			chunk := int(min(s.n, int64(budget), sendfileStep))
 			n, err := sendfile(c.fd, s.fd, s.off, chunk)
 			if n > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mediaship/engine/internal/fileio"
 	"github.com/mediaship/engine/ktls"
 )
 
@@ -199,6 +200,7 @@ type record struct{ start, n, max int }
 type bodyRead struct {
 	body        Body
 	fd          int
+	version     fileio.Version // the file's version to hold it to (File.Version)
 	off, end    int64
 	first, last int
 }
@@ -367,12 +369,12 @@ func (o *sealSource) body(r *Response, b Body, off, n int64) int64 {
 		at := off + placed
 		k := len(o.reads) - 1
 		switch {
-		case isFile && k >= 0 && o.reads[k].body == nil && o.reads[k].fd == f.FD &&
+		case isFile && k >= 0 && o.reads[k].body == nil && o.reads[k].fd == f.FD && o.reads[k].version == f.Version &&
 			o.reads[k].end == f.Off+at && o.reads[k].last == len(o.iov):
 			o.reads[k].end += int64(len(dst))
 			o.reads[k].last++
 		case isFile:
-			o.reads = append(o.reads, bodyRead{fd: f.FD, off: f.Off + at, end: f.Off + at + int64(len(dst)), first: len(o.iov), last: len(o.iov) + 1})
+			o.reads = append(o.reads, bodyRead{fd: f.FD, version: f.Version, off: f.Off + at, end: f.Off + at + int64(len(dst)), first: len(o.iov), last: len(o.iov) + 1})
 		default:
 			o.reads = append(o.reads, bodyRead{body: b, off: at, end: at + int64(len(dst)), first: len(o.iov), last: len(o.iov) + 1})
 		}
@@ -395,7 +397,7 @@ func (o *sealSource) finish() ([]byte, error) {
 		// promised length) resets the connection: the client sees a short
 		// body, never a clean end.
 		if r.body == nil {
-			_, err = File{FD: r.fd}.ReadAt(bufs, r.off)
+			_, err = File{FD: r.fd, Version: r.version}.ReadAt(bufs, r.off)
 		} else {
 			_, err = r.body.ReadAt(bufs, r.off)
 		}

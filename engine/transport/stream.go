@@ -29,6 +29,12 @@ type Body interface {
 type File struct {
 	FD     int
 	Off, N int64
+	// Version, when not zero, is the file's version when its response
+	// was promised: bytes read (checked after each read) or sent
+	// (checked before each sendfile) once the file was rewritten in
+	// place are refused with fileio.ErrChanged, and the response is cut
+	// off.
+	Version fileio.Version
 }
 
 func (f File) Len() int64 { return f.N }
@@ -37,6 +43,9 @@ func (f File) ReadAt(bufs [][]byte, off int64) (int, error) {
 	n, err := fileio.Preadv(f.FD, bufs, f.Off+off)
 	if n < iovLen(bufs) {
 		err = errors.Join(fileio.ErrShrank, err) // or failed
+	}
+	if err == nil && f.Version.CtimeNs != 0 && fileio.Changed(f.FD, f.Version) {
+		err = fileio.ErrChanged
 	}
 	return n, err
 }
@@ -426,7 +435,7 @@ func (d directSink) Body(_ *Response, b Body, off, n int64) { d.s.sendBody(b, of
 func (s *Stream) sendBody(b Body, off, n int64) {
 	switch b := b.(type) {
 	case File:
-		s.c.SendFile(b.FD, b.Off+off, n)
+		s.c.SendFile(b.FD, b.Off+off, n, b.Version)
 	case Mem:
 		s.c.WriteRef(b[off : off+n])
 	default:

@@ -63,3 +63,21 @@ func Size(fd int) (int64, error) {
 	}
 	return st.Size, nil
 }
+
+// Changed reports whether the open file's bytes may have been rewritten
+// in place since it was at version v (fstat(2); Version says how it
+// decides). An fstat that fails counts as changed.
+func Changed(fd int, v Version) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) != nil || v.changedFrom(st.Ctim.Nano(), st.Mtim.Nano(), uint64(st.Nlink))
+}
+
+// Stat returns the file's size now (fstat(2)), and whether it changed
+// since version v (as Changed says).
+func Stat(fd int, v Version) (size int64, changed bool, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, true, os.NewSyscallError("fstat", err)
+	}
+	return st.Size, v.changedFrom(st.Ctim.Nano(), st.Mtim.Nano(), uint64(st.Nlink)), nil
+}
