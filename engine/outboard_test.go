@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -240,4 +241,40 @@ func TestRewrittenInPlace(t *testing.T) {
 	}
 	resp, tree = treeOf(t, ts.url+"/model.bin.obao")
 	checkTree(t, resp, tree, fresh)
+}
+
+// TestSHA256: with digests = ["blake3", "sha-256"], a file's Repr-Digest
+// carries both members, computed in one read; Want-Repr-Digest picks one.
+func TestSHA256(t *testing.T) {
+	root := t.TempDir()
+	data := seededFile(t, filepath.Join(root, "f.bin"), 3*integrity.GroupSize+1, 6)
+	ts := start(t, fmt.Sprintf("root = %q\n[integrity]\ndigests = [\"blake3\", \"sha-256\"]\n", root))
+	b3, _, _ := integrity.Sum(bytes.NewReader(data))
+	sha := integrity.SHA256(sha256.Sum256(data))
+	both := b3.HeaderValue() + ", " + sha.HeaderValue()
+	if got := reprDigest(t, ts.addr, "/f.bin"); got != both {
+		t.Fatalf("Repr-Digest %q, want %q", got, both)
+	}
+	for _, tt := range []struct{ want, got string }{
+		{"sha-256=1", sha.HeaderValue()},
+		{"blake3=1", b3.HeaderValue()},
+		{"sha-256=9, blake3=1", both},
+		{"md5=1", ""},
+	} {
+		resp, _ := fetch(t, ts.url+"/f.bin", "Want-Repr-Digest", tt.want, "Range", "bytes=0-0")
+		if got := resp.Header.Get("Repr-Digest"); got != tt.got {
+			t.Errorf("Want-Repr-Digest %q: Repr-Digest %q, want %q", tt.want, got, tt.got)
+		}
+	}
+	// The tree is there too: one read gave all three.
+	resp, tree := treeOf(t, ts.url+"/f.bin.obao")
+	if resp.StatusCode != 200 {
+		t.Fatalf("tree: %d", resp.StatusCode)
+	}
+	if _, err := integrity.ParseOutboard(tree, b3, int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if st := ts.Stats(); st.FilesHashed != 1 {
+		t.Errorf("the file was read %d times for its digests, want once", st.FilesHashed)
+	}
 }

@@ -31,8 +31,9 @@ type FileID struct {
 type Cache struct {
 	max int
 
-	mu    sync.Mutex        // guards m, order and dirty
+	mu    sync.Mutex        // guards m, sha, order and dirty
 	m     map[FileID]Digest // guarded by mu
+	sha   map[FileID]SHA256 // guarded by mu; for the ids of m whose SHA-256 is known too
 	order []FileID          // guarded by mu; insertion order, for eviction
 	dirty bool              // guarded by mu
 
@@ -46,7 +47,7 @@ func NewCache(max int) *Cache {
 	if max <= 0 {
 		max = 1_000_000
 	}
-	return &Cache{max: max, m: map[FileID]Digest{}}
+	return &Cache{max: max, m: map[FileID]Digest{}, sha: map[FileID]SHA256{}}
 }
 
 // Get returns the digest of id, if known.
@@ -62,6 +63,24 @@ func (c *Cache) Get(id FileID) (Digest, bool) {
 	return d, ok
 }
 
+// GetSHA256 returns the SHA-256 of id, if known.
+func (c *Cache) GetSHA256(id FileID) (SHA256, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.sha[id]
+	return s, ok
+}
+
+// PutSHA256 records the SHA-256 of id beside its digest (Put first).
+func (c *Cache) PutSHA256(id FileID, s SHA256) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; ok {
+		c.sha[id] = s
+		c.dirty = true
+	}
+}
+
 // Put records the digest of id, evicting the oldest entries past the bound.
 func (c *Cache) Put(id FileID, d Digest) {
 	c.mu.Lock()
@@ -72,6 +91,7 @@ func (c *Cache) Put(id FileID, d Digest) {
 	c.m[id] = d
 	c.dirty = true
 	for len(c.m) > c.max && len(c.order) > 0 {
+		delete(c.sha, c.order[0])
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
@@ -96,14 +116,15 @@ func (c *Cache) Len() int {
 // cacheHeader opens a saved cache: its version and fields. A file without
 // it was written by an engine that did not key digests by change time,
 // and is not trusted.
-const cacheHeader = "# engine digest cache 2: dev ino size mtime_ns ctime_ns blake3"
+const cacheHeader = "# engine digest cache 2: dev ino size mtime_ns ctime_ns blake3 sha256"
 
 // ErrCacheVersion means a saved digest cache is of another version.
 var ErrCacheVersion = errors.New("integrity: digest cache of another version (" + cacheHeader[2:] + " expected)")
 
 // Save writes the cache to path (atomically: a temporary file renamed) if
 // it changed since the last Save or Load: cacheHeader, then one line per
-// digest, "dev ino size mtime_ns ctime_ns hex".
+// digest, "dev ino size mtime_ns ctime_ns blake3 sha256" (hex; "-" for a
+// SHA-256 not computed).
 func (c *Cache) Save(path string) error {
 	c.mu.Lock()
 	if !c.dirty {
@@ -113,7 +134,11 @@ func (c *Cache) Save(path string) error {
 	lines := make([]string, 0, len(c.m))
 	for _, id := range c.order {
 		if d, ok := c.m[id]; ok {
-			lines = append(lines, fmt.Sprintf("%d %d %d %d %d %s\n", id.Dev, id.Ino, id.Size, id.MtimeNs, id.CtimeNs, d))
+			sha := "-"
+			if s, ok := c.sha[id]; ok {
+				sha = s.String()
+			}
+			lines = append(lines, fmt.Sprintf("%d %d %d %d %d %s %s\n", id.Dev, id.Ino, id.Size, id.MtimeNs, id.CtimeNs, d, sha))
 		}
 	}
 	c.dirty = false
@@ -177,8 +202,8 @@ func (c *Cache) read(r io.Reader, name string) error {
 			continue
 		}
 		f := strings.Fields(sc.Text())
-		if len(f) != 6 {
-			return fmt.Errorf("integrity: %s:%d: expected dev ino size mtime_ns ctime_ns digest", name, line)
+		if len(f) != 7 {
+			return fmt.Errorf("integrity: %s:%d: expected dev ino size mtime_ns ctime_ns blake3 sha256", name, line)
 		}
 		var nums [5]int64
 		for i := range nums {
@@ -192,7 +217,15 @@ func (c *Cache) read(r io.Reader, name string) error {
 		if err != nil {
 			return fmt.Errorf("integrity: %s:%d: %q is not 64 hex digits", name, line, f[5])
 		}
-		c.Put(FileID{Dev: uint64(nums[0]), Ino: uint64(nums[1]), Size: nums[2], MtimeNs: nums[3], CtimeNs: nums[4]}, d)
+		id := FileID{Dev: uint64(nums[0]), Ino: uint64(nums[1]), Size: nums[2], MtimeNs: nums[3], CtimeNs: nums[4]}
+		c.Put(id, d)
+		if f[6] != "-" {
+			s, err := ParseSHA256Hex(f[6])
+			if err != nil {
+				return fmt.Errorf("integrity: %s:%d: %q is not a SHA-256 (64 hex digits) or -", name, line, f[6])
+			}
+			c.PutSHA256(id, s)
+		}
 	}
 	c.mu.Lock()
 	c.dirty = false

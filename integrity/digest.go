@@ -31,6 +31,25 @@ func ParseHex(s string) (Digest, error) {
 	return d, nil
 }
 
+// SHA256 is a file's SHA-256, for the ecosystems that publish it (Hugging
+// Face LFS, GitHub releases, distributions). It has no tree: a file is
+// checked against it whole.
+type SHA256 [32]byte
+
+// String is the hex form sha256sum prints.
+func (s SHA256) String() string { return hex.EncodeToString(s[:]) }
+
+// HeaderValue is the sha-256 member of a Repr-Digest field.
+func (s SHA256) HeaderValue() string {
+	return "sha-256=:" + base64.StdEncoding.EncodeToString(s[:]) + ":"
+}
+
+// ParseSHA256Hex reads the 64-hex-digit form.
+func ParseSHA256Hex(v string) (SHA256, error) {
+	d, err := ParseHex(v)
+	return SHA256(d), err
+}
+
 // chunk is how much a hash reads at a time.
 const chunk = 1 << 20
 

@@ -201,6 +201,7 @@ func TestCacheSaveLoad(t *testing.T) {
 	if c.Len() != 3 {
 		t.Errorf("len %d, want 3 (bounded)", c.Len())
 	}
+	c.PutSHA256(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 99, CtimeNs: 7}, SHA256{0xaa})
 	p := filepath.Join(t.TempDir(), "cache")
 	if err := c.Save(p); err != nil {
 		t.Fatal(err)
@@ -211,6 +212,12 @@ func TestCacheSaveLoad(t *testing.T) {
 	}
 	if d, ok := c2.Get(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 99, CtimeNs: 7}); !ok || d[0] != 4 {
 		t.Errorf("loaded %v %v", d, ok)
+	}
+	if s, ok := c2.GetSHA256(FileID{Dev: 1, Ino: 4, Size: 10, MtimeNs: 99, CtimeNs: 7}); !ok || s[0] != 0xaa {
+		t.Errorf("SHA-256 loaded %v %v", s, ok)
+	}
+	if _, ok := c2.GetSHA256(FileID{Dev: 1, Ino: 3, Size: 10, MtimeNs: 99, CtimeNs: 7}); ok {
+		t.Error("a SHA-256 never computed came back")
 	}
 	if _, ok := c2.Get(FileID{Dev: 1, Ino: 0, Size: 10, MtimeNs: 99, CtimeNs: 7}); ok {
 		t.Error("evicted entry came back")

@@ -72,9 +72,23 @@ func SumOutboard(f io.ReaderAt, n int64, w io.WriterAt) (Digest, error) {
 	return sumOutboard(f, n, w, GroupLog)
 }
 
+// SumOutboardTee is SumOutboard that also writes every byte read to tee
+// (a SHA-256 hasher, say), in order: one read for every digest.
+func SumOutboardTee(f io.ReaderAt, n int64, w io.WriterAt, tee io.Writer) (Digest, error) {
+	return sumOutboardTee(f, n, w, tee, GroupLog)
+}
+
 func sumOutboard(f io.ReaderAt, n int64, w io.WriterAt, group int) (Digest, error) {
+	return sumOutboardTee(f, n, w, nil, group)
+}
+
+func sumOutboardTee(f io.ReaderAt, n int64, w io.WriterAt, tee io.Writer, group int) (Digest, error) {
 	pw := newPagedWriter(w, outboardSize(n, group))
-	root, err := bao.Encode(pw, io.NewSectionReader(f, 0, n), n, group, true)
+	var r io.Reader = io.NewSectionReader(f, 0, n)
+	if tee != nil {
+		r = io.TeeReader(r, tee)
+	}
+	root, err := bao.Encode(pw, r, n, group, true)
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		err = fmt.Errorf("%w: fewer than %d bytes", ErrShort, n)
 	}

@@ -147,6 +147,12 @@ type Integrity struct {
 	OnMismatch string `toml:"on_mismatch"`
 	// Workers hash files in the background. Zero means 1.
 	Workers int `toml:"workers"`
+	// Digests are the digests computed of every file, in the same read:
+	// "blake3" (always: ETags and outboard trees hang on it) and
+	// "sha-256" (a second Repr-Digest member, for clients that check
+	// what Hugging Face, GitHub releases and distributions publish).
+	// Zero means ["blake3"].
+	Digests []string `toml:"digests"`
 }
 
 // Protocols enables protocols per site. Nil means enabled.

@@ -169,6 +169,8 @@ func TestConfigErrors(t *testing.T) {
 		{"index with a number", "root = \".\"\n[[sites]]\ndomain = \"a\"\nindex = [\"i.html\", 2]\n",
 			[]string{"engine.toml:4: sites[0].index: wrong type: expected a list of strings"}},
 		{"bad mode", "root = \".\"\n[kernel]\nktls = \"yes\"\n", []string{"engine.toml:3: kernel.ktls: \"yes\" is not a mode; expected \"require\", \"auto\" or \"off\""}},
+		{"digest without blake3", "root = \".\"\n[integrity]\ndigests = [\"sha-256\"]\n", []string{"engine.toml:3: integrity.digests:", "leaves out \"blake3\""}},
+		{"unknown digest", "root = \".\"\n[integrity]\ndigests = [\"blake3\", \"md5\"]\n", []string{"engine.toml:3: integrity.digests: \"md5\" is not a digest; expected \"blake3\" or \"sha-256\""}},
 		{"bad listen", "root = \".\"\nlisten = \"8080\"\n", []string{"engine.toml:2: listen:", "host:port"}},
 		{"bad port", "root = \".\"\nlisten = \":99999\"\n", []string{"engine.toml:2: listen: port"}},
 		{"workers range", "root = \".\"\nworkers = -1\n", []string{"engine.toml:2: workers: -1 is out of range"}},

@@ -234,6 +234,26 @@ func (c *Config) validateIntegrity(errs *Errors) {
 			errs.add(c.errAt("integrity.cache", "directory of %q does not exist; expected a file in an existing directory", ig.Cache))
 		}
 	}
+	if len(ig.Digests) == 0 {
+		ig.Digests = []string{"blake3"}
+	}
+	hasB3 := false
+	for i, d := range ig.Digests {
+		switch strings.ToLower(d) {
+		case "blake3":
+			hasB3 = true
+		case "sha-256", "sha256":
+			ig.Digests[i] = "sha-256"
+			continue
+		default:
+			errs.add(c.errAt("integrity.digests", "%q is not a digest; expected \"blake3\" or \"sha-256\"", d))
+			continue
+		}
+		ig.Digests[i] = "blake3"
+	}
+	if !hasB3 {
+		errs.add(c.errAt("integrity.digests", "%q leaves out \"blake3\", which ETags, manifests and outboard trees need; expected [\"blake3\"] or [\"blake3\", \"sha-256\"]", ig.Digests))
+	}
 	if ig.Workers == 0 {
 		ig.Workers = 1
 	}

@@ -1,12 +1,15 @@
 package digests
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +35,7 @@ type Store struct {
 	trees     *files.Root
 	treesTemp bool
 	refuse    bool // on_mismatch = "refuse"
+	sha       bool // digests has "sha-256": computed in the same read
 	log       *slog.Logger
 	jobs      chan func()
 	wg        sync.WaitGroup
@@ -60,7 +64,7 @@ type manifest struct {
 func New(cfg *config.Config, roots []*files.Root, log *slog.Logger) (*Store, error) {
 	ic := &cfg.Integrity
 	d := &Store{cache: integrity.NewCache(0), path: ic.Cache, manifests: map[*files.Root]*manifest{},
-		refuse: ic.OnMismatch == "refuse", log: log, jobs: make(chan func(), 4096),
+		refuse: ic.OnMismatch == "refuse", sha: slices.Contains(ic.Digests, "sha-256"), log: log, jobs: make(chan func(), 4096),
 		inflight: map[integrity.FileID]*hashJob{}, treeFailed: map[integrity.FileID]time.Time{}}
 	if d.path == "off" {
 		d.path = ""
@@ -133,8 +137,39 @@ func loadManifest(path string) (*manifest, error) {
 	return m, nil
 }
 
-func info(sum integrity.Digest, corrupt bool) *files.Digest {
-	return &files.Digest{Sum: sum, ETag: sum.ETag(), Header: sum.HeaderValue(), Corrupt: corrupt}
+// sums are a content's digests: BLAKE3 always, SHA-256 when [integrity]
+// digests asks for it.
+type sums struct {
+	b3  integrity.Digest
+	sha *integrity.SHA256
+}
+
+func info(s sums, corrupt bool) *files.Digest {
+	dg := &files.Digest{Sum: s.b3, ETag: s.b3.ETag(), Header: s.b3.HeaderValue(), HeaderB3: s.b3.HeaderValue(), Corrupt: corrupt}
+	if s.sha != nil {
+		dg.SHA256 = (*[32]byte)(s.sha)
+		dg.HeaderSHA = s.sha.HeaderValue()
+		dg.Header += ", " + dg.HeaderSHA
+	}
+	return dg
+}
+
+// lookup returns the digests the cache knows for id: all those asked for,
+// or none.
+func (d *Store) lookup(id integrity.FileID) (sums, bool) {
+	b3, ok := d.cache.Get(id)
+	if !ok {
+		return sums{}, false
+	}
+	s := sums{b3: b3}
+	if d.sha {
+		sha, ok := d.cache.GetSHA256(id)
+		if !ok {
+			return sums{}, false // hashed before SHA-256 was asked for
+		}
+		s.sha = &sha
+	}
+	return s, true
 }
 
 func identity(e *files.Entry) integrity.FileID {
@@ -143,14 +178,15 @@ func identity(e *files.Entry) integrity.FileID {
 }
 
 // Known is files.Config.KnownDigest: a digest from the cache, or from the
-// manifest when the file was not modified after the manifest was written.
+// manifest when the file was not modified after the manifest was written
+// (and no SHA-256 is asked for, which a b3sum manifest does not give).
 func (d *Store) Known(root *files.Root, e *files.Entry) *files.Digest {
-	if sum, ok := d.cache.Get(identity(e)); ok {
-		return d.judge(root, e, sum)
+	if s, ok := d.lookup(identity(e)); ok {
+		return d.judge(root, e, s)
 	}
-	if m := d.manifests[root]; m != nil {
+	if m := d.manifests[root]; m != nil && !d.sha {
 		if sum, ok := m.sums[e.Rel()]; ok && e.ModTime.UnixNano() <= m.mtimeNs {
-			return info(sum, false)
+			return info(sums{b3: sum}, false)
 		}
 	}
 	return nil
@@ -160,9 +196,9 @@ func (d *Store) Known(root *files.Root, e *files.Entry) *files.Digest {
 // with: marked corrupt when it contradicts the site's manifest and the
 // policy is to refuse, however the digest was learned (hashed now, or
 // from the cache after the entry was evicted and opened again).
-func (d *Store) judge(root *files.Root, e *files.Entry, sum integrity.Digest) *files.Digest {
+func (d *Store) judge(root *files.Root, e *files.Entry, s sums) *files.Digest {
 	want, _, listed := d.listed(root, e)
-	return info(sum, d.refuse && listed && want != sum)
+	return info(s, d.refuse && listed && want != s.b3)
 }
 
 // listed returns the digest the site's manifest gives for e, and the
@@ -215,8 +251,8 @@ func (d *Store) Request(root *files.Root, e *files.Entry) {
 		return
 	}
 	id := identity(e)
-	if sum, ok := d.cache.Get(id); ok {
-		e.SetDigest(d.judge(root, e, sum))
+	if s, ok := d.lookup(id); ok {
+		e.SetDigest(d.judge(root, e, s))
 		return
 	}
 	d.queue(root, e, id, false)
@@ -264,7 +300,7 @@ func (d *Store) queue(root *files.Root, e *files.Entry, id integrity.FileID, tre
 	default:
 		// A full queue: the next request for the file asks again.
 		d.Dropped.Add(1)
-		d.finish(id, j, integrity.Digest{}, false)
+		d.finish(id, j, sums{}, false)
 	}
 }
 
@@ -273,20 +309,24 @@ func (d *Store) run(id integrity.FileID, j *hashJob) {
 	d.mu.Lock()
 	first, tree := j.waiters[0], j.tree
 	d.mu.Unlock()
-	sum, ok := d.hash(first.root, first.e, id, tree)
-	d.finish(id, j, sum, ok)
+	s, ok := d.hash(first.root, first.e, id, tree)
+	d.finish(id, j, s, ok)
 }
 
 // finish ends job j: every waiting entry gets the digest (when ok) and
 // its reference back.
-func (d *Store) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok bool) {
+func (d *Store) finish(id integrity.FileID, j *hashJob, s sums, ok bool) {
 	d.mu.Lock()
 	delete(d.inflight, id)
 	ws := j.waiters
 	j.waiters = nil
 	d.mu.Unlock()
+	sum := s.b3
 	if ok {
 		d.cache.Put(id, sum)
+		if s.sha != nil {
+			d.cache.PutSHA256(id, *s.sha)
+		}
 	}
 	for _, w := range ws {
 		if ok {
@@ -295,7 +335,7 @@ func (d *Store) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok
 				d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", w.e.Rel(), "manifest", m.path,
 					"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
 			}
-			w.e.SetDigest(d.judge(w.root, w.e, sum))
+			w.e.SetDigest(d.judge(w.root, w.e, s))
 		}
 		w.e.Release()
 	}
@@ -306,9 +346,9 @@ func (d *Store) finish(id integrity.FileID, j *hashJob, sum integrity.Digest, ok
 // than one group beneath a site's root). It reports false when the file
 // changed meanwhile (the digest would belong to no version of it).
 // tree asks for the tree even when the digest is known.
-func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree bool) (integrity.Digest, bool) {
-	if sum, ok := d.cache.Get(id); ok && !tree {
-		return sum, true // learned since the job was queued
+func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree bool) (sums, bool) {
+	if s, ok := d.lookup(id); ok && !tree {
+		return s, true // learned since the job was queued
 	}
 	var out *treeFile
 	if d.trees != nil && root != d.trees && id.Size > integrity.GroupSize {
@@ -327,8 +367,17 @@ func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree
 	r := fileio.ReaderAt(e.Fd())
 	var sum integrity.Digest
 	var err error
+	var sha hash.Hash
+	pass := func(w io.WriterAt) {
+		var tee io.Writer
+		if d.sha {
+			sha = sha256.New()
+			tee = sha
+		}
+		sum, err = integrity.SumOutboardTee(r, id.Size, w, tee)
+	}
 	if out != nil {
-		sum, err = integrity.SumOutboard(r, id.Size, out)
+		pass(out)
 		if out.err != nil {
 			// The tree could not be written (a full disk): the digest
 			// still can be.
@@ -337,25 +386,31 @@ func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree
 		}
 	}
 	if out == nil {
-		sum, err = integrity.SumOutboard(r, id.Size, discard{})
+		pass(discard{})
 	}
 	d.Nanos.Add(int64(time.Since(start)))
 	if err != nil {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel(), "err", err)
-		return sum, false
+		return sums{}, false
 	}
 	d.Files.Add(1)
 	d.Bytes.Add(id.Size)
 	if now, err := fdIdentity(e.Fd()); err != nil || now != id {
 		d.log.Debug("not hashed: file changed while hashing", "path", e.Rel())
-		return sum, false
+		return sums{}, false
 	}
 	if out != nil {
 		if err := d.keepTree(out.f, sum); err != nil {
 			d.treeFailure(id, e, err)
 		}
 	}
-	return sum, true
+	s := sums{b3: sum}
+	if sha != nil {
+		var v integrity.SHA256
+		sha.Sum(v[:0])
+		s.sha = &v
+	}
+	return s, true
 }
 
 // treeFile is a tree being written, with the first write error.
@@ -430,12 +485,16 @@ func (d *Store) keepTree(f *os.File, sum integrity.Digest) error {
 		return err
 	}
 	d.TreesWritten.Add(1)
-	own, n, err := integrity.Sum(io.NewSectionReader(f, 0, 1<<62))
+	sha := sha256.New()
+	own, n, err := integrity.Sum(io.TeeReader(io.NewSectionReader(f, 0, 1<<62), sha))
 	if err != nil {
 		return nil // served all the same; hashed when first asked for
 	}
 	if id, err := fdIdentity(int(f.Fd())); err == nil && id.Size == n {
 		d.cache.Put(id, own)
+		var v integrity.SHA256
+		sha.Sum(v[:0])
+		d.cache.PutSHA256(id, v)
 	}
 	return nil
 }

@@ -69,7 +69,12 @@ type Entry struct {
 type Digest struct {
 	Sum    [32]byte
 	ETag   string // strong, derived from Sum: replicas agree on it
-	Header string // Repr-Digest value: "blake3=:...:"
+	Header string // Repr-Digest value: "blake3=:...:", and ", sha-256=:...:" with SHA256
+	// SHA256 is the file's SHA-256 when [integrity] digests asks for it;
+	// HeaderB3 and HeaderSHA are Header's members alone, for clients
+	// that want one (Want-Repr-Digest).
+	SHA256              *[32]byte
+	HeaderB3, HeaderSHA string
 	// Corrupt marks content that contradicts a trusted manifest under
 	// the "refuse" policy: answered with 500.
 	Corrupt bool

@@ -353,8 +353,8 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 	r.LastModified = sel.LastModified
 	r.AcceptRanges = true
 	r.File = sel
-	if dg != nil && wantsBLAKE3(req.Header.Get("want-repr-digest")) {
-		r.ReprDigest = dg.Header
+	if dg != nil {
+		r.ReprDigest = reprDigest(req.Header.Get("want-repr-digest"), dg)
 	}
 	if c.cfg.Outboards != nil && rel != nil && site != c.outboardSite {
 		s.link = appendOutboardLink(s.link[:0], rel)
@@ -439,13 +439,30 @@ var errCorrupt = errors.New("files: content contradicts the manifest (on_mismatc
 // been hashed (at a conservative 500 MB/s, behind a short queue).
 func retryAfter(size int64) int { return 1 + int(size/500_000_000) }
 
-// wantsBLAKE3 reads Want-Repr-Digest (RFC 9530 §4): absent means the
-// digest is sent anyway; present, it is sent only if blake3 has a
-// non-zero preference (or "*" does and blake3 is not named).
-func wantsBLAKE3(v []byte) bool {
-	if v == nil {
-		return true
+// reprDigest is the Repr-Digest value for a client's Want-Repr-Digest
+// (RFC 9530 §4): absent, every digest known; present, those it gives a
+// non-zero preference (or "*" does, for one it does not name).
+func reprDigest(want []byte, dg *Digest) string {
+	if want == nil {
+		return dg.Header
 	}
+	b3, sha := wants(want, "blake3"), dg.HeaderSHA != "" && wants(want, "sha-256")
+	switch {
+	case b3 && sha:
+		return dg.Header
+	case b3:
+		if dg.HeaderB3 != "" {
+			return dg.HeaderB3
+		}
+		return dg.Header
+	case sha:
+		return dg.HeaderSHA
+	}
+	return ""
+}
+
+// wants reads a Want-Repr-Digest value for one algorithm.
+func wants(v []byte, alg string) bool {
 	star := -1
 	for _, item := range bytes.Split(v, []byte(",")) {
 		k, w, _ := bytes.Cut(trimOWS(item), []byte("="))
@@ -454,7 +471,7 @@ func wantsBLAKE3(v []byte) bool {
 			pref = int(n)
 		}
 		switch string(bytes.ToLower(trimOWS(k))) {
-		case "blake3":
+		case alg:
 			return pref > 0
 		case "*":
 			star = pref
