@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,10 @@ type Config struct {
 	// proves integrity in transit, not authenticity.
 	Digest     *integrity.Digest
 	DigestFrom string
+	// SHA256, when set, is checked too, over the whole file once every
+	// group has checked (SHA-256 has no tree): a file that does not match
+	// is not put in place.
+	SHA256 *integrity.SHA256
 	// Resume continues PATH.part. Without it, an existing PATH.part is an
 	// error, never overwritten.
 	Resume bool
@@ -69,6 +74,7 @@ type Result struct {
 	Blake3    string         `json:"blake3"`
 	Trusted   string         `json:"trusted"` // where the digest came from
 	Verified  bool           `json:"verified"`
+	SHA256    string         `json:"sha256,omitempty"` // checked against --sha256
 	GroupSize int64          `json:"group_size"`
 	Groups    int64          `json:"groups"`
 	Resumed   int64          `json:"groups_resumed"`   // recorded as checked by an earlier run
@@ -810,6 +816,18 @@ func (r *run) checkpoint() error {
 func (r *run) finish(res *Result) error {
 	if _, err := integrity.ParseOutboard(treeBytes(r.cfg.Path+".part.obao"), r.tree.Root(), r.tree.Size()); err != nil {
 		return fmt.Errorf("%w: the tree no longer hashes to the digest: %v", ErrUnverified, err)
+	}
+	if r.cfg.SHA256 != nil {
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(r.part, 0, r.tree.Size())); err != nil {
+			return fmt.Errorf("%w: reading %s.part for its SHA-256: %v", ErrLocal, r.cfg.Path, err)
+		}
+		var got integrity.SHA256
+		h.Sum(got[:0])
+		res.SHA256 = got.String()
+		if got != *r.cfg.SHA256 {
+			return fmt.Errorf("%w: SHA-256 %s, want %s (every BLAKE3 group checked: the SHA-256 given describes other bytes than the BLAKE3 digest)", ErrUnverified, got, r.cfg.SHA256)
+		}
 	}
 	if err := r.part.Sync(); err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)

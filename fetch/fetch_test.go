@@ -3,6 +3,7 @@ package fetch
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -415,5 +416,28 @@ func TestFetchResume(t *testing.T) {
 	want := int64(len(f.data)) - (recorded+res.Rechecked)*integrity.GroupSize
 	if res.Fetched != want || res.Refetched != 0 {
 		t.Errorf("the resumed run fetched %d bytes (%d not kept), want exactly the %d not recorded or found", res.Fetched, res.Refetched, want)
+	}
+}
+
+// TestFetchSHA256: a SHA-256 given is checked over the whole file once
+// every group checked; a file whose SHA-256 differs is not put in place.
+func TestFetchSHA256(t *testing.T) {
+	f := newFile(t, 9*integrity.GroupSize+3, 6)
+	u := serve(t, origin(f)) + "/f.bin"
+	right := integrity.SHA256(sha256.Sum256(f.data))
+	out := filepath.Join(t.TempDir(), "out.bin")
+	res, err := runFetch(t, Config{URL: u, Path: out, SHA256: &right})
+	if err != nil || res.SHA256 != right.String() {
+		t.Fatalf("the right SHA-256: %v, result's %q", err, res.SHA256)
+	}
+	checkOut(t, out, f)
+	wrong := right
+	wrong[0] ^= 1
+	out = filepath.Join(t.TempDir(), "out.bin")
+	if _, err := runFetch(t, Config{URL: u, Path: out, SHA256: &wrong}); !errors.Is(err, ErrUnverified) || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("a wrong SHA-256: %v, want ErrUnverified naming it", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a file whose SHA-256 differs was put in place")
 	}
 }

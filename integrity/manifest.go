@@ -14,6 +14,21 @@ import (
 type Entry struct {
 	Digest Digest
 	Path   string
+	// SHA256 is the file's SHA-256, when TreeOptions.SHA256 asked for it.
+	SHA256 *SHA256
+}
+
+// SHA256Entries are entries' SHA-256 digests as entries of a manifest in
+// sha256sum's format (the same lines as b3sum's): WriteManifest writes
+// them as SHA256SUMS. Entries without one are left out.
+func SHA256Entries(entries []Entry) []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if e.SHA256 != nil {
+			out = append(out, Entry{Digest: Digest(*e.SHA256), Path: e.Path})
+		}
+	}
+	return out
 }
 
 // ManifestError is a malformed manifest line.

@@ -1,8 +1,10 @@
 package integrity
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -45,6 +47,9 @@ type TreeOptions struct {
 	// (OutboardSidecar), in the same read as its digest; files named
 	// *.obao are then sidecars, never hashed themselves.
 	Outboard bool
+	// SHA256 computes each file's SHA-256 too (Entry.SHA256), in the same
+	// read.
+	SHA256 bool
 	// beforeHash lets tests change the tree mid-run.
 	beforeHash func(rel string)
 }
@@ -114,12 +119,12 @@ func HashTree(root string, o TreeOptions) ([]Entry, []FileError, error) {
 				if o.beforeHash != nil {
 					o.beforeHash(j.rel)
 				}
-				d, n, err := hashOne(filepath.Join(root, filepath.FromSlash(j.rel)), o.Outboard)
+				d, sha, n, err := hashOne(filepath.Join(root, filepath.FromSlash(j.rel)), o.Outboard, o.SHA256)
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, FileError{Path: j.rel, Err: err})
 				} else {
-					entries = append(entries, Entry{Digest: d, Path: j.rel})
+					entries = append(entries, Entry{Digest: d, Path: j.rel, SHA256: sha})
 				}
 				mu.Unlock()
 				bytes.Add(n)
@@ -141,9 +146,25 @@ func HashTree(root string, o TreeOptions) ([]Entry, []FileError, error) {
 const OutboardSidecar = ".obao"
 
 // hashOne hashes a file, with its tree written beside it when outboard is
-// set, and checks that it did not change meanwhile (a tree written for
-// bytes that changed is removed).
-func hashOne(path string, outboard bool) (Digest, int64, error) {
+// set and its SHA-256 when withSHA is, and checks that it did not change
+// meanwhile (a tree written for bytes that changed is removed).
+func hashOne(path string, outboard, withSHA bool) (Digest, *SHA256, int64, error) {
+	var h hash.Hash
+	var tee io.Writer
+	if withSHA {
+		h = sha256.New()
+		tee = h
+	}
+	d, n, err := hashOneTee(path, outboard, tee)
+	if err != nil || h == nil {
+		return d, nil, n, err
+	}
+	var s SHA256
+	h.Sum(s[:0])
+	return d, &s, n, nil
+}
+
+func hashOneTee(path string, outboard bool, tee io.Writer) (Digest, int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Digest{}, 0, ErrVanished
@@ -169,7 +190,7 @@ func hashOne(path string, outboard bool) (Digest, int64, error) {
 		}()
 		w = tree
 	}
-	d, err := SumOutboard(f, n, w)
+	d, err := SumOutboardTee(f, n, w, tee)
 	if err != nil {
 		return Digest{}, 0, err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/mediaship/engine/integrity"
 )
 
-const digestUsage = `Usage: engine digest [--root DIR] [-o B3SUMS] [--outboard] [--check B3SUMS] [--workers N]
+const digestUsage = `Usage: engine digest [--root DIR] [-o B3SUMS] [--sha256 SHA256SUMS] [--outboard] [--check B3SUMS] [--workers N]
 
 Hashes every regular file below DIR (default .) with BLAKE3, in parallel.
 Without -o or --check it prints a manifest in b3sum's format; -o writes it
@@ -26,6 +26,10 @@ FILE.obao (the format in the README, "Verified downloads"), in the same
 read: a directory served by nginx or a CDN can then be fetched with every
 256 KiB checked as it lands (engine fetch). Files named *.obao are then
 sidecars, left out of the manifest and never hashed themselves.
+
+--sha256 FILE also writes every file's SHA-256 to FILE in sha256sum's
+format (what Hugging Face, GitHub releases and distributions publish),
+from the same read.
 `
 
 func digestCmd(args []string, stdout, stderr io.Writer) int {
@@ -35,12 +39,13 @@ func digestCmd(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("o", "", "write the manifest to this file")
 	check := fs.String("check", "", "check the tree against this manifest")
 	outboard := fs.Bool("outboard", false, "write each file's outboard tree beside it as FILE.obao")
+	shaOut := fs.String("sha256", "", "also write a SHA256SUMS manifest (sha256sum's format) to this file")
 	workers := fs.Int("workers", 0, "files hashed at once (default: one per CPU)")
 	fs.Usage = func() { fmt.Fprint(stderr, digestUsage, "\nflags:\n"); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 || (*out != "" && *check != "") || (*outboard && *check != "") {
+	if fs.NArg() > 0 || (*out != "" && *check != "") || ((*outboard || *shaOut != "") && *check != "") {
 		fs.Usage()
 		return 2
 	}
@@ -51,18 +56,22 @@ func digestCmd(args []string, stdout, stderr io.Writer) int {
 	if *check != "" {
 		return digestCheck(*root, *check, *workers, stdout, stderr)
 	}
-	skip := func(string) bool { return false }
-	if *out != "" {
-		absOut, _ := filepath.Abs(*out)
+	// The manifests written are left out of the tree.
+	leave := map[string]bool{}
+	for _, o := range []string{*out, *shaOut} {
+		if o == "" {
+			continue
+		}
+		absOut, _ := filepath.Abs(o)
 		absRoot, _ := filepath.Abs(*root)
 		if rel, err := filepath.Rel(absRoot, absOut); err == nil && !strings.HasPrefix(rel, "..") {
-			rel = filepath.ToSlash(rel)
-			skip = func(p string) bool { return p == rel }
+			leave[filepath.ToSlash(rel)] = true
 		}
 	}
+	skip := func(p string) bool { return leave[p] }
 	prog := newProgress(stderr)
 	start := time.Now()
-	entries, errs, err := integrity.HashTree(*root, integrity.TreeOptions{Workers: *workers, Skip: skip, Progress: prog.update, Outboard: *outboard})
+	entries, errs, err := integrity.HashTree(*root, integrity.TreeOptions{Workers: *workers, Skip: skip, Progress: prog.update, Outboard: *outboard, SHA256: *shaOut != ""})
 	prog.finish()
 	if err != nil {
 		fmt.Fprintf(stderr, "engine digest: %v\n", err)
@@ -81,6 +90,19 @@ func digestCmd(args []string, stdout, stderr io.Writer) int {
 	if err := integrity.WriteManifest(w, entries); err != nil {
 		fmt.Fprintf(stderr, "engine digest: %v\n", err)
 		return 2
+	}
+	if *shaOut != "" {
+		f, err := os.Create(*shaOut)
+		if err == nil {
+			err = integrity.WriteManifest(f, integrity.SHA256Entries(entries))
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "engine digest: %v\n", err)
+			return 2
+		}
 	}
 	for _, e := range errs {
 		fmt.Fprintf(stderr, "engine digest: %s: %v\n", e.Path, e.Err)

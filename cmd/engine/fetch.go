@@ -23,7 +23,7 @@ import (
 )
 
 const fetchUsage = `Usage: engine fetch URL [--mirror URL]... [-o PATH] [--connections N] [--protocol h1|h2|h3]
-                    [--digest HEX | --manifest FILE|URL] [--resume] [-k] [--json]
+                    [--digest HEX | --manifest FILE|URL] [--sha256 HEX] [--resume] [-k] [--json]
 
 Downloads one file in ranges over N connections (spread over the URL and
 its mirrors) and checks every 256 KiB chunk group against the file's BLAKE3
@@ -39,6 +39,9 @@ Repr-Digest, which proves the bytes were not damaged in transit but not
 that the server is honest: the output says which it trusted. The tree is
 the one the server links (Link rel="blake3-outboard") or URL.obao (engine
 serves both; engine digest --outboard writes them for other servers).
+--sha256 HEX also checks the whole file's SHA-256 (as Hugging Face,
+GitHub releases and distributions publish it) once every group checked,
+before the file is put in place: one more read of it.
 
 --resume continues PATH.part after an interruption, even a kill -9:
 groups recorded in PATH.part.state are not checked again, groups written
@@ -64,6 +67,7 @@ func fetchCmd(args []string, stdout, stderr io.Writer) int {
 	proto := fs.String("protocol", "h1", "HTTP version: h1, h2 (TLS) or h3 (QUIC)")
 	digest := fs.String("digest", "", "the file's BLAKE3 (64 hex digits) to trust")
 	manifest := fs.String("manifest", "", "b3sum manifest (file or URL) to find the file's digest in")
+	shaHex := fs.String("sha256", "", "the file's SHA-256 (64 hex digits), checked over the whole file at the end")
 	resume := fs.Bool("resume", false, "continue PATH.part from an earlier run")
 	insecure := fs.Bool("k", false, "accept any TLS certificate (self-signed test servers)")
 	asJSON := fs.Bool("json", false, "print a JSON summary on stdout")
@@ -125,6 +129,14 @@ func fetchCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Digest, cfg.DigestFrom = &d, fmt.Sprintf("manifest %s (%s)", *manifest, name)
 	}
+	if *shaHex != "" {
+		s, err := integrity.ParseSHA256Hex(strings.ToLower(*shaHex))
+		if err != nil {
+			fmt.Fprintf(stderr, "engine fetch: --sha256: %v\n", err)
+			return 2
+		}
+		cfg.SHA256 = &s
+	}
 	bar := newFetchBar(stderr)
 	cfg.Progress = bar.update
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -183,6 +195,9 @@ func summary(w io.Writer, r *fetch.Result, err error) {
 		fmt.Fprintf(w, "FAILED %s: %v\n", r.Path, err)
 	} else {
 		fmt.Fprintf(w, "VERIFIED %s: %s, every %s group checked against blake3 %s\n", r.Path, human(r.Size), human(r.GroupSize), r.Blake3)
+		if r.SHA256 != "" {
+			fmt.Fprintf(w, "  and the whole file against sha-256 %s\n", r.SHA256)
+		}
 	}
 	if r.Trusted != "" {
 		fmt.Fprintf(w, "  digest trusted from: %s\n", r.Trusted)

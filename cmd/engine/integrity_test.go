@@ -135,6 +135,33 @@ func TestDigestOutboard(t *testing.T) {
 	}
 }
 
+// TestDigestSHA256: engine digest --sha256 writes a SHA256SUMS that
+// sha256sum itself checks, from the same read as the BLAKE3 manifest,
+// and leaves both manifests out of the tree.
+func TestDigestSHA256(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "sub"), 0o755)
+	os.WriteFile(filepath.Join(root, "a.bin"), bytes.Repeat([]byte("a"), 300000), 0o644)
+	os.WriteFile(filepath.Join(root, "sub", "b c.txt"), []byte("b"), 0o644)
+	os.WriteFile(filepath.Join(root, "back\\slash"), []byte("c"), 0o644)
+	code, _, errs := run2("digest", "--root", root, "-o", filepath.Join(root, "B3SUMS"), "--sha256", filepath.Join(root, "SHA256SUMS"))
+	if code != 0 {
+		t.Fatalf("digest --sha256: %d %s", code, errs)
+	}
+	written, _ := os.ReadFile(filepath.Join(root, "SHA256SUMS"))
+	if strings.Count(string(written), "\n") != 3 || strings.Contains(string(written), "SUMS") {
+		t.Fatalf("SHA256SUMS:\n%s", written)
+	}
+	cmd := exec.Command("sha256sum", "--strict", "-c", "SHA256SUMS")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sha256sum -c: %v\n%s", err, out)
+	}
+	if code, _, _ := run2("digest", "--root", root, "--sha256", filepath.Join(root, "S"), "--check", filepath.Join(root, "B3SUMS")); code != 2 {
+		t.Errorf("--sha256 with --check: exit %d, want 2", code)
+	}
+}
+
 // badServer serves body with the given headers, optionally lying.
 func badServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) string {
 	t.Helper()

@@ -47,7 +47,7 @@ Usage:
   engine precompress DIR [--codings br,zstd,gzip] [--min-size 1KiB] [--min-saving 5] [-j N] [--dry-run] [--check] [--json]
   engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
   engine fetch URL [--mirror URL]... [-o PATH] [--connections N] [--protocol h1|h2|h3]
-               [--digest HEX | --manifest FILE|URL] [--resume] [-k] [--json]
+               [--digest HEX | --manifest FILE|URL] [--sha256 HEX] [--resume] [-k] [--json]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
   engine reload [-c engine.toml] [--pid-file FILE]
   engine upgrade [-c engine.toml] [--pid-file FILE] [--wait 75s]
