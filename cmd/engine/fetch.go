@@ -23,7 +23,8 @@ import (
 )
 
 const fetchUsage = `Usage: engine fetch URL [--mirror URL]... [-o PATH] [--connections N] [--protocol h1|h2|h3]
-                    [--digest HEX | --manifest FILE|URL] [--sha256 HEX] [--resume] [-k] [--json]
+                    [--digest HEX | --manifest FILE|URL] [--sha256 HEX] [--resume] [-k]
+                    [--cacert FILE] [--resolve HOST:PORT:ADDR] [--timeout D] [--json]
 
 Downloads one file in ranges over N connections (spread over the URL and
 its mirrors) and checks every 256 KiB chunk group against the file's BLAKE3
@@ -70,6 +71,8 @@ func fetchCmd(args []string, stdout, stderr io.Writer) int {
 	shaHex := fs.String("sha256", "", "the file's SHA-256 (64 hex digits), checked over the whole file at the end")
 	resume := fs.Bool("resume", false, "continue PATH.part from an earlier run")
 	insecure := fs.Bool("k", false, "accept any TLS certificate (self-signed test servers)")
+	cacert := fs.String("cacert", "", "trust the CA certificates in this PEM file (servers under test)")
+	resolve := fs.String("resolve", "", "connect to ADDR for HOST:PORT (HOST:PORT:ADDR, as curl's --resolve)")
 	asJSON := fs.Bool("json", false, "print a JSON summary on stdout")
 	stall := fs.Duration("timeout", 30*time.Second, "end a request that receives nothing for this long")
 	fs.Usage = func() { fmt.Fprint(stderr, fetchUsage, "\nflags:\n"); fs.PrintDefaults() }
@@ -93,11 +96,12 @@ func fetchCmd(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	if _, err := verifyClient(*proto, *insecure, 0); err != nil {
+	opts := clientOptions{proto: *proto, insecure: *insecure, cacert: *cacert, resolve: *resolve}
+	if _, err := opts.client(); err != nil {
 		fmt.Fprintf(stderr, "engine fetch: %v\n", err)
 		return 2
 	}
-	newClient := func() *http.Client { c, _ := verifyClient(*proto, *insecure, 0); return c }
+	newClient := func() *http.Client { c, _ := opts.client(); return c }
 	dest := *out
 	if dest == "" {
 		dest = path.Base(u.Path)

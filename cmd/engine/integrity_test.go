@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +21,7 @@ import (
 	"github.com/mediaship/engine/engine"
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/integrity"
+	"github.com/mediaship/engine/internal/selfsigned"
 	"github.com/mediaship/engine/internal/testtool"
 )
 
@@ -204,20 +208,42 @@ func TestVerifyCommand(t *testing.T) {
 	corrupt := bytes.Clone(body)
 	corrupt[123456] ^= 1
 	good := serve(body, sum.HeaderValue(), len(body), false)
+	_, goodPort, _ := net.SplitHostPort(strings.TrimPrefix(good, "http://"))
+	sha := integrity.SHA256(sha256.Sum256(body))
+	shaHex := sha.String()
+	// A server that links trees but never hashes.
+	linking := badServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", `</f.bin.obao>; rel="blake3-outboard"`)
+		http.ServeContent(w, r, "f.bin", time.Time{}, bytes.NewReader(body))
+	})
+	// The corrupted copy beside the manifest, under the name it lists.
+	cdir := t.TempDir()
+	corruptFile := filepath.Join(cdir, "f.bin")
+	os.WriteFile(corruptFile, corrupt, 0o644)
 	tests := []struct {
 		name string
 		args []string
 		code int
 		want string
 	}{
-		{"ok by Repr-Digest", []string{good + "/f.bin"}, 0, "OK    " + good + "/f.bin  1048576 bytes  blake3 " + sum.String() + " (Repr-Digest)"},
+		{"ok by Repr-Digest", []string{good + "/f.bin"}, 0, "OK    " + good + "/f.bin  1048576 bytes  blake3 " + sum.String() + " (the server's Repr-Digest: integrity in transit, not authenticity)"},
 		{"ok by manifest", []string{good + "/f.bin", "--manifest", mf}, 0, "(manifest)"},
 		{"one corrupted byte", []string{serve(corrupt, sum.HeaderValue(), len(body), false) + "/f.bin"}, 1, "digest mismatch"},
 		{"one corrupted byte, manifest", []string{serve(corrupt, "", len(body), false) + "/f.bin", "--manifest", mf}, 1, "digest mismatch"},
 		{"truncated", []string{serve(body, sum.HeaderValue(), len(body), true) + "/f.bin"}, 1, "body shorter than promised"},
 		{"too long", []string{serve(body, sum.HeaderValue(), len(body)-10, false) + "/f.bin"}, 1, ""},
-		{"no digest", []string{serve(body, "", len(body), false) + "/f.bin"}, 1, "no digest to check against"},
-		{"wrong algorithm", []string{serve(body, "sha-256=:AAAA:", len(body), false) + "/f.bin"}, 1, "no digest to check against"},
+		{"no digest", []string{serve(body, "", len(body), false) + "/f.bin"}, 3, "NOT VERIFIED"},
+		{"wrong algorithm", []string{serve(body, "sha-256=:AAAA:", len(body), false) + "/f.bin"}, 3, "no digest to check against"},
+		{"not hashed yet", []string{linking + "/f.bin", "--wait", "500ms"}, 3, "NOT HASHED YET"},
+		{"sha-256 given", []string{good + "/f.bin", "--sha256", shaHex}, 0, "and sha-256"},
+		{"sha-256 given, wrong", []string{good + "/f.bin", "--sha256", strings.Repeat("0", 64)}, 1, "SHA-256 mismatch"},
+		{"the server's sha-256 member", []string{serve(body, sum.HeaderValue() + ", " + sha.HeaderValue(), len(body), false) + "/f.bin"}, 0, "and sha-256"},
+		{"the server's sha-256 member, wrong", []string{serve(body, sum.HeaderValue() + ", sha-256=:" + base64.StdEncoding.EncodeToString(make([]byte, 32)) + ":", len(body), false) + "/f.bin"}, 1, "SHA-256 mismatch"},
+		{"local file", []string{filepath.Join(dir, "f.bin"), "--manifest", mf}, 0, "(manifest " + mf + ")"},
+		{"local file, corrupted", []string{corruptFile, "--manifest", mf}, 1, "digest mismatch"},
+		{"local file, sha-256", []string{filepath.Join(dir, "f.bin"), "--sha256", shaHex}, 0, "(sha-256)"},
+		{"local file, no manifest", []string{filepath.Join(dir, "f.bin")}, 3, "NOT VERIFIED"},
+		{"--resolve", []string{"http://files.example:" + goodPort + "/f.bin", "--resolve", "files.example:" + goodPort + ":127.0.0.1"}, 0, "OK"},
 		{"malformed header", []string{serve(body, "blake3=notbase64", len(body), false) + "/f.bin"}, 1, "malformed Repr-Digest"},
 		{"404", []string{badServer(t, http.NotFound) + "/f.bin", "--manifest", mf}, 1, "unexpected status 404"},
 		{"range ok", []string{good + "/f.bin", "--manifest", mf, "--range", "1000-99999"}, 0, "bytes 1000-99999 of the local file"},
@@ -279,9 +305,11 @@ func TestVerifyAgainstEngine(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "w.bin"), body, 0o644)
 	srv := startServer(t, root, "")
 	url := "http://" + srv.Addr() + "/w.bin"
-	_, out, _ := verifyUntilOK("verify", url)
-	if !strings.HasPrefix(out, "OK    "+url) || !strings.Contains(out, "(Repr-Digest)") {
-		t.Fatalf("verify against the engine: %s", out)
+	// The first request starts hashing: verify waits for the digest
+	// (the engine links trees), and never calls the file a failure.
+	code, out, _ := run2("verify", url)
+	if code != 0 || !strings.HasPrefix(out, "OK    "+url) || !strings.Contains(out, "(the server's Repr-Digest") {
+		t.Fatalf("verify against the engine: exit %d\n%s", code, out)
 	}
 	mf := filepath.Join(t.TempDir(), "B3SUMS")
 	run2("digest", "--root", root, "-o", mf)
@@ -301,7 +329,7 @@ func TestVerifyOverHTTP3(t *testing.T) {
 	url := "https://" + srv.Addr() + "/a.bin"
 	for _, proto := range []string{"h3", "h2"} {
 		code, out, errs := verifyUntilOK("verify", url, "--protocol", proto, "-k")
-		if code != 0 || !strings.Contains(out, "3400000 bytes") || !strings.Contains(out, "(Repr-Digest)") {
+		if code != 0 || !strings.Contains(out, "3400000 bytes") || !strings.Contains(out, "(the server's Repr-Digest") {
 			t.Errorf("--protocol %s: exit %d\n%s%s", proto, code, out, errs)
 		}
 	}
@@ -357,5 +385,38 @@ func TestBenchCommand(t *testing.T) {
 	code, out, errs = bench("--length-only")
 	if code != 0 || !strings.Contains(out, "checked: length only") {
 		t.Errorf("bench --length-only: %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestVerifyCACertResolve: a server under test with its own certificate,
+// reached by name: --cacert trusts it, --resolve sends the name to the
+// loopback address; without --cacert the certificate is refused.
+func TestVerifyCACertResolve(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "f.bin"), bytes.Repeat([]byte("x"), 100000), 0o644)
+	cert, err := selfsigned.New("files.test", 24*time.Hour, "files.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := selfsigned.PEM(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, certPEM, 0o644)
+	os.WriteFile(keyFile, keyPEM, 0o600)
+	srv := startServer(t, root, fmt.Sprintf("[kernel]\nktls = \"auto\"\n[[sites]]\ndomain = \"files.test\"\n[sites.tls]\ncert = %q\nkey = %q\n", certFile, keyFile))
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	url := "https://files.test:" + port + "/f.bin"
+	resolve := "files.test:" + port + ":127.0.0.1"
+	if code, out, errs := run2("verify", url, "--resolve", resolve, "--cacert", certFile); code != 0 {
+		t.Fatalf("with --cacert and --resolve: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := run2("verify", url, "--resolve", resolve); code != 1 || !strings.Contains(out, "certificate") {
+		t.Errorf("without --cacert: exit %d, want 1 naming the certificate\n%s", code, out)
+	}
+	if code, _, _ := run2("verify", url, "--resolve", "files.test:"+port+":not-an-ip"); code != 2 {
+		t.Errorf("--resolve to a name: exit %d, want 2", code)
 	}
 }

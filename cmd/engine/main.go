@@ -43,9 +43,10 @@ const usage = `engine serves very large files over HTTP, fast, and proves every 
 Usage:
   engine serve [-c engine.toml] [--root DIR] [--listen ADDR] [--workers N] [--self-signed] [--check]
   engine preflight [-c engine.toml] [--json]
-  engine digest [--root DIR] [-o B3SUMS] [--outboard] [--check B3SUMS]
+  engine digest [--root DIR] [-o B3SUMS] [--sha256 SHA256SUMS] [--outboard] [--check B3SUMS]
   engine precompress DIR [--codings br,zstd,gzip] [--min-size 1KiB] [--min-saving 5] [-j N] [--dry-run] [--check] [--json]
-  engine verify URL... [--manifest FILE|URL] [--protocol h1|h2|h3] [-k] [--range A-B]
+  engine verify URL|FILE... [--manifest FILE|URL] [--sha256 HEX] [--protocol h1|h2|h3] [-k]
+               [--cacert FILE] [--resolve HOST:PORT:ADDR] [--wait D] [--range A-B]
   engine fetch URL [--mirror URL]... [-o PATH] [--connections N] [--protocol h1|h2|h3]
                [--digest HEX | --manifest FILE|URL] [--sha256 HEX] [--resume] [-k] [--json]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
