@@ -33,14 +33,15 @@ const stateMagic = "engine-fetch-state 1"
 var ErrStateMismatch = errors.New("fetch: the state file describes another file")
 
 type state struct {
-	size  int64
-	root  integrity.Digest
-	group int64
-	done  []byte // bitmap of verified groups
+	size   int64
+	root   integrity.Digest
+	group  int64
+	groups int64
+	done   []byte // bitmap of verified groups
 }
 
 func newState(size int64, root integrity.Digest, group, groups int64) *state {
-	return &state{size: size, root: root, group: group, done: make([]byte, (groups+7)/8)}
+	return &state{size: size, root: root, group: group, groups: groups, done: make([]byte, (groups+7)/8)}
 }
 
 func (st *state) has(i int64) bool { return st.done[i/8]&(1<<(i%8)) != 0 }
@@ -105,10 +106,13 @@ func loadState(path string, want *state) (*state, error) {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("fetch: %s: malformed: %v", path, err)
 	}
-	st.size, st.root, st.group, st.done = size, root, group, done
+	st.size, st.root, st.group, st.groups, st.done = size, root, group, want.groups, done
 	if st.size != want.size || st.root != want.root || st.group != want.group || len(st.done) != len(want.done) {
 		return nil, fmt.Errorf("%w (%s: %d bytes, blake3 %s, groups of %d; now %d bytes, blake3 %s, groups of %d)",
 			ErrStateMismatch, path, st.size, st.root, st.group, want.size, want.root, want.group)
+	}
+	if r := want.groups % 8; r != 0 {
+		st.done[len(st.done)-1] &= 1<<r - 1 // no group past the last
 	}
 	return st, nil
 }
