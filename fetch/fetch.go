@@ -638,6 +638,7 @@ func (r *run) fetchSpan(ctx context.Context, s *Source, c *http.Client, sp span,
 		r.written += n
 		r.mu.Unlock()
 	}
+	startWriteback(r.part, off, endOff+endN-off)
 	return sp.last + 1, nil
 }
 
