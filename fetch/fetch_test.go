@@ -355,7 +355,11 @@ func TestFetchResume(t *testing.T) {
 		if r.URL.Path == "/f.bin" && rangeStart(r) >= 0 && r.Header.Get("Range") != "bytes=0-0" {
 			if served.Add(1) == 4 {
 				if c := cut.Load(); c != nil {
-					(*c)() // the client goes away with three ranges served
+					// The client goes away with three ranges served; the
+					// fourth never comes.
+					(*c)()
+					<-r.Context().Done()
+					return
 				}
 			}
 		}
