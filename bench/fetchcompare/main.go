@@ -105,6 +105,7 @@ func main() {
 			c := clients[(r+k)%len(clients)]
 			os.RemoveAll(dl)
 			os.MkdirAll(dl, 0o755)
+			waitQuiet()
 			srvBefore := procCPU(srv.Process.Pid)
 			cmd := c.cmd()
 			var stderr bytes.Buffer
@@ -235,6 +236,43 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ = 100)
 }
 
+// waitQuiet waits, up to two minutes, until the machine is idle (under 8%
+// of its CPU busy over 300 ms): a sample is not taken beside other work.
+func waitQuiet() {
+	busy := func() float64 {
+		read := func() []int64 {
+			b, _ := os.ReadFile("/proc/stat")
+			line, _, _ := strings.Cut(string(b), "\n")
+			var v []int64
+			for _, f := range strings.Fields(line)[1:] {
+				n, _ := strconv.ParseInt(f, 10, 64)
+				v = append(v, n)
+			}
+			return v
+		}
+		a := read()
+		time.Sleep(300 * time.Millisecond)
+		b := read()
+		var total, idle int64
+		for i := range min(len(a), len(b)) {
+			total += b[i] - a[i]
+			if i == 3 || i == 4 { // idle, iowait
+				idle += b[i] - a[i]
+			}
+		}
+		if total == 0 {
+			return 0
+		}
+		return float64(total-idle) / float64(total)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		if busy() < 0.08 {
+			return
+		}
+	}
+	log.Print("the machine did not go quiet in 2 minutes; measuring anyway")
+}
+
 func waitHashed(url string) {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		resp, err := http.Head(url)
@@ -262,7 +300,7 @@ func render(b *bench.Build, size int64, conns, repeats int, res map[string][]sam
 	aria, _ := exec.Command("aria2c", "--version").Output()
 	curl, _ := exec.Command("curl", "--version").Output()
 	fmt.Fprintf(&w, "- Clients: `engine fetch` (this build), %s, %s.\n\n", bench.VersionLine(aria), bench.VersionLine(curl))
-	fmt.Fprintf(&w, "One %d-byte file of random bytes, served by `engine serve` (plain HTTP/1.1) from the page cache, downloaded to a local disk by each client in turn, %d times, the order rotating each repeat. ", size, repeats)
+	fmt.Fprintf(&w, "One %d-byte file of random bytes, served by `engine serve` (plain HTTP/1.1) from the page cache, downloaded to a local disk by each client in turn, %d times, the order rotating each repeat, each download started once the machine was idle (under 8%% of its CPU busy over 300 ms, waited for up to 2 minutes). ", size, repeats)
 	fmt.Fprintf(&w, "`engine fetch --connections %d` checks every 256 KiB group against the file's BLAKE3 tree before writing it, and the whole tree against the digest; `aria2c -x %d -s %d -k 1M` and `curl` (one connection) check nothing, so each of their downloads was hashed afterwards (BLAKE3 of the whole file, timed apart below). Every download of every client matched the file's BLAKE3, or the run would have stopped. ", conns, conns, conns)
 	fmt.Fprintf(&w, "MiB/s is the file's size over the client's wall time, start to exit (engine fetch's includes its probe, its tree download and its final flush and rename). engine fetch flushes the file to disk before it puts it in place and exits, and records progress only for bytes on disk (so a resume after a power cut never trusts bytes that were lost); aria2c and curl leave their writes to the kernel, so \"MiB/s, on disk\" adds the time of `sync -f` on their file after they exit. Client CPU is the client process's user + system time (getrusage); server CPU the engine server's (/proc/PID/stat), both per GiB of file. Medians, with the range over repeats.\n\n")
 	fmt.Fprintf(&w, "| client | MiB/s | MiB/s, on disk | client CPU s/GiB | server CPU s/GiB | checks the bytes | hash afterwards (s) |\n|---|---:|---:|---:|---:|---|---:|\n")
