@@ -170,6 +170,9 @@ func (r *run) download(ctx context.Context, res *Result) error {
 		return err
 	}
 	size := r.sources[0].size
+	if err := r.roomFor(size); err != nil {
+		return err
+	}
 	if err := r.awaitDigest(ctx); err != nil {
 		return err
 	}
@@ -261,6 +264,25 @@ func (r *run) probe(ctx context.Context) error {
 			r.sources[0], r.sources[i] = r.sources[i], r.sources[0]
 			break
 		}
+	}
+	return nil
+}
+
+// roomFor refuses a file the disk cannot hold (what a part file from an
+// earlier run holds already counts as room), before any byte or tree is
+// fetched: a server claiming an absurd size gets nothing allocated.
+func (r *run) roomFor(size int64) error {
+	free := freeBytes(filepath.Dir(r.cfg.Path))
+	if free < 0 {
+		return nil
+	}
+	have := int64(0)
+	if r.cfg.Resume {
+		have = allocated(r.cfg.Path + ".part")
+	}
+	need := size + integrity.OutboardSize(size) - have
+	if need > free {
+		return fmt.Errorf("%w: %s needs %d bytes (the file and its tree) and its file system has %d free", ErrLocal, r.cfg.Path, need, free)
 	}
 	return nil
 }

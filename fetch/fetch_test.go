@@ -445,3 +445,25 @@ func TestFetchSHA256(t *testing.T) {
 		t.Fatal("a file whose SHA-256 differs was put in place")
 	}
 }
+
+// TestFetchNoRoom: a file larger than the disk's free space is refused
+// before a byte or a tree is fetched.
+func TestFetchNoRoom(t *testing.T) {
+	var asked atomic.Int32
+	huge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "bytes=0-0" {
+			asked.Add(1)
+		}
+		w.Header().Set("Content-Range", "bytes 0-0/4611686018427387903")
+		w.Header().Set("Repr-Digest", integrity.Digest{1}.HeaderValue())
+		w.WriteHeader(206)
+		w.Write([]byte{0})
+	})
+	_, err := runFetch(t, Config{URL: serve(t, huge) + "/f.bin"})
+	if !errors.Is(err, ErrLocal) || !strings.Contains(err.Error(), "free") {
+		t.Fatalf("a 4 EiB file: %v, want ErrLocal naming the free space", err)
+	}
+	if asked.Load() != 0 {
+		t.Errorf("%d requests after the probe, want none", asked.Load())
+	}
+}

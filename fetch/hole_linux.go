@@ -20,3 +20,23 @@ func hole(f *os.File, off, n int64) bool {
 func startWriteback(f *os.File, off, n int64) {
 	unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+// freeBytes is the space left to an unprivileged writer on the file
+// system holding dir; -1 when it cannot tell.
+func freeBytes(dir string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
+
+// allocated is the disk space path takes (its blocks, not its size: a
+// part file is sparse until its groups arrive); 0 when it is not there.
+func allocated(path string) int64 {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
