@@ -200,6 +200,12 @@ func (s *Server) outcome(log *slog.Logger, lim *loglimit.Limiter, d *decision, s
 	switch {
 	case d != nil && d.route != nil && d.status != 0:
 		lim.Note("proxy: request refused", "status", status, "route", d.route.Key, "reason", d.reason, "path", string(path), "peer", peer)
+	case status == 503 && err == nil && path != nil:
+		// Not ready (a file not hashed yet under integrity "require", a
+		// tree not written yet): any client can ask again and again, so
+		// the log is rate-limited.
+		s.stats.ServerErrors.Add(1)
+		lim.Note("not ready (503)", "path", string(path), "peer", peer)
 	case status >= 500 && path != nil:
 		s.stats.ServerErrors.Add(1)
 		log.Warn("server error", "status", status, "path", string(path), "peer", peer, "err", err)

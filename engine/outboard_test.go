@@ -165,8 +165,9 @@ func TestOutboard(t *testing.T) {
 	if len(tree) != 8 || binary.LittleEndian.Uint64(tree) != 1000 {
 		t.Errorf("tree of a small file: %x", tree)
 	}
-	// No file, no tree; a directory has none either.
-	for _, p := range []string{"/none.bin.obao", "/sub.obao", "/sub/.obao"} {
+	// No file, no tree; a directory has none either, nor a path that
+	// names a directory.
+	for _, p := range []string{"/none.bin.obao", "/sub.obao", "/sub/.obao", "/big.bin.obao/"} {
 		if resp, _ := fetch(t, ts.url+p); resp.StatusCode != 404 {
 			t.Errorf("%s: status %d, want 404", p, resp.StatusCode)
 		}
@@ -276,5 +277,50 @@ func TestSHA256(t *testing.T) {
 	}
 	if st := ts.Stats(); st.FilesHashed != 1 {
 		t.Errorf("the file was read %d times for its digests, want once", st.FilesHashed)
+	}
+}
+
+// TestOutboardKept: trees and digests outlive a restart (the state
+// directory): the next server serves them without reading the file
+// again. A tree damaged in place (its size kept) is found out before it
+// is served, and written again.
+func TestOutboardKept(t *testing.T) {
+	root, state := t.TempDir(), t.TempDir()
+	big := seededFile(t, filepath.Join(root, "big.bin"), 5*integrity.GroupSize+3, 7)
+	conf := fmt.Sprintf("root = %q\n[integrity]\nstate_dir = %q\n", root, state)
+	ts := start(t, conf)
+	resp, tree := treeOf(t, ts.url+"/big.bin.obao")
+	checkTree(t, resp, tree, big)
+	ts.stop()
+
+	ts2 := start(t, conf)
+	resp, tree2 := fetch(t, ts2.url+"/big.bin.obao")
+	checkTree(t, resp, tree2, big)
+	if st := ts2.Stats(); st.FilesHashed != 0 {
+		t.Errorf("after a restart the file was hashed %d times, want 0: its digest and tree were kept", st.FilesHashed)
+	}
+
+	sum, _, _ := integrity.Sum(bytes.NewReader(big))
+	treePath := filepath.Join(state, "outboard", fmt.Sprintf("%x.obao", sum[:]))
+	f, err := os.OpenFile(treePath, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("damaged"), 20)
+	f.Close()
+	var got []byte
+	if !waitFor(scale(20*time.Second), func() bool {
+		resp, body, err := fetchMaybe(ts2.url + "/big.bin.obao")
+		if err != nil || resp.StatusCode != 200 {
+			return false
+		}
+		got = body
+		_, err = integrity.ParseOutboard(body, sum, int64(len(big)))
+		if err != nil {
+			t.Errorf("a damaged tree was served: %v", err)
+		}
+		return err == nil
+	}) {
+		t.Fatalf("no sound tree after the damage (last %d bytes)", len(got))
 	}
 }

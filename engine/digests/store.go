@@ -75,16 +75,17 @@ func New(cfg *config.Config, roots []*files.Root, log *slog.Logger) (*Store, err
 			d.path = ""
 		}
 	}
-	if ic.Outboard == nil || *ic.Outboard {
-		if err := d.openTrees(ic.StateDir); err != nil {
-			return nil, err
-		}
-	}
 	if d.path != "" {
 		if err := d.cache.Load(d.path); err != nil {
 			log.Warn("digest cache unreadable; starting empty", "file", d.path, "err", err)
 		} else if n := d.cache.Len(); n > 0 {
 			log.Info("digest cache loaded", "file", d.path, "digests", n)
+		}
+	}
+	// After the cache: the trees it still names are kept.
+	if ic.Outboard == nil || *ic.Outboard {
+		if err := d.openTrees(ic.StateDir); err != nil {
+			return nil, err
 		}
 	}
 	if ic.Manifest != "off" {
@@ -350,6 +351,9 @@ func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree
 	if s, ok := d.lookup(id); ok && !tree {
 		return s, true // learned since the job was queued
 	}
+	if root == d.trees && d.trees != nil && !d.soundTree(e) {
+		return sums{}, false
+	}
 	var out *treeFile
 	if d.trees != nil && root != d.trees && id.Size > integrity.GroupSize {
 		f, err := os.CreateTemp(d.trees.Dir, ".tmp-*")
@@ -411,6 +415,26 @@ func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree
 		s.sha = &v
 	}
 	return s, true
+}
+
+// soundTree checks a tree whose own digest the cache does not know (it
+// was changed after it was written, or the cache forgot it) against the
+// root its name gives, before it is served again; a tree that does not
+// hash to it is removed, and written again when next asked for.
+func (d *Store) soundTree(e *files.Entry) bool {
+	root, err := integrity.ParseHex(strings.TrimSuffix(e.Rel(), files.OutboardSuffix))
+	if err == nil {
+		b := make([]byte, e.Size)
+		if _, err = fileio.ReaderAt(e.Fd()).ReadAt(b, 0); err == nil {
+			_, err = integrity.ParseOutboard(b, root, -1)
+		}
+	}
+	if err != nil {
+		d.log.Warn("outboard tree damaged; removed, to be written again", "tree", e.Rel(), "err", err)
+		os.Remove(filepath.Join(d.trees.Dir, e.Rel()))
+		return false
+	}
+	return true
 }
 
 // treeFile is a tree being written, with the first write error.

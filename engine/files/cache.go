@@ -206,7 +206,9 @@ func NewCache(cfg Config) *Cache {
 	}
 	c := &Cache{cfg: cfg, log: cfg.Logger, m: make(map[string]*Entry), byPath: make(map[string][]*Entry), stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.Outboards != nil {
-		c.outboardSite = &Site{Root: cfg.Outboards}
+		// A tree is served only with its own digest: one the cache does
+		// not know is checked against its root first (503 meanwhile).
+		c.outboardSite = &Site{Root: cfg.Outboards, RequireDigest: true}
 	}
 	w, err := newWatcher(c.invalidateDir, c.invalidateAll)
 	if err != nil {

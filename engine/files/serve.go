@@ -180,7 +180,7 @@ func (c *Cache) Serve(site *Site, req *Request, s *Scratch) bool {
 		ErrorResponse(r, 500)
 		return true
 	}
-	if c.cfg.Outboards != nil {
+	if c.cfg.Outboards != nil && !dirSlash {
 		if base, ok := outboardBase(rel); ok {
 			b := s.lookup(c, site.Root, base)
 			if b == nil {

@@ -533,6 +533,14 @@ func (l *Loop) flush(c *Conn) bool {
 				l.stats.writes.Add(1)
 				l.stats.bytesFile.Add(int64(n))
 				if s.n == 0 {
+					// The last bytes are in the socket: a file rewritten
+					// while they went is still caught here, and the reset
+					// drops what the client has not been sent yet.
+					if s.version.CtimeNs != 0 && fileio.Changed(s.fd, s.version) {
+						l.log.Warn("file changed while being sent; connection reset", "peer", c.peer)
+						l.closeConn(c, true)
+						return false
+					}
 					c.out = c.out[1:]
 				}
 				continue
