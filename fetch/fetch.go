@@ -77,11 +77,12 @@ type Result struct {
 	SHA256    string         `json:"sha256,omitempty"` // checked against --sha256
 	GroupSize int64          `json:"group_size"`
 	Groups    int64          `json:"groups"`
-	Resumed   int64          `json:"groups_resumed"`   // recorded as checked by an earlier run
-	Rechecked int64          `json:"groups_rechecked"` // found in the part file and checked again
-	Fetched   int64          `json:"bytes_fetched"`    // range bodies received
-	Refetched int64          `json:"bytes_refetched"`  // of those, bytes not kept (a failed check, a broken request)
-	Retried   int64          `json:"groups_retried"`   // groups fetched again after failing their check
+	Resumed   int64          `json:"groups_resumed"`        // recorded as checked by an earlier run
+	Rechecked int64          `json:"groups_rechecked"`      // found in the part file and checked again
+	EndChecks int64          `json:"groups_checked_at_end"` // recorded by an earlier run, read back and checked before the file was put in place
+	Fetched   int64          `json:"bytes_fetched"`         // range bodies received
+	Refetched int64          `json:"bytes_refetched"`       // of those, bytes not kept (a failed check, a broken request)
+	Retried   int64          `json:"groups_retried"`        // groups fetched again after failing their check
 	TreeBytes int64          `json:"tree_bytes"`
 	Seconds   float64        `json:"seconds"`
 	MiBps     float64        `json:"mib_per_s"` // bytes fetched and kept per second
@@ -119,6 +120,7 @@ type run struct {
 
 	mu       sync.Mutex // guards the fields below
 	cond     *sync.Cond // signalled when work is queued or the download ends
+	recorded []int64    // groups a state file recorded: checked again at the end
 	queue    []span     // groups to fetch, in order
 	retries  []span     // single groups that failed their check
 	attempts map[int64]int
@@ -195,8 +197,34 @@ func (r *run) download(ctx context.Context, res *Result) error {
 			return fmt.Errorf("%w: recording progress: %v", ErrLocal, err)
 		}
 	}
-	r.plan()
 	r.started = time.Now()
+	for round := 0; ; round++ {
+		r.plan()
+		if err := r.fetchAll(ctx); err != nil {
+			return err
+		}
+		// Every group this run did not check itself (a state file
+		// recorded it) is read back and checked before the file is put
+		// in place; one that fails (the part file changed while no
+		// fetch ran) is fetched again, once.
+		bad, err := r.checkRecorded(res)
+		if err != nil {
+			return err
+		}
+		if bad == 0 {
+			break
+		}
+		if round > 0 {
+			return fmt.Errorf("%w: %d groups of %s.part changed on disk again", ErrLocal, bad, r.cfg.Path)
+		}
+		r.log.Warn("groups recorded as checked no longer match on disk; fetching them again", "groups", bad, "part", r.cfg.Path+".part")
+	}
+	return r.finish(res)
+}
+
+// fetchAll runs the workers over the queued groups and records what they
+// checked.
+func (r *run) fetchAll(ctx context.Context) error {
 	stop := make(chan struct{})
 	var saver sync.WaitGroup
 	saver.Add(1)
@@ -227,7 +255,29 @@ func (r *run) download(ctx context.Context, res *Result) error {
 	if done != r.tree.Groups() {
 		return fmt.Errorf("%w: %d of %d groups checked", ErrNetwork, done, r.tree.Groups())
 	}
-	return r.finish(res)
+	return nil
+}
+
+// checkRecorded reads back and checks the groups a state file recorded
+// and marks those that fail as not done; it returns how many failed.
+func (r *run) checkRecorded(res *Result) (int, error) {
+	buf := make([]byte, r.tree.GroupSize())
+	bad := 0
+	for _, i := range r.recorded {
+		off, n := r.tree.Group(i)
+		if _, err := r.part.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("%w: reading %s.part: %v", ErrLocal, r.cfg.Path, err)
+		}
+		res.EndChecks++
+		if r.tree.Verify(i, buf[:n]) != nil {
+			r.st.clear(i)
+			r.done--
+			r.doneB -= n
+			bad++
+		}
+	}
+	r.recorded = nil
+	return bad, nil
 }
 
 // probe asks every source for the file and keeps those that agree on its
@@ -340,9 +390,13 @@ func (r *run) trust(res *Result) (integrity.Digest, error) {
 // loadTree takes the tree kept by an earlier run, or fetches one from
 // the first source whose tree hashes to root.
 func (r *run) loadTree(ctx context.Context, root integrity.Digest, size int64, res *Result) error {
+	if t := integrity.OutboardSize(size); t > maxTree {
+		return fmt.Errorf("%w: a %d-byte file has a %d-byte tree, more than the %d this client holds in memory (files up to %d bytes)",
+			ErrLocal, size, t, int64(maxTree), int64(maxTree/64*integrity.GroupSize))
+	}
 	cached := r.cfg.Path + ".part.obao"
 	if r.cfg.Resume {
-		if b, err := os.ReadFile(cached); err == nil {
+		if b, err := readNoFollow(cached, integrity.OutboardSize(size)); err == nil {
 			if o, err := integrity.ParseOutboard(b, root, size); err == nil {
 				r.tree = o
 				return nil
@@ -371,6 +425,10 @@ func (r *run) loadTree(ctx context.Context, root integrity.Digest, size int64, r
 	return fmt.Errorf("%w: no outboard tree matches blake3 %s (%s); serve the file with engine, or write trees beside it with engine digest --outboard",
 		ErrUnverified, root, strings.Join(why, "; "))
 }
+
+// maxTree bounds the tree a download holds in memory: 512 MiB, the tree
+// of a 2 TiB file.
+const maxTree = 512 << 20
 
 // fetchTree gets s's tree, waiting out 503s (the engine answers 503 with
 // Retry-After until it has hashed the file) up to a minute.
@@ -405,9 +463,9 @@ func (r *run) fetchTree(ctx context.Context, s *Source, size int64) ([]byte, err
 func (r *run) openPart(res *Result) error {
 	path := r.cfg.Path + ".part"
 	want := newState(r.tree.Size(), r.tree.Root(), r.tree.GroupSize(), r.tree.Groups())
-	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL | noFollow
 	if r.cfg.Resume {
-		flags = os.O_RDWR | os.O_CREATE
+		flags = os.O_RDWR | os.O_CREATE | noFollow
 	}
 	f, err := os.OpenFile(path, flags, 0o644)
 	if errors.Is(err, os.ErrExist) {
@@ -444,6 +502,7 @@ func (r *run) openPart(res *Result) error {
 		_, n := r.tree.Group(i)
 		switch {
 		case st.has(i):
+			r.recorded = append(r.recorded, i)
 		case resumable && recheck(f, r.tree, i, buf[:n]):
 			st.set(i)
 			res.Rechecked++
@@ -473,6 +532,7 @@ func recheck(f *os.File, o *integrity.Outboard, i int64, buf []byte) bool {
 // enough that every connection has several, large enough that a request
 // is mostly body.
 func (r *run) plan() {
+	r.queue, r.retries = r.queue[:0], r.retries[:0]
 	left := r.tree.Groups() - r.done
 	per := max(1, min(32, left/int64(r.cfg.Connections*4)))
 	for i := int64(0); i < r.tree.Groups(); {
@@ -625,7 +685,10 @@ func (r *run) fetchSpan(ctx context.Context, s *Source, c *http.Client, sp span,
 	defer body.Close()
 	for g := sp.first; g <= sp.last; g++ {
 		gOff, n := r.tree.Group(g)
-		got, err := readFull(body, buf[:n], func() { stall.Reset(r.cfg.Stall) })
+		// The stall clock restarts per group, not per byte: a source
+		// that trickles (a byte a second) cannot hold a group for ever.
+		got, err := readFull(body, buf[:n], func() {})
+		stall.Reset(r.cfg.Stall)
 		s.received(int64(got), time.Since(start))
 		start = time.Now()
 		r.mu.Lock()
@@ -869,7 +932,7 @@ func (r *run) finish(res *Result) error {
 }
 
 func treeBytes(path string) []byte {
-	b, _ := os.ReadFile(path)
+	b, _ := readNoFollow(path, 1<<40)
 	return b
 }
 
@@ -894,12 +957,15 @@ func (r *run) report(res *Result) {
 	}
 }
 
-// writeFileSync writes b to path and flushes it.
+// writeFileSync writes b to path whole: a temporary file in its
+// directory, flushed, renamed over path (so a symbolic link planted at
+// path is replaced, never followed).
 func writeFileSync(path string, b []byte) error {
-	f, err := os.Create(path)
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(f.Name())
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return err
@@ -908,5 +974,23 @@ func writeFileSync(path string, b []byte) error {
 		f.Close()
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// readNoFollow reads a file of at most max bytes, refusing a symbolic
+// link at path.
+func readNoFollow(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s: longer than %d bytes", path, max)
+	}
+	return b, err
 }

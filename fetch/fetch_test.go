@@ -467,3 +467,58 @@ func TestFetchNoRoom(t *testing.T) {
 		t.Errorf("%d requests after the probe, want none", asked.Load())
 	}
 }
+
+// TestFetchRecordedChecked: groups a state file records are read back and
+// checked before the file is put in place: a recorded group damaged on
+// disk (or a state file that records groups never written) is fetched
+// again, never renamed into place.
+func TestFetchRecordedChecked(t *testing.T) {
+	f := newFile(t, 16*integrity.GroupSize, 8)
+	u := serve(t, origin(f)) + "/f.bin"
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.bin")
+	// A state that records every group, over a part file of zeros but
+	// for group 3, which holds its true bytes.
+	st := newState(int64(len(f.data)), f.root, integrity.GroupSize, 16)
+	for i := range int64(16) {
+		st.set(i)
+	}
+	if err := st.save(out+".part.state", st.done); err != nil {
+		t.Fatal(err)
+	}
+	part := make([]byte, len(f.data))
+	copy(part[3*integrity.GroupSize:4*integrity.GroupSize], f.data[3*integrity.GroupSize:])
+	if err := os.WriteFile(out+".part", part, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := runFetch(t, Config{URL: u, Path: out, Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOut(t, out, f)
+	if res.Resumed != 16 || res.EndChecks != 16 || res.Fetched != 15*integrity.GroupSize {
+		t.Errorf("resumed %d, checked at the end %d, fetched %d bytes; want 16, 16 and the 15 groups that were not there", res.Resumed, res.EndChecks, res.Fetched)
+	}
+}
+
+// TestFetchNoFollow: a symbolic link planted where the part, state or
+// tree file goes is never written through.
+func TestFetchNoFollow(t *testing.T) {
+	f := newFile(t, 4*integrity.GroupSize, 9)
+	u := serve(t, origin(f)) + "/f.bin"
+	for _, name := range []string{".part", ".part.obao", ".part.state"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			victim := filepath.Join(dir, "victim")
+			os.WriteFile(victim, []byte("keep me"), 0o644)
+			out := filepath.Join(dir, "out.bin")
+			if err := os.Symlink(victim, out+name); err != nil {
+				t.Fatal(err)
+			}
+			runFetch(t, Config{URL: u, Path: out, Resume: true})
+			if b, _ := os.ReadFile(victim); string(b) != "keep me" {
+				t.Fatalf("written through a symbolic link at %s: the file it points to now holds %d bytes", out+name, len(b))
+			}
+		})
+	}
+}

@@ -40,3 +40,8 @@ func allocated(path string) int64 {
 	}
 	return st.Blocks * 512
 }
+
+// noFollow refuses a symbolic link where the part, state or tree file
+// goes: a link planted in a shared download directory must not make a
+// fetch (as root, say) write through it.
+const noFollow = unix.O_NOFOLLOW

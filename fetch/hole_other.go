@@ -17,3 +17,6 @@ func freeBytes(string) int64 { return -1 }
 
 // allocated is Linux-only here.
 func allocated(string) int64 { return 0 }
+
+// noFollow is O_NOFOLLOW where the platform has it (hole_linux.go).
+const noFollow = 0

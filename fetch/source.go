@@ -159,6 +159,17 @@ func (s *Source) fetchTree(ctx context.Context, c *http.Client, max int64) ([]by
 	if resp.StatusCode != 200 {
 		return nil, &statusError{code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
 	}
+	if resp.ContentLength >= 0 {
+		// Its length is known from the file's: read exactly that.
+		if resp.ContentLength != max {
+			return nil, fmt.Errorf("tree of %d bytes, want %d", resp.ContentLength, max)
+		}
+		b := make([]byte, max)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
 	if err != nil {
 		return nil, err

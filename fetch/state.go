@@ -46,6 +46,7 @@ func newState(size int64, root integrity.Digest, group, groups int64) *state {
 
 func (st *state) has(i int64) bool { return st.done[i/8]&(1<<(i%8)) != 0 }
 func (st *state) set(i int64)      { st.done[i/8] |= 1 << (i % 8) }
+func (st *state) clear(i int64)    { st.done[i/8] &^= 1 << (i % 8) }
 
 func (st *state) count() int64 {
 	var n int64
@@ -83,7 +84,9 @@ func (st *state) save(path string, done []byte) error {
 
 // loadState reads a state file and checks it describes want's file.
 func loadState(path string, want *state) (*state, error) {
-	b, err := os.ReadFile(path)
+	// Its size is known: the header and the bitmap in base64. A larger
+	// file is not read whole.
+	b, err := readNoFollow(path, 256+int64(base64.StdEncoding.EncodedLen(len(want.done))))
 	if err != nil {
 		return nil, err
 	}
