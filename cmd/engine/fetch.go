@@ -80,8 +80,18 @@ func fetchCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return 2
 	}
-	if len(pos) != 1 || *digest != "" && *manifest != "" || *conns < 1 || *conns > 256 {
+	switch {
+	case len(pos) != 1:
 		fs.Usage()
+		return 2
+	case *digest != "" && *manifest != "":
+		fmt.Fprintln(stderr, "engine fetch: --digest and --manifest both name the digest to trust: give one")
+		return 2
+	case *conns < 1 || *conns > 256:
+		fmt.Fprintf(stderr, "engine fetch: --connections %d is out of range; expected 1 to 256\n", *conns)
+		return 2
+	case *stall <= 0:
+		fmt.Fprintf(stderr, "engine fetch: --timeout %v: expected a positive duration (a request that receives no group for this long is ended)\n", *stall)
 		return 2
 	}
 	raw := pos[0]
@@ -105,10 +115,14 @@ func fetchCmd(args []string, stdout, stderr io.Writer) int {
 	dest := *out
 	if dest == "" {
 		dest = path.Base(u.Path)
-		if dest == "/" || dest == "." || dest == "" {
-			fmt.Fprintln(stderr, "engine fetch: the URL names no file: pass -o PATH")
+		if dest == "/" || dest == "." || dest == ".." || dest == "" || strings.ContainsAny(dest, `\`) {
+			fmt.Fprintf(stderr, "engine fetch: the URL names no file to write here (%q): pass -o PATH\n", dest)
 			return 2
 		}
+	}
+	if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+		fmt.Fprintf(stderr, "engine fetch: -o %s is a directory: give the file's path\n", dest)
+		return 2
 	}
 	cfg := fetch.Config{URL: raw, Mirrors: mirror, Path: dest, Connections: *conns, NewClient: newClient, Resume: *resume, Stall: *stall,
 		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}

@@ -445,3 +445,27 @@ func TestFetchKilled(t *testing.T) {
 		t.Errorf("the last run fetched %d bytes it did not keep", r.Refetched)
 	}
 }
+
+// TestFetchUsage: mistakes on the command line are refused before any
+// request, each with its reason.
+func TestFetchUsage(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"http://127.0.0.1:1/f.bin", "--connections", "100000"}, "--connections 100000 is out of range"},
+		{[]string{"http://127.0.0.1:1/f.bin", "--timeout", "0s"}, "positive duration"},
+		{[]string{"http://127.0.0.1:1/f.bin", "--timeout", "-1s"}, "positive duration"},
+		{[]string{"http://127.0.0.1:1/f.bin", "-o", dir}, "is a directory"},
+		{[]string{"http://127.0.0.1:1/a/%2E%2E"}, "names no file"},
+		{[]string{"http://127.0.0.1:1/a/..%5C..%5Cx"}, "names no file"},
+		{[]string{"http://127.0.0.1:1/f.bin", "--digest", strings.Repeat("0", 64), "--manifest", "m"}, "give one"},
+		{[]string{"ftp://127.0.0.1/f.bin"}, "not an http(s) URL"},
+	} {
+		code, out, errs := run2(append([]string{"fetch"}, tt.args...)...)
+		if code != 2 || !strings.Contains(out+errs, tt.want) {
+			t.Errorf("fetch %v: exit %d, want 2 saying %q\n%s%s", tt.args, code, tt.want, out, errs)
+		}
+	}
+}
