@@ -36,6 +36,7 @@ import (
 type sample struct {
 	mibps, cpuPerGiB, serverPerGiB float64
 	durable                        float64       // MiB/s until the file is on disk (engine fetch flushes before it exits; the others are flushed after, timed)
+	machinePerGiB                  float64       // the whole machine's CPU (every process and kernel thread) until the file is on disk
 	check                          time.Duration // the hash of the result afterwards (aria2c, curl)
 }
 
@@ -107,6 +108,7 @@ func main() {
 			os.MkdirAll(dl, 0o755)
 			waitQuiet()
 			srvBefore := procCPU(srv.Process.Pid)
+			machineBefore := machineCPU()
 			cmd := c.cmd()
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
@@ -131,6 +133,7 @@ func main() {
 				flush = time.Since(t0)
 			}
 			s.durable = float64(*size) / (1 << 20) / (wall + flush).Seconds()
+			s.machinePerGiB = (machineCPU() - machineBefore).Seconds() / (float64(*size) / (1 << 30))
 			// Every download is hashed; the tools that do not check
 			// their bytes are timed for it apart.
 			t0 := time.Now()
@@ -141,7 +144,7 @@ func main() {
 			if got != want {
 				log.Fatalf("%s: the download's BLAKE3 %s, the file's %s", c.name, got, want)
 			}
-			log.Printf("repeat %d  %-12s %7.1f MiB/s (%7.1f on disk)  client CPU %.3f s/GiB  server CPU %.3f s/GiB", r+1, c.name, s.mibps, s.durable, s.cpuPerGiB, s.serverPerGiB)
+			log.Printf("repeat %d  %-12s %7.1f MiB/s (%7.1f on disk)  client CPU %.3f s/GiB  server CPU %.3f s/GiB  machine CPU %.3f s/GiB", r+1, c.name, s.mibps, s.durable, s.cpuPerGiB, s.serverPerGiB, s.machinePerGiB)
 			res[c.name] = append(res[c.name], s)
 		}
 	}
@@ -223,6 +226,21 @@ func threadCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// machineCPU is the CPU time every CPU spent busy so far (/proc/stat:
+// all but idle and iowait).
+func machineCPU() time.Duration {
+	b, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy int64
+	for i, f := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		if i != 3 && i != 4 && i < 8 { // user nice system [idle iowait] irq softirq steal
+			busy += n
+		}
+	}
+	return time.Duration(busy) * time.Second / 100
+}
+
 // procCPU is a process's CPU time from /proc/PID/stat.
 func procCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -302,22 +320,23 @@ func render(b *bench.Build, size int64, conns, repeats int, res map[string][]sam
 	fmt.Fprintf(&w, "- Clients: `engine fetch` (this build), %s, %s.\n\n", bench.VersionLine(aria), bench.VersionLine(curl))
 	fmt.Fprintf(&w, "One %d-byte file of random bytes, served by `engine serve` (plain HTTP/1.1) from the page cache, downloaded to a local disk by each client in turn, %d times, the order rotating each repeat, each download started once the machine was idle (under 8%% of its CPU busy over 300 ms, waited for up to 2 minutes). ", size, repeats)
 	fmt.Fprintf(&w, "`engine fetch --connections %d` checks every 256 KiB group against the file's BLAKE3 tree before writing it, and the whole tree against the digest; `aria2c -x %d -s %d -k 1M` and `curl` (one connection) check nothing, so each of their downloads was hashed afterwards (BLAKE3 of the whole file, timed apart below). Every download of every client matched the file's BLAKE3, or the run would have stopped. ", conns, conns, conns)
-	fmt.Fprintf(&w, "MiB/s is the file's size over the client's wall time, start to exit (engine fetch's includes its probe, its tree download and its final flush and rename). engine fetch flushes the file to disk before it puts it in place and exits, and records progress only for bytes on disk (so a resume after a power cut never trusts bytes that were lost); aria2c and curl leave their writes to the kernel, so \"MiB/s, on disk\" adds the time of `sync -f` on their file after they exit. Client CPU is the client process's user + system time (getrusage); server CPU the engine server's (/proc/PID/stat), both per GiB of file. Medians, with the range over repeats.\n\n")
-	fmt.Fprintf(&w, "| client | MiB/s | MiB/s, on disk | client CPU s/GiB | server CPU s/GiB | checks the bytes | hash afterwards (s) |\n|---|---:|---:|---:|---:|---|---:|\n")
+	fmt.Fprintf(&w, "MiB/s is the file's size over the client's wall time, start to exit (engine fetch's includes its probe, its tree download and its final flush and rename). engine fetch flushes the file to disk before it puts it in place and exits, and records progress only for bytes on disk (so a resume after a power cut never trusts bytes that were lost); aria2c and curl leave their writes to the kernel, so \"MiB/s, on disk\" adds the time of `sync -f` on their file after they exit. Client CPU is the client process's user + system time (getrusage); server CPU the engine server's (/proc/PID/stat); machine CPU every CPU's busy time (/proc/stat) from the client's start until its file is on disk: it counts what the client CPU column cannot, the kernel's writeback threads writing aria2c's and curl's files, while engine fetch starts the writing of each range itself (sync_file_range), so that work is in its own client CPU. All per GiB of file; medians, with the range over repeats.\n\n")
+	fmt.Fprintf(&w, "| client | MiB/s | MiB/s, on disk | client CPU s/GiB | server CPU s/GiB | machine CPU s/GiB, until on disk | checks the bytes | hash afterwards (s) |\n|---|---:|---:|---:|---:|---:|---|---:|\n")
 	order := []string{"engine fetch", "aria2c", "curl"}
 	meds := map[string]float64{}
 	for _, name := range order {
 		ss := res[name]
-		var mib, dur, cpu, srv, chk []float64
+		var mib, dur, cpu, srv, mach, chk []float64
 		for _, s := range ss {
 			mib, dur, cpu, srv, chk = append(mib, s.mibps), append(dur, s.durable), append(cpu, s.cpuPerGiB), append(srv, s.serverPerGiB), append(chk, s.check.Seconds())
+			mach = append(mach, s.machinePerGiB)
 		}
 		meds[name], meds[name+" durable"] = median(mib), median(dur)
 		checks, after := "every 256 KiB, as it lands", "—"
 		if name != "engine fetch" {
 			checks, after = "no", fmt.Sprintf("%.2f", median(chk))
 		}
-		fmt.Fprintf(&w, "| %s | %.0f (%.0f–%.0f) | %.0f | %.3f | %.3f | %s | %s |\n", name, median(mib), slices.Min(mib), slices.Max(mib), median(dur), median(cpu), median(srv), checks, after)
+		fmt.Fprintf(&w, "| %s | %.0f (%.0f–%.0f) | %.0f | %.3f | %.3f | %.3f | %s | %s |\n", name, median(mib), slices.Min(mib), slices.Max(mib), median(dur), median(cpu), median(srv), median(mach), checks, after)
 	}
 	fmt.Fprintf(&w, "\nengine fetch / aria2c: **%.2f** (%.2f on disk); engine fetch / curl: %.2f (%.2f on disk) (MiB/s medians).\n\n",
 		meds["engine fetch"]/meds["aria2c"], meds["engine fetch durable"]/meds["aria2c durable"], meds["engine fetch"]/meds["curl"], meds["engine fetch durable"]/meds["curl durable"])
