@@ -106,6 +106,7 @@ func main() {
 			c := clients[(r+k)%len(clients)]
 			os.RemoveAll(dl)
 			os.MkdirAll(dl, 0o755)
+			syscall.Sync() // no writeback left from the sample before
 			waitQuiet()
 			srvBefore := procCPU(srv.Process.Pid)
 			machineBefore := machineCPU()
@@ -318,7 +319,7 @@ func render(b *bench.Build, size int64, conns, repeats int, res map[string][]sam
 	aria, _ := exec.Command("aria2c", "--version").Output()
 	curl, _ := exec.Command("curl", "--version").Output()
 	fmt.Fprintf(&w, "- Clients: `engine fetch` (this build), %s, %s.\n\n", bench.VersionLine(aria), bench.VersionLine(curl))
-	fmt.Fprintf(&w, "One %d-byte file of random bytes, served by `engine serve` (plain HTTP/1.1) from the page cache, downloaded to a local disk by each client in turn, %d times, the order rotating each repeat, each download started once the machine was idle (under 8%% of its CPU busy over 300 ms, waited for up to 2 minutes). ", size, repeats)
+	fmt.Fprintf(&w, "One %d-byte file of random bytes, served by `engine serve` (plain HTTP/1.1) from the page cache, downloaded to a local disk by each client in turn, %d times, the order rotating each repeat, each download started after a sync(2) (no writeback left from the one before) once the machine was idle (under 8%% of its CPU busy over 300 ms, waited for up to 2 minutes). ", size, repeats)
 	fmt.Fprintf(&w, "`engine fetch --connections %d` checks every 256 KiB group against the file's BLAKE3 tree before writing it, and the whole tree against the digest; `aria2c -x %d -s %d -k 1M` and `curl` (one connection) check nothing, so each of their downloads was hashed afterwards (BLAKE3 of the whole file, timed apart below). Every download of every client matched the file's BLAKE3, or the run would have stopped. ", conns, conns, conns)
 	fmt.Fprintf(&w, "MiB/s is the file's size over the client's wall time, start to exit (engine fetch's includes its probe, its tree download and its final flush and rename). engine fetch flushes the file to disk before it puts it in place and exits, and records progress only for bytes on disk (so a resume after a power cut never trusts bytes that were lost); aria2c and curl leave their writes to the kernel, so \"MiB/s, on disk\" adds the time of `sync -f` on their file after they exit. Client CPU is the client process's user + system time (getrusage); server CPU the engine server's (/proc/PID/stat); machine CPU every CPU's busy time (/proc/stat) from the client's start until its file is on disk: it counts what the client CPU column cannot, the kernel's writeback threads writing aria2c's and curl's files, while engine fetch starts the writing of each range itself (sync_file_range), so that work is in its own client CPU. All per GiB of file; medians, with the range over repeats.\n\n")
 	fmt.Fprintf(&w, "| client | MiB/s | MiB/s, on disk | client CPU s/GiB | server CPU s/GiB | machine CPU s/GiB, until on disk | checks the bytes | hash afterwards (s) |\n|---|---:|---:|---:|---:|---:|---|---:|\n")
