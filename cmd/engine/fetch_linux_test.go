@@ -188,4 +188,3 @@ func TestFetchKilled(t *testing.T) {
 		t.Errorf("the last run fetched %d bytes it did not keep", r.Refetched)
 	}
 }
-
