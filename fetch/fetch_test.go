@@ -291,7 +291,7 @@ func TestFetchRepairs(t *testing.T) {
 			liar := serve(t, tt.liar) + "/f.bin"
 			honest := serve(t, good) + "/f.bin"
 			out := filepath.Join(t.TempDir(), "out.bin")
-			res, err := runFetch(t, Config{URL: liar, Mirrors: []string{honest}, Path: out, Connections: 4, Stall: 300 * time.Millisecond})
+			res, err := runFetch(t, Config{URL: liar, Mirrors: []string{honest}, Path: out, Connections: 4, Stall: time.Second})
 			if err != nil {
 				t.Fatalf("%v\n%+v", err, res)
 			}
