@@ -474,6 +474,10 @@ func (r *run) openPart(res *Result) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrLocal, err)
 	}
+	if err := lockPart(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: %s is being written by another engine fetch (%v)", ErrLocal, path, err)
+	}
 	r.part = f
 	st, err := loadState(path+".state", want)
 	switch {

@@ -522,3 +522,44 @@ func TestFetchNoFollow(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchOneAtATime: a second fetch of the same PATH while the first
+// runs is refused, not run beside it.
+func TestFetchOneAtATime(t *testing.T) {
+	f := newFile(t, 8*integrity.GroupSize, 10)
+	release := make(chan struct{})
+	good := origin(f)
+	held := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isRange(r) {
+			<-release // the first fetch waits here, holding its part file
+		}
+		good.ServeHTTP(w, r)
+	})
+	u := serve(t, held) + "/f.bin"
+	out := filepath.Join(t.TempDir(), "out.bin")
+	first := make(chan error, 1)
+	go func() {
+		_, err := runFetch(t, Config{URL: u, Path: out, Resume: true})
+		first <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(out + ".part"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first fetch made no part file")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_, err := runFetch(t, Config{URL: u, Path: out, Resume: true})
+	close(release)
+	if !errors.Is(err, ErrLocal) || !strings.Contains(err.Error(), "another engine fetch") {
+		t.Errorf("a second fetch of the same path: %v, want ErrLocal naming the other fetch", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first fetch: %v", err)
+	}
+	checkOut(t, out, f)
+}

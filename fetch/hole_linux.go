@@ -45,3 +45,10 @@ func allocated(path string) int64 {
 // goes: a link planted in a shared download directory must not make a
 // fetch (as root, say) write through it.
 const noFollow = unix.O_NOFOLLOW
+
+// lockPart takes the part file for this process alone (flock, released
+// when the file closes): a second fetch of the same PATH is refused
+// instead of writing beside the first.
+func lockPart(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+}
