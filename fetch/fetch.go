@@ -211,6 +211,7 @@ func (r *run) download(ctx context.Context, res *Result) error {
 		if err != nil {
 			return err
 		}
+		res.Resumed -= int64(bad) // fetched again, not resumed
 		if bad == 0 {
 			break
 		}
@@ -463,9 +464,9 @@ func (r *run) fetchTree(ctx context.Context, s *Source, size int64) ([]byte, err
 func (r *run) openPart(res *Result) error {
 	path := r.cfg.Path + ".part"
 	want := newState(r.tree.Size(), r.tree.Root(), r.tree.GroupSize(), r.tree.Groups())
-	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL | noFollow
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL | noFollow | regularOnly
 	if r.cfg.Resume {
-		flags = os.O_RDWR | os.O_CREATE | noFollow
+		flags = os.O_RDWR | os.O_CREATE | noFollow | regularOnly
 	}
 	f, err := os.OpenFile(path, flags, 0o644)
 	if errors.Is(err, os.ErrExist) {
@@ -477,6 +478,10 @@ func (r *run) openPart(res *Result) error {
 	if err := lockPart(f); err != nil {
 		f.Close()
 		return fmt.Errorf("%w: %s is being written by another engine fetch (%v)", ErrLocal, path, err)
+	}
+	if err := ownPart(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%w: %s cannot be continued: %v; remove it to start again", ErrLocal, path, err)
 	}
 	r.part = f
 	st, err := loadState(path+".state", want)
@@ -987,11 +992,14 @@ func writeFileSync(path string, b []byte) error {
 // readNoFollow reads a file of at most max bytes, refusing a symbolic
 // link at path.
 func readNoFollow(path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow|regularOnly, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err == nil && int64(len(b)) > max {
 		err = fmt.Errorf("%s: longer than %d bytes", path, max)

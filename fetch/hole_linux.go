@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -52,3 +53,28 @@ const noFollow = unix.O_NOFOLLOW
 func lockPart(f *os.File) error {
 	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 }
+
+// ownPart refuses a part file this process must not adopt: one that is
+// not a regular file, has other names (a hard link: writing it would
+// write them), or belongs to another user (who could change it under
+// the fetch, and would own the file put in place). Its mode is set to
+// 0644, whoever could write it before.
+func ownPart(f *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("not a regular file")
+	case st.Nlink != 1:
+		return fmt.Errorf("it has %d names (a hard link)", st.Nlink)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("it belongs to user %d, not to this one (%d)", st.Uid, os.Geteuid())
+	}
+	return f.Chmod(0o644)
+}
+
+// regularOnly is the open flag that keeps a FIFO planted at a side file
+// from blocking the open.
+const regularOnly = unix.O_NONBLOCK

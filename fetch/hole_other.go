@@ -24,3 +24,9 @@ const noFollow = 0
 // lockPart is Linux-only here: elsewhere two fetches of one PATH are not
 // kept apart.
 func lockPart(*os.File) error { return nil }
+
+// ownPart is Linux-only here.
+func ownPart(*os.File) error { return nil }
+
+// regularOnly is O_NONBLOCK where hole_linux.go has it.
+const regularOnly = 0
