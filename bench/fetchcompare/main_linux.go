@@ -79,9 +79,22 @@ func main() {
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
 	}
-	defer srv.Process.Kill()
+	// log.Fatal skips deferred calls: the server and the work folder go
+	// through die on every failure from here on.
+	die := func(format string, args ...any) {
+		srv.Process.Kill()
+		srv.Wait()
+		os.RemoveAll(work)
+		log.Fatalf(format, args...)
+	}
+	defer func() {
+		srv.Process.Kill()
+		srv.Wait()
+	}()
 	url := "http://" + addr + "/model.bin"
-	waitHashed(url)
+	if err := waitHashed(url); err != nil {
+		die("%v", err)
+	}
 
 	dls := filepath.Join(work, "dl")
 	var dl string
@@ -135,7 +148,7 @@ func main() {
 			cmd.Stderr, cmd.Stdout = &stderr, &stdout
 			start := time.Now()
 			if err := cmd.Run(); err != nil {
-				log.Fatalf("%s: %v\n%s", c.name, err, stderr.String())
+				die("%s: %v\n%s", c.name, err, stderr.String())
 			}
 			wall := time.Since(start)
 			ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
@@ -149,7 +162,7 @@ func main() {
 			if !c.self {
 				t0 := time.Now()
 				if out, err := exec.Command("sync", "-f", filepath.Join(dl, "model.bin")).CombinedOutput(); err != nil {
-					log.Fatalf("sync -f: %v %s", err, out)
+					die("sync -f: %v %s", err, out)
 				}
 				flush = time.Since(t0)
 			}
@@ -163,7 +176,7 @@ func main() {
 				s.check = time.Since(t0)
 			}
 			if got != want {
-				log.Fatalf("%s: the download's BLAKE3 %s, the file's %s", c.name, got, want)
+				die("%s: the download's BLAKE3 %s, the file's %s", c.name, got, want)
 			}
 			if c.self {
 				log.Printf("engine fetch: %s", strings.Join(strings.Fields(stdout.String()), " "))
@@ -323,17 +336,17 @@ func waitQuiet() {
 	log.Print("the machine did not go quiet in 2 minutes; measuring anyway")
 }
 
-func waitHashed(url string) {
+func waitHashed(url string) error {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		resp, err := http.Head(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.Header.Get("Repr-Digest") != "" {
-				return
+				return nil
 			}
 		}
 	}
-	log.Fatalf("%s: not hashed after 2 minutes", url)
+	return fmt.Errorf("%s: not hashed after 2 minutes", url)
 }
 
 func median(v []float64) float64 {
