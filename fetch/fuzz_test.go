@@ -29,7 +29,7 @@ func FuzzOutboardLink(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		_ = outboardLink([]string{v, v})
+		_ = OutboardLink([]string{v, v})
 	})
 }
 

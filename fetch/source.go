@@ -98,7 +98,7 @@ func (s *Source) learn(resp *http.Response) error {
 		s.etag = et
 	}
 	s.treeURL = s.URL + integrity.OutboardSidecar // the documented derived name
-	if link := outboardLink(resp.Header.Values("Link")); link != "" {
+	if link := OutboardLink(resp.Header.Values("Link")); link != "" {
 		if u, err := resp.Request.URL.Parse(link); err == nil {
 			s.treeURL, s.linked = u.String(), true
 		}
@@ -106,8 +106,10 @@ func (s *Source) learn(resp *http.Response) error {
 	return nil
 }
 
-// outboardLink finds the target of the Link with the outboard relation.
-func outboardLink(values []string) string {
+// OutboardLink finds, in a response's Link field values, the target of
+// the link to the file's outboard tree (integrity.OutboardRel); "" when
+// there is none.
+func OutboardLink(values []string) string {
 	for _, v := range values {
 		for _, l := range strings.Split(v, ",") {
 			target, params, ok := strings.Cut(strings.TrimSpace(l), ";")
@@ -116,7 +118,7 @@ func outboardLink(values []string) string {
 			}
 			for _, p := range strings.Split(params, ";") {
 				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
-				if strings.EqualFold(k, "rel") && strings.Trim(v, `"`) == "blake3-outboard" {
+				if strings.EqualFold(k, "rel") && strings.Trim(v, `"`) == integrity.OutboardRel {
 					return target[1 : len(target)-1]
 				}
 			}

@@ -1,12 +1,9 @@
 package fetch
 
 import (
-	"bufio"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -58,28 +55,11 @@ func (st *state) count() int64 {
 	return n
 }
 
-// save writes the state to path atomically (a temporary file, flushed,
-// renamed over it) with done as its bitmap.
+// save writes the state to path whole (writeFileSync: a temporary file,
+// flushed, renamed over it) with done as its bitmap.
 func (st *state) save(path string, done []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
-	fmt.Fprintf(w, "%s\nsize %d\nblake3 %s\ngroup %d\nverified %s\n", stateMagic, st.size, st.root, st.group, base64.StdEncoding.EncodeToString(done))
-	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	b := fmt.Appendf(nil, "%s\nsize %d\nblake3 %s\ngroup %d\nverified %s\n", stateMagic, st.size, st.root, st.group, base64.StdEncoding.EncodeToString(done))
+	return writeFileSync(path, b)
 }
 
 // loadState reads a state file and checks it describes want's file.

@@ -94,10 +94,23 @@ var (
 // without blake3 is ErrNoFieldDigest, a blake3 member that is not 32
 // bytes of base64 ErrBadFieldDigest.
 func ParseHeaderValue(v string) (Digest, error) {
-	var d Digest
+	d, err := headerMember(v, "blake3")
+	return Digest(d), err
+}
+
+// ParseSHA256HeaderValue reads the sha-256 member of a Repr-Digest field,
+// as ParseHeaderValue reads the blake3 one.
+func ParseSHA256HeaderValue(v string) (SHA256, error) {
+	d, err := headerMember(v, "sha-256")
+	return SHA256(d), err
+}
+
+// headerMember reads the 32-byte member alg of a digest field.
+func headerMember(v, alg string) ([32]byte, error) {
+	var d [32]byte
 	for _, member := range strings.Split(v, ",") {
 		k, val, ok := strings.Cut(strings.TrimSpace(member), "=")
-		if !ok || strings.ToLower(strings.TrimSpace(k)) != "blake3" {
+		if !ok || strings.ToLower(strings.TrimSpace(k)) != alg {
 			continue
 		}
 		val = strings.TrimSpace(val)

@@ -32,6 +32,10 @@ import (
 // root node carries BLAKE3's ROOT flag, so the root's chaining value is the
 // plain BLAKE3 of the file: b3sum's, and Repr-Digest's.
 
+// OutboardRel is the link relation that names a file's outboard tree in
+// the Link field of its responses.
+const OutboardRel = "blake3-outboard"
+
 // GroupLog is the size of the chunk groups of the outboard trees the
 // engine writes and reads, as a power of two of BLAKE3's 1 KiB chunks.
 const GroupLog = 8

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mediaship/engine/fetch"
 	"github.com/mediaship/engine/integrity"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -396,31 +396,16 @@ func verifyOne(c *http.Client, proto, raw string, sums map[string]integrity.Dige
 // linksTree reports whether a response links a BLAKE3 tree: a server
 // that makes them (the engine) sends the digest once it has hashed.
 func linksTree(resp *http.Response) bool {
-	for _, v := range resp.Header.Values("Link") {
-		if strings.Contains(v, `rel="blake3-outboard"`) {
-			return true
-		}
-	}
-	return false
+	return fetch.OutboardLink(resp.Header.Values("Link")) != ""
 }
 
 // serverSHA256 is the sha-256 member of a Repr-Digest field, if any.
 func serverSHA256(v string) *integrity.SHA256 {
-	for _, member := range strings.Split(v, ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(member), "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(k), "sha-256") {
-			continue
-		}
-		val = strings.Trim(strings.TrimSpace(val), ":")
-		b, err := base64.StdEncoding.DecodeString(val)
-		if err != nil || len(b) != 32 {
-			return nil
-		}
-		var s integrity.SHA256
-		copy(s[:], b)
-		return &s
+	s, err := integrity.ParseSHA256HeaderValue(v)
+	if err != nil {
+		return nil
 	}
-	return nil
+	return &s
 }
 
 func checkSHA(h hash.Hash, want integrity.SHA256) error {

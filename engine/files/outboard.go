@@ -15,11 +15,7 @@ import (
 // a sidecar written before the file last changed would prove nothing.
 
 // OutboardSuffix is added to a file's path to name its outboard tree.
-const OutboardSuffix = ".obao"
-
-// OutboardRel is the link relation naming a file's outboard tree in the
-// Link field of the file's responses.
-const OutboardRel = "blake3-outboard"
+const OutboardSuffix = integrity.OutboardSidecar
 
 // OutboardName is the name of the tree of the file whose digest is sum,
 // in Config.Outboards.
@@ -84,6 +80,6 @@ func smallOutboard(size int64) *Entry {
 func appendOutboardLink(b []byte, rel []byte) []byte {
 	b = append(b, "</"...)
 	b = AppendPathEscaped(b, string(rel), true)
-	b = append(b, OutboardSuffix+`>; rel="`+OutboardRel+`"`...)
+	b = append(b, OutboardSuffix+`>; rel="`+integrity.OutboardRel+`"`...)
 	return b
 }
