@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/internal/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,7 +18,7 @@ type collector struct {
 
 	requests, ttfb, duration, bytes, handshakes, open, socketErrors *prometheus.Desc
 	integrity, h2Events, h3ConnErrors, passFailures                 *prometheus.Desc
-	wtCloses, build                                                 *prometheus.Desc
+	wtCloses, build, refusals                                       *prometheus.Desc
 	simple                                                          []simpleMetric
 }
 
@@ -52,6 +53,7 @@ func newCollector(s *Server) *collector {
 		h3ConnErrors: d("h3_connection_errors_total", "HTTP/3 connections closed with an error, by side and code.", "side_code"),
 		passFailures: d("passthrough_failures_total", "Connections TLS passthrough did not relay, by protocol (tcp, quic) and reason.", "protocol", "reason"),
 		build:        d("build_info", "The build that serves: always 1, its labels the version, the VCS revision and working tree (\"\" when the build recorded none) and the Go version.", "version", "revision", "tree", "goversion"),
+		refusals:     d("policy_refusals_total", "Requests a path's or route's policy refused, by site (as in requests_total) and reason: address (allow/deny), preflight (a CORS preflight not allowed), unsigned, signature (a bad, malformed or out-of-scope signature, or one for another address), expired, token (bearer), password (basic), forward (the auth endpoint said no or did not answer), secrets (none to check against).", "site", "reason"),
 		wtCloses:     d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
 	}
 	c.simple = append(c.simple,
@@ -71,7 +73,7 @@ func newCollector(s *Server) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.ttfb, c.duration, c.bytes, c.handshakes, c.open, c.socketErrors,
-		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures, c.wtCloses, c.build} {
+		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures, c.wtCloses, c.build, c.refusals} {
 		ch <- d
 	}
 	for _, m := range c.simple {
@@ -176,6 +178,12 @@ func (c *collector) collectResponses(ch chan<- prometheus.Metric) {
 		for p := range nProtos {
 			m.ttfb[p].addTo(&ttfb[p])
 			m.dur[p].addTo(&dur[p])
+		}
+	}
+	for i := range s.refusals {
+		if n := s.refusals[i].Load(); n > 0 {
+			ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(n),
+				names[i/len(policy.Reasons)], policy.Reasons[i%len(policy.Reasons)])
 		}
 	}
 	for i, n := range reqs {

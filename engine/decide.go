@@ -3,10 +3,13 @@ package engine
 import (
 	"bytes"
 	"log/slog"
+	"net/netip"
+	"time"
 
 	"github.com/mediaship/engine/engine/proxy"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/reframe"
 	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/internal/loglimit"
@@ -34,9 +37,12 @@ import (
 //     host's, 400 for a path the upstream could read otherwise; else
 //     proxied;
 //  5. the site for that host: 421 when it does not speak the protocol or
-//     the connection's TLS facts are not the host's, then 405 for a
-//     method other than GET and HEAD, 400 for a target that is no path;
-//     else its files answer.
+//     the connection's TLS facts are not the host's; then the policy of
+//     the longest [[sites.paths]] prefix of its path (gate: address
+//     rules, a CORS preflight answered 204, auth); then 405 for a method
+//     other than GET and HEAD, 400 for a target that is no path; else
+//     its files answer. A proxied request passes its route's policy the
+//     same way, after the route's own checks.
 
 // reqFacts is what the decision needs of a request, whatever its protocol.
 type reqFacts struct {
@@ -45,6 +51,9 @@ type reqFacts struct {
 	method    []byte
 	path      []byte // the target's path, without its query
 	malformed bool   // the driver found the authority or target malformed
+	query     []byte // the target's query, without "?"; nil when none
+	peer      netip.Addr
+	hdr       policy.Headers
 	// The connection's TLS facts; tls false on a plain connection.
 	tls     bool
 	sni     string
@@ -62,6 +71,15 @@ type decision struct {
 	// webTransport: an extended CONNECT on the diagnostics path, to the
 	// WebTransport endpoint under site's name.
 	webTransport bool
+	// pr is the request's policy (its path's, or its route's) and what
+	// the response's fields need of it; refused is the policy's reason
+	// when status is its refusal (and detail why, for the log).
+	pr      policy.Resp
+	refused string
+	detail  error
+	// slow, when set, must run on a worker before the request is
+	// decided again: a password hash to check.
+	slow func()
 }
 
 // Reasons a request is refused by the decision.
@@ -125,20 +143,147 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 				d.status, d.reason = 405, reasonMethod
 			case reframe.UnsafePath(f.path):
 				d.status, d.reason = 400, reasonProxyPath
+			default:
+				s.gate(f, &d, rt.Policy, routePath(f.path))
 			}
 			return d, buf
 		}
 	}
 	d.site = st
-	switch m := string(f.method); {
-	case !st.speaks(f.proto, f.tls) || misdirected:
+	if !st.speaks(f.proto, f.tls) || misdirected {
 		d.status, d.reason = 421, reasonMisdirected
+		return d, buf
+	}
+	if len(f.path) > 0 && f.path[0] == '/' {
+		clean, ok := sitePath(f.path)
+		if !ok && !st.policy.Empty() {
+			// A path the site would refuse is refused before a prefix
+			// is matched: no spelling of it may pass one prefix's
+			// policy and name another's file.
+			d.status, d.reason = 400, reasonTarget
+			return d, buf
+		}
+		s.gate(f, &d, st.policy.Match(clean), clean)
+		if d.status != 0 || d.slow != nil {
+			return d, buf
+		}
+	}
+	switch m := string(f.method); {
 	case m != "GET" && m != "HEAD":
 		d.status, d.reason = 405, reasonMethod
 	case len(f.path) == 0 || f.path[0] != '/':
 		d.status, d.reason = 400, reasonTarget
 	}
 	return d, buf
+}
+
+// policyResp is what the response's fields need of d's policy; nil
+// without a decision or a policy.
+func (d *decision) policyResp() *policy.Resp {
+	if d == nil || d.pr.Path == nil {
+		return nil
+	}
+	return &d.pr
+}
+
+// proxiedName is the file name a proxied response's Content-Disposition
+// needs, copied (the request's bytes go before the response comes); nil
+// when the route names no pattern.
+func proxiedName(pr *policy.Resp) []byte {
+	if pr.Path == nil || !pr.Path.HasDisposition() || pr.Name == nil {
+		return nil
+	}
+	return bytes.Clone(pr.Name)
+}
+
+// refusal fills resp with the answer to a request d refused (or to a
+// preflight, 204).
+func refusal(resp *files.Response, d *decision) {
+	if d.status == 204 {
+		*resp = files.Response{Status: 204, NoBody: true}
+		return
+	}
+	files.ErrorResponse(resp, d.status)
+	resp.Allow = d.status == 405
+}
+
+// gate judges request f against policy p (its path's or route's); clean
+// is its path as the site reads it.
+func (s *Server) gate(f *reqFacts, d *decision, p *policy.Path, clean []byte) {
+	d.pr = policy.Resp{Path: p, TLS: f.tls, Name: policy.FileName(clean)}
+	if !p.Checks() {
+		return // no rules, no CORS: the response's fields only
+	}
+	v := s.secrets.Check(p, &policy.Request{Method: f.method, Clean: clean, Query: f.query,
+		Client: clientAddr(f, s.cfg.ReverseProxy.Trusted), Header: f.hdr, Now: time.Now()})
+	d.pr.Origin, d.pr.Preflight, d.pr.Challenge = v.Origin, v.Preflight, v.Challenge
+	d.slow = v.Slow
+	if v.Status == 0 {
+		if p.Auth == policy.AuthSigned {
+			d.pr.SigQuery = policy.SignatureQuery(f.query)
+		}
+		return
+	}
+	d.status, d.reason = v.Status, "policy"
+	if v.Reason != "" {
+		d.refused, d.detail = v.Reason, v.Detail
+		d.reason = "policy: " + v.Reason
+		idx := s.siteProxy()
+		if d.site != nil {
+			idx = d.site.idx
+		}
+		s.refusals[idx*len(policy.Reasons)+policy.ReasonIndex(v.Reason)].Add(1)
+	}
+}
+
+// clientAddr is the address a request's policy judges: the peer's, or,
+// when the peer is a trusted proxy, the last address of X-Forwarded-For
+// that is not one (the first any trusted proxy was told of). Forwarded
+// is not read: the proxies in front of the engine write X-Forwarded-For.
+func clientAddr(f *reqFacts, trusted []netip.Prefix) netip.Addr {
+	a := f.peer.Unmap()
+	if len(trusted) == 0 || !inPrefixes(a, trusted) || f.hdr == nil {
+		return a
+	}
+	xff := f.hdr.Get("x-forwarded-for")
+	for len(xff) > 0 {
+		i := bytes.LastIndexByte(xff, ',')
+		hop := bytes.TrimSpace(xff[i+1:])
+		xff = xff[:max(i, 0)]
+		h, err := netip.ParseAddr(string(hop))
+		if err != nil {
+			return a // unreadable: judge the proxy's own address
+		}
+		a = h.Unmap()
+		if !inPrefixes(a, trusted) {
+			return a
+		}
+		if i < 0 {
+			break
+		}
+	}
+	return a
+}
+
+func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// sitePath is the path as a site reads it, for its policy: routePath's,
+// and false when CleanPath refuses the path (the site's files would).
+func sitePath(p []byte) ([]byte, bool) {
+	if bytes.IndexByte(p, '%') < 0 && !bytes.Contains(p, []byte("//")) && !bytes.Contains(p, []byte("/.")) {
+		return p, true
+	}
+	if _, _, err := files.CleanPath(p, nil); err != nil {
+		return p, false
+	}
+	return routePath(p), true
 }
 
 // routePath is the path routes are matched by: the path as a site reads
@@ -198,6 +343,10 @@ func proxySpeaks(t *proxy.Table, proto uint8) bool {
 // their exchange ends.
 func (s *Server) outcome(log *slog.Logger, lim *loglimit.Limiter, d *decision, status int, err error, path []byte, peer any) {
 	switch {
+	case d != nil && d.refused != "":
+		// A policy's refusal: why, for the operator (the client was told
+		// only the status); never a credential or a signature.
+		lim.Note("policy refused", "status", status, "reason", d.refused, "detail", d.detail, "path", string(path), "peer", peer)
 	case d != nil && d.route != nil && d.status != 0:
 		lim.Note("proxy: request refused", "status", status, "route", d.route.Key, "reason", d.reason, "path", string(path), "peer", peer)
 	case status == 503 && err == nil && path != nil:

@@ -200,7 +200,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		return h.handleRedirect(c, st, n)
 	}
 	r := &h.req
-	f := reqFacts{proto: protoH1, host: r.Host, method: r.Method, path: r.Path}
+	f := reqFacts{proto: protoH1, host: r.Host, method: r.Method, path: r.Path, query: r.Query, peer: c.Peer().Addr(), hdr: r}
 	if sess := st.s.Session(); sess != nil {
 		f.tls, f.sni, f.version = true, sess.ServerName, sess.Version
 	}
@@ -208,19 +208,23 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 	d, h.lc.hostBuf = h.srv.decide(&f, h.lc.hostBuf)
 	resp := &st.files.Resp
 	switch {
+	case d.slow != nil:
+		// A password to check against its hash: on a worker; the request
+		// is decided again when it is done (serve runs again).
+		c.Go(d.slow)
+		return false
 	case d.route != nil && d.status == 0:
-		h.startProxy(c, st, d.route, n)
+		h.startProxy(c, st, &d, n)
 		return true
 	case d.route != nil:
 		// Refused: its body, meant for the upstream, is not read.
 		st.closeAfter = true
-		files.ErrorResponse(resp, d.status)
+		refusal(resp, &d)
 		st.s.Consume(n)
 		h.send(c, st, r, &d)
 		return true
 	case d.status != 0:
-		files.ErrorResponse(resp, d.status)
-		resp.Allow = d.status == 405
+		refusal(resp, &d)
 		if d.status == 400 {
 			st.closeAfter = true // a target that is no path: the rest of the stream is suspect
 		}
@@ -288,7 +292,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision
 	h.srv.outcome(h.lc.log, h.lc.limiter, d, resp.Status, resp.Err, path, c.Peer())
 
 	h.fields.b = h1.AppendStatusLine(h.head[:0], resp.Status)
-	writeFields(&h.fields, resp, s, h.lc.httpDate())
+	writeFields(&h.fields, resp, s, d.policyResp(), h.lc.httpDate())
 	b := h.fields.b
 	switch {
 	case st.closeAfter:

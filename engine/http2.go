@@ -288,29 +288,44 @@ func bodySlice(parts []files.Part, off, n int64, dst []files.Part) []files.Part 
 
 // Request answers a stream whose request head is complete (h2.Handler).
 func (hc *h2Conn) Request(st *h2.Stream) {
-	hh := hc.h
 	hs := &h2Strm{st: st}
 	st.User = hs
 	hc.beginRecord(hs)
-	r := &st.Req
+	hc.decide(hs)
+	hc.answer(hs)
+}
+
+// decide routes and judges the stream's request (decide).
+func (hc *h2Conn) decide(hs *h2Strm) {
+	hh := hc.h
+	r := &hs.st.Req
 	host := r.Authority
 	if len(host) == 0 {
 		host = r.Get("host") // a Host field (h2 refuses one that differs from a :authority)
 	}
 	path, query := splitTarget(r.Path)
-	f := reqFacts{proto: protoH2, host: host, method: r.Method, path: path}
+	f := reqFacts{proto: protoH2, host: host, method: r.Method, path: path, query: query, peer: hc.c.Peer().Addr(), hdr: r}
 	if sess := hc.s.Session(); sess != nil {
 		f.tls, f.sni, f.version = true, sess.ServerName, sess.Version
 	}
 	hs.d, hh.lc.hostBuf = hh.srv.decide(&f, hh.lc.hostBuf)
+}
+
+// answer starts the answer to the stream's decided request.
+func (hc *h2Conn) answer(hs *h2Strm) {
+	hh := hc.h
+	r := &hs.st.Req
+	path, query := splitTarget(r.Path)
 	resp := &hs.files.Resp
 	switch d := &hs.d; {
+	case d.slow != nil:
+		hc.verify(hs)
+		return
 	case d.route != nil && d.status == 0:
 		hc.startProxyH2(hs, d.route)
 		return
 	case d.status != 0:
-		files.ErrorResponse(resp, d.status)
-		resp.Allow = d.status == 405
+		refusal(resp, d)
 	default:
 		s := d.site
 		fr := files.Request{Head: string(r.Method) == "HEAD", Path: path, Query: query, Header: r}
@@ -325,6 +340,29 @@ func (hc *h2Conn) Request(st *h2.Stream) {
 		}
 	}
 	hc.respond(hs)
+}
+
+// verify runs the decision's slow check (a password hash) on a worker,
+// then decides the request again and answers it.
+func (hc *h2Conn) verify(hs *h2Strm) {
+	hs.fetching = true
+	hc.conn.MarkBusy(hs.st)
+	l := hc.h.lc.loop
+	slow := hs.d.slow
+	l.HandedOff()
+	l.Pool().Submit(func() {
+		slow()
+		l.Post(func() {
+			hs.fetching = false
+			hc.conn.WorkDone(hs.st)
+			if hs.st.Reset || hc.c.Closed() {
+				return
+			}
+			hc.decide(hs)
+			hc.answer(hs)
+			hc.c.Wake()
+		})
+	})
 }
 
 // fetch opens the stream's files on a worker; the answer follows.
@@ -385,7 +423,7 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 	srv.stats.H2Streams.Add(1)
 
 	hh.fields.f = hh.fields.f[:0]
-	writeFields(&hh.fields, resp, hs.d.site, hh.lc.httpDate())
+	writeFields(&hh.fields, resp, hs.d.site, hs.d.policyResp(), hh.lc.httpDate())
 	f := hh.fields.f
 	var body int64
 	if !resp.NoBody {

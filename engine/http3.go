@@ -318,8 +318,23 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.TLS != nil {
 		f.tls, f.sni, f.version = true, r.TLS.ServerName, r.TLS.Version
 	}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		f.peer = ap.Addr()
+	}
+	f.query, f.hdr = query, h3Headers(r.Header)
 	var d decision
 	d, sc.host = srv.decide(&f, sc.host)
+	if d.slow != nil {
+		// This goroutine is the request's own: the password hash is
+		// checked here, and the request decided again.
+		d.slow()
+		d, sc.host = srv.decide(&f, sc.host)
+		if d.slow != nil {
+			// The answer the hash gave was forgotten at once (a cache
+			// flooded with wrong passwords): ask again later.
+			d.status, d.reason, d.slow = 503, "credential check not kept", nil
+		}
+	}
 	resp := &sc.files.Resp
 	switch {
 	case d.webTransport:
@@ -327,12 +342,11 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case d.route != nil && d.status == 0:
 		sc.rec.SetSite(srv.siteProxy(), d.route.Cfg.Domain)
-		status, sent := hh.serveProxyH3(w, r, d.route, path, query, &sc.rec)
+		status, sent := hh.serveProxyH3(w, r, d.route, &d.pr, path, query, &sc.rec)
 		hh.logRequest(status, sent, sc)
 		return
 	case d.status != 0:
-		files.ErrorResponse(resp, d.status)
-		resp.Allow = d.status == 405
+		refusal(resp, &d)
 	default:
 		s := d.site
 		fr := files.Request{Head: r.Method == "HEAD", Path: path, Query: query, Header: h3Headers(r.Header)}
@@ -369,7 +383,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	}
 
 	h := w.Header() // quic-go adds Date
-	writeFields(headerFields(h), resp, s, nil)
+	writeFields(headerFields(h), resp, s, d.policyResp(), nil)
 	if s != nil {
 		srv.digests.Needs(s.files.Root, resp)
 	}

@@ -3,12 +3,12 @@ package engine
 import (
 	"strconv"
 
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/proxy"
 
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/engine/reframe"
-	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h1"
 )
 
@@ -24,14 +24,17 @@ type h1Client struct {
 	chunk       bool // the response goes chunked
 	bodyStarted bool // body bytes have been queued
 	lenBuf      [20]byte
+	pr          policy.Resp // the route's policy, for the response's fields
 }
 
 // startProxy begins the exchange for the request h.req (head n bytes)
 // that matched route rt; it runs from the reactor's events, and the
 // connection's Serve waits for it (h1Conn.proxy).
-func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, rt *routing.Route, n int) {
+func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, d *decision, n int) {
 	r := &h.req
-	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor}
+	rt := d.route
+	cl := &h1Client{h: h, c: c, st: st, minor: r.Minor, pr: d.pr}
+	cl.pr.Name = proxiedName(&d.pr)
 	// An answer of the engine's own (fail) is sent after the request's
 	// bytes are gone: what it needs of the request is copied now.
 	cl.log = h1.Request{Method: reframe.Clone(r.Method), Target: reframe.Clone(r.Target), Path: reframe.Clone(r.Path), Minor: r.Minor}
@@ -113,7 +116,7 @@ func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		b = append(b, "\r\n"...)
 	}
 	for _, f := range r.Headers {
-		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) {
+		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) || cl.pr.Drops(f.Name, r.Status) {
 			continue
 		}
 		b = append(b, f.Name...)
@@ -121,6 +124,9 @@ func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		b = append(b, f.Value...)
 		b = append(b, "\r\n"...)
 	}
+	w := h1Fields{b}
+	cl.pr.WriteProxied(&w, r.Status)
+	b = w.b
 	if hasBody {
 		switch {
 		case bodyLen >= 0:
@@ -221,7 +227,7 @@ func (cl *h1Client) Fail(status int, up proxy.UpstreamHead) {
 		return
 	}
 	files.ErrorResponse(&st.files.Resp, status)
-	cl.h.send(cl.c, st, &cl.log, nil)
+	cl.h.send(cl.c, st, &cl.log, &decision{pr: cl.pr})
 }
 
 func (cl *h1Client) Abort() {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/proxy"
 
 	"golang.org/x/net/http2/hpack"
@@ -21,6 +22,7 @@ import (
 // pulls them into frames (at most proxy_h2_tls_max_send_buffer_bytes per
 // stream, proxy_h2_tls_connection_send_buffer_bytes per connection).
 type h2Client struct {
+	pr      *policy.Resp // the route's policy (the stream's decision's)
 	hc      *h2Conn
 	hs      *h2Strm
 	ex      *proxy.Exchange
@@ -39,7 +41,7 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	hh := hc.h
 	st := hs.st
 	r := &st.Req
-	cl := &h2Client{hc: hc, hs: hs}
+	cl := &h2Client{hc: hc, hs: hs, pr: &hs.d.pr}
 	hs.proxy = cl
 	hs.rec.SetSite(hh.srv.siteProxy(), rt.Cfg.Domain)
 	path, query := splitTarget(r.Path)
@@ -107,11 +109,14 @@ func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	hc, hs := cl.hc, cl.hs
 	f := cl.fields[:0]
 	for _, h := range r.Headers {
-		if !reframe.CopyRespField(h.Name, conn, r.Status, hasBody) {
+		if !reframe.CopyRespField(h.Name, conn, r.Status, hasBody) || cl.pr.Drops(h.Name, r.Status) {
 			continue
 		}
 		f = append(f, hpack.HeaderField{Name: strings.ToLower(string(h.Name)), Value: string(h.Value)})
 	}
+	w := hpackFields{f}
+	cl.pr.WriteProxied(&w, r.Status)
+	f = w.f
 	if hasBody && bodyLen >= 0 {
 		f = append(f, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(bodyLen, 10)})
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/accesslog"
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/proxy"
 
 	"github.com/quic-go/quic-go/http3"
@@ -57,6 +58,7 @@ type h3Event struct {
 // h3Client is the HTTP/3 side of an exchange. Loop-owned fields are
 // touched only on the loop; events and more cross to the goroutine.
 type h3Client struct {
+	pr     *policy.Resp // the route's policy (the request's decision's)
 	lc     *loopCtx
 	ex     *proxy.Exchange
 	events chan h3Event  // loop -> goroutine
@@ -96,10 +98,10 @@ func (s *Server) nextLoop() *loopCtx {
 
 // serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
 // goroutine, until the response is sent or abandoned.
-func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, path, query []byte, rec *accesslog.Record) (int, int64) {
+func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, pr *policy.Resp, path, query []byte, rec *accesslog.Record) (int, int64) {
 	srv := hh.srv
 	lc := srv.nextLoop()
-	cl := &h3Client{lc: lc, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
+	cl := &h3Client{lc: lc, pr: pr, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 	hasBody := r.ContentLength > 0
 	var first []byte // the request body's first bytes, when its length is not given
@@ -229,7 +231,7 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 func writeH3Error(w http.ResponseWriter, status int) int64 {
 	resp := &files.Response{}
 	files.ErrorResponse(resp, status)
-	writeFields(headerFields(w.Header()), resp, nil, nil)
+	writeFields(headerFields(w.Header()), resp, nil, nil, nil)
 	w.WriteHeader(status)
 	for _, p := range resp.Parts {
 		w.Write(p.Mem)
@@ -364,12 +366,13 @@ func (cl *h3Client) Continue100() {}
 func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBody bool, up proxy.UpstreamHead) {
 	hdr := http.Header{}
 	for _, f := range r.Headers {
-		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) {
+		if !reframe.CopyRespField(f.Name, conn, r.Status, hasBody) || cl.pr.Drops(f.Name, r.Status) {
 			continue
 		}
 		k := http.CanonicalHeaderKey(string(f.Name))
 		hdr[k] = append(hdr[k], strings.Clone(string(f.Value)))
 	}
+	cl.pr.WriteProxied(headerFields(hdr), r.Status)
 	if hasBody && bodyLen >= 0 {
 		hdr["Content-Length"] = []string{strconv.FormatInt(bodyLen, 10)}
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/h1"
 	"golang.org/x/net/http2/hpack"
 )
@@ -13,6 +14,7 @@ import (
 // Each name comes in both spellings: lowercase (HTTP/2 and HTTP/3) and as
 // HTTP/1.1 writes it.
 type fieldWriter interface {
+	policy.Writer // Field: as field, for the policy's fields
 	field(lower, canonical, value string)
 	fieldBytes(lower, canonical string, value []byte)
 	fieldInt(lower, canonical string, v int64)
@@ -20,23 +22,36 @@ type fieldWriter interface {
 
 // writeFields gives w the header fields of resp, for every protocol: the
 // one list of what a response says. date is the Date value (nil: the
-// protocol library adds it). s may be nil.
-func writeFields(w fieldWriter, resp *files.Response, s *site, date []byte) {
-	w.field("server", "Server", "engine")
+// protocol library adds it). s may be nil, and pr (the request's policy:
+// what it sets, removes and adds).
+func writeFields(w fieldWriter, resp *files.Response, s *site, pr *policy.Resp, date []byte) {
+	if !pr.Omits("server", resp.Status) {
+		w.field("server", "Server", "engine")
+	}
 	if date != nil {
 		w.fieldBytes("date", "Date", date)
 	}
-	if resp.ContentType != "" {
-		w.field("content-type", "Content-Type", resp.ContentType)
+	if ct := resp.ContentType; ct != "" && !pr.Omits("content-type", resp.Status) {
+		if resp.File != nil {
+			if t := pr.ContentType(); t != "" {
+				ct = t
+			}
+		}
+		w.field("content-type", "Content-Type", ct)
 	}
-	if resp.Status != 304 {
+	if resp.Status != 304 && resp.Status != 204 {
 		w.fieldInt("content-length", "Content-Length", resp.ContentLength)
 	}
 	if resp.ContentEncoding != "" {
 		w.field("content-encoding", "Content-Encoding", resp.ContentEncoding)
 	}
-	if resp.Vary {
+	switch origin := pr.VaryOrigin(); {
+	case resp.Vary && origin:
+		w.field("vary", "Vary", "Accept-Encoding, Origin")
+	case resp.Vary:
 		w.field("vary", "Vary", "Accept-Encoding")
+	case origin:
+		w.field("vary", "Vary", "Origin")
 	}
 	if resp.LastModified != "" {
 		w.field("last-modified", "Last-Modified", resp.LastModified)
@@ -59,8 +74,8 @@ func writeFields(w fieldWriter, resp *files.Response, s *site, date []byte) {
 	if resp.ReprDigest != "" {
 		w.field("repr-digest", "Repr-Digest", resp.ReprDigest)
 	}
-	if resp.Link != nil {
-		w.fieldBytes("link", "Link", resp.Link)
+	if resp.Link != nil && !pr.Omits("link", resp.Status) {
+		w.fieldBytes("link", "Link", pr.Link(resp.Link))
 	}
 	if resp.RetryAfter > 0 {
 		w.fieldInt("retry-after", "Retry-After", int64(resp.RetryAfter))
@@ -68,12 +83,15 @@ func writeFields(w fieldWriter, resp *files.Response, s *site, date []byte) {
 	if s != nil && s.altSvc != "" {
 		w.field("alt-svc", "Alt-Svc", s.altSvc)
 	}
+	st := resp.Status
+	pr.Write(w, st, s != nil && (st == 200 || st == 206 || st == 304))
 }
 
 // h1Fields appends fields as HTTP/1.1 header lines.
 type h1Fields struct{ b []byte }
 
 func (w *h1Fields) field(_, name, value string) { w.b = h1.AppendHeader(w.b, name, value) }
+func (w *h1Fields) Field(_, name, value string) { w.b = h1.AppendHeader(w.b, name, value) }
 func (w *h1Fields) fieldBytes(_, name string, value []byte) {
 	w.b = h1.AppendHeaderBytes(w.b, name, value)
 }
@@ -85,6 +103,9 @@ type hpackFields struct{ f []hpack.HeaderField }
 func (w *hpackFields) field(name, _, value string) {
 	w.f = append(w.f, hpack.HeaderField{Name: name, Value: value})
 }
+func (w *hpackFields) Field(name, _, value string) {
+	w.f = append(w.f, hpack.HeaderField{Name: name, Value: value})
+}
 func (w *hpackFields) fieldBytes(name, _ string, value []byte) { w.field(name, "", string(value)) }
 func (w *hpackFields) fieldInt(name, _ string, v int64) {
 	w.field(name, "", strconv.FormatInt(v, 10))
@@ -94,6 +115,7 @@ func (w *hpackFields) fieldInt(name, _ string, v int64) {
 type headerFields http.Header
 
 func (w headerFields) field(_, name, value string) { w[name] = []string{value} }
+func (w headerFields) Field(_, name, value string) { http.Header(w).Add(name, value) }
 func (w headerFields) fieldBytes(_, name string, value []byte) {
 	w[name] = []string{string(value)}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mediaship/engine/engine/digests"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/passthrough"
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/reactor"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
@@ -52,6 +53,7 @@ type Server struct {
 	h3      *h3.Server              // nil when no site serves HTTP/3
 	wt      *wt.Server              // [webtransport] sessions; nil unless enabled
 	proxy   *proxy.Table            // nil without reverse proxy routes that terminate TLS
+	secrets *policy.Secrets         // what signed URLs and credentials are checked against
 	pass    *passthrough.Table      // nil without passthrough routes
 	quic    *passthrough.Router     // QUIC passthrough; nil without it
 	quicUDP *net.UDPConn            // its socket when the engine serves no HTTP/3 itself
@@ -83,6 +85,9 @@ type Server struct {
 	health  atomic.Int32         // healthStarting, healthServing, healthDraining
 
 	stats serverCounters
+	// refusals counts requests a policy refused, by [site][reason]
+	// (policy.Reasons; sites as the metrics index them).
+	refusals []atomic.Int64
 }
 
 // serverCounters are the data path's atomics; each is named as the
@@ -238,6 +243,18 @@ func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error)
 	if s.sites, err = newSiteTable(cfg); err != nil {
 		return nil, err
 	}
+	var paths []*policy.Path
+	for _, st := range s.sites.all {
+		paths = append(paths, st.policy.Paths()...)
+	}
+	if s.proxy != nil {
+		paths = append(paths, s.proxy.Policies...)
+	}
+	if s.secrets, err = policy.NewSecrets(cfg.Signing.Keys, paths); err != nil {
+		s.sites.close()
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	s.refusals = make([]atomic.Int64, (len(s.sites.all)+2)*len(policy.Reasons))
 	if s.alog, err = accesslog.Open(cfg.AccessLog, cfg.AccessLogFormat, int(cfg.AccessLogBuffer), log); err != nil {
 		s.sites.close()
 		return nil, err
@@ -786,6 +803,19 @@ func (s *Server) ReloadCertificates() error { return s.Reload(nil) }
 // change needs a restart: Reload then refuses, naming the keys, and keeps
 // everything as it was.
 func (s *Server) Reload(next *config.Config) error {
+	if err := s.reloadCerts(next); err != nil {
+		return err
+	}
+	// The signing keys and the credentials files are read again; the
+	// configuration that names them has not changed (reloadCerts
+	// refused that).
+	if err := s.secrets.Reload(); err != nil {
+		return fmt.Errorf("engine: reload: %w; the signing keys and credentials in use are kept", err)
+	}
+	return nil
+}
+
+func (s *Server) reloadCerts(next *config.Config) error {
 	if s.certs == nil {
 		if next != nil && next.HasTLS() {
 			return errors.New("engine: reload: the configuration now serves TLS, and this server was started without it; restart to apply")

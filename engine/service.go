@@ -168,7 +168,7 @@ func (sv *Service) Reload(next *config.Config) error {
 		if err := cur.Reload(next); err != nil {
 			return err
 		}
-		sv.log.Info("configuration reloaded: certificates applied")
+		sv.log.Info("configuration reloaded: certificates, signing keys and credentials read again")
 		return nil
 	}
 	socks, err := cur.Handover()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/routing"
 )
 
@@ -22,6 +23,9 @@ type site struct {
 	h1, h2, h3 bool
 	h2c        bool // HTTP/2 with prior knowledge on the plain listener
 	tickets    bool // TLS session tickets (resumption) allowed
+	// policy is the site's [[sites.paths]]: auth, address rules and
+	// response fields by path prefix.
+	policy *policy.Table
 	// altSvc advertises HTTP/3 on this site's TLS responses; empty when
 	// the site or the server does not serve it. Set before serving.
 	altSvc string
@@ -89,7 +93,8 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 			return nil, err
 		}
 		t.def = &site{files: files.Site{Root: r, Index: []string{"index.html"}, Precompressed: true,
-			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true, h3: true, tickets: true}
+			RequireDigest: cfg.Integrity.Mode == "require"}, h1: true, h2: true, h3: true, tickets: true,
+			policy: policy.NewTable(nil, "", "engine")}
 		t.all = append(t.all, t.def)
 	}
 	for i := range cfg.Sites {
@@ -119,6 +124,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 			h3:        config.On(sc.Protocols.H3),
 			h2c:       sc.Protocols.H2C != nil && *sc.Protocols.H2C,
 			tickets:   config.On(sc.TLS.SessionTickets),
+			policy:    policy.NewTable(sc.Paths, sc.HSTS, sc.Domain),
 		}
 		t.all = append(t.all, s)
 		t.domains.Add(sc.Domain, s) // config refuses a domain given twice

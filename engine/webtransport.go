@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
+	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/internal/fileio"
@@ -71,6 +73,12 @@ func parseWTQuery(raw string, maxBytes int64, dgram int) (wtOp, error) {
 		allowed[p] = true
 		if !optional && !q.Has(p) {
 			return wtOp{}, fmt.Errorf("mode=%s needs %s", op.mode, p)
+		}
+	}
+	if op.mode == "source" && q.Has("file") {
+		// A signed URL's parameters, for the file's policy (wtGate).
+		for _, p := range []string{policy.ParamExpires, policy.ParamKeyID, policy.ParamScope, policy.ParamIP, policy.ParamSig} {
+			allowed[p] = true
 		}
 	}
 	for k := range q {
@@ -173,6 +181,16 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	switch op.mode {
 	case "source":
 		if op.file != "" {
+			// The file's policy judges the session as it would a GET of
+			// the file: a signed URL's parameters ride in the CONNECT's
+			// query beside mode and file, credentials in its fields.
+			if status, reason, challenge := hh.wtGate(r, s, op.file, query); status != 0 {
+				if challenge != "" {
+					h.Set("WWW-Authenticate", challenge)
+				}
+				refuse(status, "file="+op.file+": "+reason)
+				return
+			}
 			file = hh.wtFile(s, op.file, sc)
 			size := file.ContentLength
 			if file.Status == 503 && file.NeedDigest != nil {
@@ -213,6 +231,33 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	hh.runSession(sess, op, file, sc)
 	in, out := sess.Bytes()
 	hh.logRequest(200, in+out, sc)
+}
+
+// wtGate judges a session's file= path against the site's policy, as a
+// GET of it with the CONNECT's query, address and fields. It returns 0
+// when the session may have the file.
+func (hh *h3Handler) wtGate(r *http.Request, s *site, path string, query []byte) (status int, reason, challenge string) {
+	clean, ok := sitePath([]byte(path))
+	if !ok {
+		return 400, reasonTarget, ""
+	}
+	f := reqFacts{proto: protoH3, method: []byte("GET"), path: []byte(path), query: query, hdr: h3Headers(r.Header), tls: true}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		f.peer = ap.Addr()
+	}
+	var d decision
+	d.site = s
+	p := s.policy.Match(clean)
+	hh.srv.gate(&f, &d, p, clean)
+	if d.slow != nil {
+		d.slow() // this goroutine is the session's own
+		d = decision{site: s}
+		hh.srv.gate(&f, &d, p, clean)
+		if d.slow != nil {
+			return 503, "credential check not kept", ""
+		}
+	}
+	return d.status, d.reason, d.pr.Challenge
 }
 
 // wtFile looks up path as a GET would, requiring its digest (the session

@@ -50,6 +50,7 @@ Usage:
   engine fetch URL [--mirror URL]... [-o PATH] [--connections N] [--protocol h1|h2|h3]
                [--digest HEX | --manifest FILE|URL] [--sha256 HEX] [--resume] [-k] [--json]
   engine bench URL... [--protocol h1|h2|h3] [--connections N] [--duration D] [--manifest B3SUMS] [...]
+  engine sign -c engine.toml PATH [--key-id K] [--expires 2h] [--prefix] [--client-ip A] [--base URL]
   engine reload [-c engine.toml] [--pid-file FILE]
   engine upgrade [-c engine.toml] [--pid-file FILE] [--wait 75s]
   engine version
@@ -81,6 +82,10 @@ fetch downloads one file over several connections (and mirrors), checking
 every 256 KiB against the file's BLAKE3 tree as it lands, re-fetching only
 what fails, resumable after any kill ("engine fetch --help").
 
+sign prints PATH with the query that signs it, for paths whose policy is
+auth = "signed" ("engine sign --help"; the README's "Signed URLs" gives the
+format).
+
 precompress writes .br, .zst and .gz sidecars beside the compressible files
 of DIR for precompressed sites ("engine precompress --help" for the rules);
 --check reports stale and orphaned ones and exits 1 when there are any.
@@ -111,6 +116,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fetchCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "sign":
+		return signCmd(args[1:], stdout, stderr)
 	case "reload", "upgrade":
 		return controlCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":

@@ -2,6 +2,7 @@ package accesslog
 
 import (
 	"crypto/tls"
+	"github.com/mediaship/engine/engine/policy"
 	"net/netip"
 	"strconv"
 	"time"
@@ -87,13 +88,13 @@ func (r *Record) Begin(at time.Time, proto uint8, client netip.Addr, tlsVer uint
 	r.method, r.target, r.referer, r.agent = span{}, span{}, span{}, span{}
 	if withLog && method != nil {
 		r.method = r.copy(method, true)
-		r.target = r.copy(target, true)
+		r.target = r.copy(policy.Redact(target), true) // a signed URL in a log is one anyone reading it can use
 	}
 }
 
 // Headers copies the request's Referer and User-Agent for the log.
 func (r *Record) Headers(referer []byte, hasReferer bool, agent []byte, hasAgent bool) {
-	r.referer = r.copy(referer, hasReferer)
+	r.referer = r.copy(policy.Redact(referer), hasReferer)
 	r.agent = r.copy(agent, hasAgent)
 }
 

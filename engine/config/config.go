@@ -53,6 +53,7 @@ type Config struct {
 	RedirectHTTP RedirectHTTP `toml:"redirect_http"`
 	Admin        Admin        `toml:"admin"`
 	WebTransport WebTransport `toml:"webtransport"`
+	Signing      Signing      `toml:"signing"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`
@@ -101,6 +102,15 @@ type Site struct {
 	// LimitRate paces each connection of this site to this many bytes
 	// per second with SO_MAX_PACING_RATE. Zero means unlimited.
 	LimitRate Size `toml:"limit_rate"`
+	// HSTS is the Strict-Transport-Security value sent on this site's
+	// TLS responses ("max-age=63072000; includeSubDomains"). Zero sends
+	// none: once a browser has it, the site cannot go back to plain HTTP
+	// for that long, so it is for the operator to choose.
+	HSTS string `toml:"hsts"`
+	// Paths are policies for path prefixes: auth, address rules and
+	// response fields ([[sites.paths]]). A path no prefix takes has the
+	// defaults (no auth, Cache-Control "no-cache" on files).
+	Paths []PathPolicy `toml:"paths"`
 
 	Protocols Protocols     `toml:"protocols"`
 	TLS       TLS           `toml:"tls"`

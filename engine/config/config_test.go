@@ -193,6 +193,36 @@ func TestConfigErrors(t *testing.T) {
 		{"bad body_timeout", "root = \".\"\n[limits]\nbody_timeout = 5\n",
 			[]string{"engine.toml:3: limits.body_timeout: 5 is too short to be meant"}},
 		{"bad index", "root = \".\"\n[[sites]]\ndomain = \"a\"\nindex = [\"../x\"]\n", []string{"engine.toml:4: sites[0].index:"}},
+		{"path prefix", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/a/../b/\"\n",
+			[]string{"engine.toml:5: sites[0].paths[0].prefix: \"/a/../b/\" is not a path as the site reads it"}},
+		{"path auth", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/g/\"\nauth = \"signed\"\n",
+			[]string{"engine.toml:6: sites[0].paths[0].auth: \"signed\" needs a key", "[signing] keys"}},
+		{"path auth choice", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/g/\"\nauth = \"digest\"\n",
+			[]string{"engine.toml:6: sites[0].paths[0].auth: \"digest\" is not a choice"}},
+		{"owned field", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\nset_headers = { \"Content-Length\" = \"5\" }\n",
+			[]string{"engine.toml:6: sites[0].paths[0].set_headers.Content-Length: Content-Length is the engine's own field"}},
+		{"removed owned field", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\nremove_headers = [\"ETag\"]\n",
+			[]string{"engine.toml:6: sites[0].paths[0].remove_headers: ETag is the engine's own field"}},
+		{"cors field", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\nadd_headers = { \"Access-Control-Allow-Origin\" = \"*\" }\n",
+			[]string{"engine.toml:6: sites[0].paths[0].add_headers.Access-Control-Allow-Origin: Access-Control-Allow-Origin is written by the CORS keys"}},
+		{"bad address", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\nallow = [\"10.0.0.0/33\"]\n",
+			[]string{"engine.toml:6: sites[0].paths[0].allow: entry 0 (\"10.0.0.0/33\") is not an address or prefix"}},
+		{"cors credentials with any", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\ncors_origins = [\"*\"]\ncors_credentials = true\n",
+			[]string{"engine.toml:7: sites[0].paths[0].cors_credentials: browsers refuse credentials"}},
+		{"bad origin", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\ncors_origins = [\"https://a.test/app\"]\n",
+			[]string{"engine.toml:6: sites[0].paths[0].cors_origins: \"https://a.test/app\" is not an origin"}},
+		{"missing credentials", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\nauth = \"basic\"\ncredentials = \"nope\"\n",
+			[]string{"engine.toml:7: sites[0].paths[0].credentials: cannot read"}},
+		{"duplicate prefix", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/g/\"\n[[sites.paths]]\nprefix = \"/g/\"\n",
+			[]string{"engine.toml:7: sites[0].paths[1].prefix: \"/g/\" is already the prefix of sites[0].paths[0]"}},
+		{"disposition", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\ncontent_disposition = { \"*.bin\" = \"download\" }\n",
+			[]string{"engine.toml:6: sites[0].paths[0].content_disposition.*.bin: \"download\" is not a disposition"}},
+		{"signing key", "root = \".\"\n[signing]\nkeys = { k1 = \"missing-key\" }\n",
+			[]string{"engine.toml:3: signing.keys.k1: cannot read", "head -c 32 /dev/urandom"}},
+		{"route policy key", "root = \".\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"a\"\nupstreams = [\"127.0.0.1:9\"]\nauth = \"magic\"\n",
+			[]string{"engine.toml:7: reverse_proxy.routes[0].auth: \"magic\" is not a choice"}},
+		{"unknown path key", "[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/\"\nheaders = {}\n",
+			[]string{"engine.toml:6: sites[0].paths[0].headers: unknown key; expected one of prefix, auth"}},
 	}
 	writeFile(t, filepath.Join(dir, "engine.toml"), "")
 	for _, tt := range tests {
@@ -374,5 +404,35 @@ func TestREADMEConfig(t *testing.T) {
 		if !strings.Contains(block, key+" =") {
 			t.Errorf("README's configuration does not show %s", key)
 		}
+	}
+}
+
+// TestReadSecret: a signing key is refused when others can read it, when
+// it is too short to be a secret, or not a regular file.
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte(strings.Repeat("s", 32)+"\n"), 0o600)
+	if b, err := config.ReadSecret(good); err != nil || len(b) != 32 {
+		t.Fatalf("ReadSecret = %q, %v", b, err)
+	}
+	for name, tc := range map[string]struct {
+		data string
+		mode os.FileMode
+		want string
+	}{
+		"world": {strings.Repeat("s", 32), 0o644, "readable by every user"},
+		"short": {"  short  \n", 0o600, "holds 5 bytes; a secret needs at least 32"},
+		"big":   {strings.Repeat("s", 5000), 0o600, "a secret is expected"},
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(tc.data), tc.mode)
+		os.Chmod(p, tc.mode)
+		if _, err := config.ReadSecret(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	if _, err := config.ReadSecret(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory: %v", err)
 	}
 }

@@ -175,9 +175,9 @@ func fieldFor(parts []string) (reflect.Type, bool) {
 			return nil, false
 		}
 		found := false
-		for i := 0; i < t.NumField(); i++ {
-			if strings.Split(t.Field(i).Tag.Get("toml"), ",")[0] == p {
-				t, found = t.Field(i).Type, true
+		for _, f := range tomlFields(t) {
+			if strings.Split(f.Tag.Get("toml"), ",")[0] == p {
+				t, found = f.Type, true
 				break
 			}
 		}
@@ -186,6 +186,21 @@ func fieldFor(parts []string) (reflect.Type, bool) {
 		}
 	}
 	return t, true
+}
+
+// tomlFields lists struct type t's fields as TOML sees them: the fields
+// of an embedded struct without a tag (Route's Policy) as its own.
+func tomlFields(t reflect.Type) []reflect.StructField {
+	var fs []reflect.StructField
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Tag.Get("toml") == "" && f.Type.Kind() == reflect.Struct {
+			fs = append(fs, tomlFields(f.Type)...)
+			continue
+		}
+		fs = append(fs, f)
+	}
+	return fs
 }
 
 // expectedKeys lists the keys valid in the table that holds key.
@@ -204,8 +219,8 @@ func expectedKeys(key []string) string {
 		return "check the spelling"
 	}
 	var names []string
-	for i := 0; i < t.NumField(); i++ {
-		if n := strings.Split(t.Field(i).Tag.Get("toml"), ",")[0]; n != "" && n != "-" {
+	for _, f := range tomlFields(t) {
+		if n := strings.Split(f.Tag.Get("toml"), ",")[0]; n != "" && n != "-" {
 			names = append(names, n)
 		}
 	}

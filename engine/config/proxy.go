@@ -31,7 +31,9 @@ type ReverseProxy struct {
 	// TrustedProxies lists addresses or prefixes ("10.0.0.0/8") whose
 	// X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and Forwarded
 	// headers are kept and extended; from any other client they are
-	// replaced.
+	// replaced. Path policies (allow, deny, signatures bound to an
+	// address) judge the client such a proxy names in X-Forwarded-For;
+	// read even when the proxy is not enabled.
 	TrustedProxies []string `toml:"trusted_proxies"`
 	Routes         []Route  `toml:"routes"`
 
@@ -94,6 +96,9 @@ type Route struct {
 	// route sends a PROXY protocol v2 header first on each TCP
 	// connection, so the origin sees the client's address.
 	ProxyProtocol string `toml:"proxy_protocol"`
+	// Policy: auth, address rules and response fields for the route's
+	// requests, as a site's [[sites.paths]] take them.
+	Policy
 
 	// Passthrough is the route's mode resolved: TLS is relayed, not
 	// terminated. Not from TOML.
@@ -136,6 +141,17 @@ func (c *Config) Terminating() bool {
 // sites, whose certificates may cover route domains.
 func (c *Config) validateProxy(errs *Errors) {
 	rp := &c.ReverseProxy
+	// Read even with the proxy off: path policies judge the client a
+	// trusted proxy forwards.
+	rp.Trusted = rp.Trusted[:0]
+	for i, s := range rp.TrustedProxies {
+		p, err := ParsePrefix(s)
+		if err != nil {
+			errs.add(c.errAt("reverse_proxy.trusted_proxies", "entry %d (%q) is not an address or prefix; expected one such as \"10.0.0.1\" or \"10.0.0.0/8\"", i, s))
+			continue
+		}
+		rp.Trusted = append(rp.Trusted, p)
+	}
 	if !rp.Enabled {
 		return
 	}
@@ -143,15 +159,6 @@ func (c *Config) validateProxy(errs *Errors) {
 		errs.add(c.errAt("reverse_proxy.protocols", "every protocol is off; enable at least one of h1, h2, h3"))
 	}
 	c.validateSiteTLS("reverse_proxy", &rp.TLS, errs)
-	rp.Trusted = rp.Trusted[:0]
-	for i, s := range rp.TrustedProxies {
-		p, err := parsePrefix(s)
-		if err != nil {
-			errs.add(c.errAt("reverse_proxy.trusted_proxies", "entry %d (%q) is not an address or prefix; expected one such as \"10.0.0.1\" or \"10.0.0.0/8\"", i, s))
-			continue
-		}
-		rp.Trusted = append(rp.Trusted, p)
-	}
 	if len(rp.Routes) == 0 {
 		errs.add(c.errAt("reverse_proxy", "enabled but no route; add a [[reverse_proxy.routes]] table with a domain and upstreams"))
 	}
@@ -219,7 +226,11 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	default:
 		errs.add(c.errAt(key+".proxy_protocol", "%q is not a choice; expected \"off\" (the default) or \"v2\"", r.ProxyProtocol))
 	}
+	c.validatePolicy(key, &r.Policy, true, errs)
 	if r.Passthrough {
+		if r.Policy.Gated() || len(r.Policy.SetHeaders)+len(r.Policy.AddHeaders)+len(r.Policy.RemoveHeaders)+len(r.Policy.CORSOrigins) > 0 {
+			errs.add(c.errAt(key, "auth, address rules and response fields have nothing to act on on a passthrough route (tls_termination = false): its bytes are relayed still encrypted; terminate TLS on this route to apply them"))
+		}
 		// A relayed connection is routed by its ClientHello before
 		// anything else: what is decided per request, or about the
 		// upstream's HTTP, has nothing to act on.
@@ -335,19 +346,6 @@ func (c *Config) certCovers(domain string) bool {
 		}
 	}
 	return false
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Masked(), err
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // checkHostPort checks an upstream address: a host name or IP, and a

@@ -21,6 +21,7 @@ import (
 func (c *Config) Validate() error {
 	var errs Errors
 	c.validateTop(&errs)
+	c.validateSigning(&errs)
 	c.validateSites(&errs)
 	c.validateProxy(&errs)
 	c.validateACME(&errs)
@@ -147,6 +148,10 @@ func (c *Config) validateSite(i int, domains map[string]int, errs *Errors) {
 	}
 	if !On(s.Protocols.H1) && !On(s.Protocols.H2) && !On(s.Protocols.H3) {
 		errs.add(c.errAt(key+".protocols", "every protocol is off; enable at least one of h1, h2, h3"))
+	}
+	c.validatePaths(key, s.Paths, errs)
+	if strings.ContainsAny(s.HSTS, "\r\n\x00") {
+		errs.add(c.errAt(key+".hsts", "the value holds a line break or NUL"))
 	}
 	c.validateSiteTLS(key, &s.TLS, errs)
 	switch s.HiddenFiles {

@@ -36,9 +36,12 @@ type Store struct {
 	treesTemp bool
 	refuse    bool // on_mismatch = "refuse"
 	sha       bool // digests has "sha-256": computed in the same read
-	log       *slog.Logger
-	jobs      chan func()
-	wg        sync.WaitGroup
+	// closing is set by Close: a file being hashed stops at its next
+	// read, so a stop does not wait for the rest of a 100 GB file.
+	closing atomic.Bool
+	log     *slog.Logger
+	jobs    chan func()
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex                    // guards inflight, treeFailed and each job's waiters
 	inflight map[integrity.FileID]*hashJob // guarded by mu: hashing queued or running
@@ -368,7 +371,7 @@ func (d *Store) hash(root *files.Root, e *files.Entry, id integrity.FileID, tree
 		}
 	}
 	start := time.Now()
-	r := fileio.ReaderAt(e.Fd())
+	r := stoppable{fileio.ReaderAt(e.Fd()), &d.closing}
 	var sum integrity.Digest
 	var err error
 	var sha hash.Hash
@@ -585,6 +588,7 @@ func (d *Store) SaveLoop(stop <-chan struct{}) {
 // Close stops hashing and saves the cache; trees in a temporary
 // directory go with it.
 func (d *Store) Close() {
+	d.closing.Store(true)
 	close(d.jobs)
 	d.wg.Wait()
 	if d.path != "" {
@@ -595,6 +599,21 @@ func (d *Store) Close() {
 	if d.trees != nil && d.treesTemp {
 		os.RemoveAll(d.trees.Dir)
 	}
+}
+
+// stoppable is a file's reader that fails once the store closes.
+type stoppable struct {
+	r    io.ReaderAt
+	stop *atomic.Bool
+}
+
+var errClosing = errors.New("digests: the server is stopping")
+
+func (s stoppable) ReadAt(p []byte, off int64) (int, error) {
+	if s.stop.Load() {
+		return 0, errClosing
+	}
+	return s.r.ReadAt(p, off)
 }
 
 // Cache is the digest cache, for its counts.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/policy"
 )
 
 // Routes are the reverse proxy's routes that terminate TLS, or those
@@ -21,6 +22,8 @@ type Routes struct {
 	Trusted []netip.Prefix  // trusted_proxies
 	// Client protocols the proxy answers ([reverse_proxy.protocols]).
 	H1, H2, H3 bool
+	// Policies are every route's policy, in configuration order.
+	Policies []*policy.Path
 }
 
 // Route is one [[reverse_proxy.routes]] table.
@@ -29,6 +32,8 @@ type Route struct {
 	Key    string // "reverse_proxy.routes[N]", for logs
 	Prefix string
 	Ups    []*Upstream
+	// Policy is the route's auth, address rules and response fields.
+	Policy *policy.Path
 	next   atomic.Uint32 // round robin
 }
 
@@ -78,7 +83,8 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 			continue
 		}
 		n++
-		r := &Route{Cfg: rc, Key: fmt.Sprintf("reverse_proxy.routes[%d]", i), Prefix: rc.PathPrefix}
+		r := &Route{Cfg: rc, Key: fmt.Sprintf("reverse_proxy.routes[%d]", i), Prefix: rc.PathPrefix,
+			Policy: policy.CompileRoute(rc.PathPrefix, &rc.Policy, rc.Domain)}
 		for _, name := range rc.Upstreams {
 			u := ups[name]
 			if u == nil {
@@ -109,6 +115,7 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 			domains = append(domains, d)
 		}
 		byDomain[d] = append(byDomain[d], r)
+		t.Policies = append(t.Policies, r.Policy)
 	}
 	for _, d := range domains {
 		rs := byDomain[d]
