@@ -77,6 +77,9 @@ type decision struct {
 	pr      policy.Resp
 	refused string
 	detail  error
+	// location is a refusal's Location: the login page a forward auth
+	// endpoint redirected to.
+	location string
 	// slow, when set, must run on a worker before the request is
 	// decided again: a password hash to check.
 	slow func()
@@ -205,6 +208,9 @@ func refusal(resp *files.Response, d *decision) {
 	}
 	files.ErrorResponse(resp, d.status)
 	resp.Allow = d.status == 405
+	if d.location != "" {
+		resp.Location = []byte(d.location)
+	}
 }
 
 // gate judges request f against policy p (its path's or route's); clean
@@ -214,9 +220,17 @@ func (s *Server) gate(f *reqFacts, d *decision, p *policy.Path, clean []byte) {
 	if !p.Checks() {
 		return // no rules, no CORS: the response's fields only
 	}
-	v := s.secrets.Check(p, &policy.Request{Method: f.method, Clean: clean, Query: f.query,
-		Client: clientAddr(f, s.cfg.ReverseProxy.Trusted), Header: f.hdr, Now: time.Now()})
+	r := policy.Request{Method: f.method, Clean: clean, Query: f.query,
+		Client: clientAddr(f, s.cfg.ReverseProxy.Trusted), Header: f.hdr, Now: time.Now(), Host: f.host, TLS: f.tls}
+	if p.Auth == policy.AuthForward {
+		r.Target = f.path
+		if f.query != nil {
+			r.Target = append(append(append(make([]byte, 0, len(f.path)+1+len(f.query)), f.path...), '?'), f.query...)
+		}
+	}
+	v := s.secrets.Check(p, &r)
 	d.pr.Origin, d.pr.Preflight, d.pr.Challenge = v.Origin, v.Preflight, v.Challenge
+	d.location = v.Location
 	d.slow = v.Slow
 	if v.Status == 0 {
 		if p.Auth == policy.AuthSigned {

@@ -455,3 +455,83 @@ func TestGatedReload(t *testing.T) {
 		t.Fatalf("after a refused reload: %d", s)
 	}
 }
+
+// TestGatedForward: auth = "forward" on a site's path and on a proxy
+// route, over HTTP/1.1, HTTP/2 and HTTP/3: the endpoint's answer lets
+// the request through, refuses it, or sends it to a login page.
+func TestGatedForward(t *testing.T) {
+	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Cookie") {
+		case "sid=ok":
+			w.WriteHeader(200)
+		case "":
+			http.Redirect(w, r, "https://login.test/", 302)
+		default:
+			w.WriteHeader(403)
+		}
+	}))
+	defer ep.Close()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "upstream") }))
+	defer up.Close()
+	root := siteRoot(t)
+	writeFile(t, filepath.Join(root, "sso/x.txt"), "behind sso")
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf(`[[sites]]
+domain = "*"
+root = %q
+[[sites.paths]]
+prefix = "/sso/"
+auth = "forward"
+forward_auth = { url = %q, cache = "0s" }
+[sites.tls]
+cert = %q
+key = %q
+[reverse_proxy]
+enabled = true
+[[reverse_proxy.routes]]
+domain = "*"
+path_prefix = "/api/"
+upstreams = [%q]
+auth = "forward"
+forward_auth = { url = %q }
+%s`, root, ep.URL, pki.certFile, pki.keyFile, strings.TrimPrefix(up.URL, "http://"), ep.URL, ktlsAuto))
+	h3, _ := h3Client(t, pki)
+	noRedirect := func(c *http.Client) *http.Client {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		return c
+	}
+	for _, cl := range []struct {
+		proto  string
+		client *http.Client
+	}{{"h1", noRedirect(pki.client(nil))}, {"h2", noRedirect(h2Client(pki))}, {"h3", noRedirect(h3)}} {
+		for _, tc := range []struct {
+			path, cookie string
+			status       int
+			body         string
+		}{
+			{"/sso/x.txt", "sid=ok", 200, "behind sso"},
+			{"/sso/x.txt", "", 302, ""},
+			{"/sso/x.txt", "sid=bad", 403, ""},
+			{"/api/y", "sid=ok", 200, "upstream"},
+			{"/api/y", "sid=bad", 403, ""},
+		} {
+			req, _ := http.NewRequest("GET", "https://"+ts.addr+tc.path, nil)
+			req.Host = "localhost"
+			if tc.cookie != "" {
+				req.Header.Set("Cookie", tc.cookie)
+			}
+			resp, err := cl.client.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", cl.proto, tc.path, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || tc.body != "" && string(body) != tc.body {
+				t.Errorf("%s %s cookie %q: %d %q", cl.proto, tc.path, tc.cookie, resp.StatusCode, body)
+			}
+			if tc.status == 302 && resp.Header.Get("Location") != "https://login.test/" {
+				t.Errorf("%s: Location %q", cl.proto, resp.Header.Get("Location"))
+			}
+		}
+	}
+}

@@ -115,9 +115,10 @@ type PathPolicy struct {
 // ForwardAuth asks an HTTP endpoint whether a request may pass (nginx's
 // auth_request, Caddy's forward_auth). The endpoint gets a GET with the
 // request's Authorization, Cookie, and X-Forwarded-Method, -Proto, -Host,
-// -Uri and -For; a 2xx lets the request pass, 401 and 403 are passed on
-// to the client (with WWW-Authenticate and Location), anything else or
-// no answer in Timeout is 503.
+// -Uri and -For; a 2xx lets the request pass, 401 (with its
+// WWW-Authenticate) and 403 are passed on to the client, and so is a
+// redirect (301, 302, 303, 307, 308, with its Location: a login page);
+// anything else, or no answer within Timeout, is 503.
 type ForwardAuth struct {
 	// URL is the endpoint: "http://127.0.0.1:9000/auth" (http or https).
 	URL string `toml:"url"`
@@ -127,9 +128,6 @@ type ForwardAuth struct {
 	// request carried (Authorization and Cookie) and its host and path
 	// prefix. Zero means 10s; "0s" asks for every request.
 	Cache *Duration `toml:"cache"`
-	// CopyHeaders are fields of a 2xx answer copied into a proxied
-	// request (X-User, say), replacing any the client sent.
-	CopyHeaders []string `toml:"copy_headers"`
 }
 
 // Signing holds the keys that sign and check expiring URLs (auth =
@@ -282,7 +280,9 @@ func (c *Config) validatePolicy(key string, p *Policy, proxied bool, errs *Error
 			errs.add(c.errAt(key+".auth", "%q needs credentials = \"FILE\" (the users or tokens it accepts)", p.Auth))
 		}
 	case "forward":
-		errs.add(c.errAt(key+".auth", "\"forward\" is not built yet; use \"signed\", \"bearer\" or \"basic\""))
+		if p.ForwardAuth.URL == "" {
+			errs.add(c.errAt(key+".auth", "\"forward\" needs forward_auth = { url = \"http://127.0.0.1:9000/auth\" }"))
+		}
 	default:
 		errs.add(c.errAt(key+".auth", "%q is not a choice; expected \"none\", \"signed\", \"bearer\", \"basic\" or \"forward\"", p.Auth))
 	}
@@ -309,11 +309,6 @@ func (c *Config) validatePolicy(key string, p *Policy, proxied bool, errs *Error
 		if fa.Cache == nil {
 			d := Duration(10e9)
 			fa.Cache = &d
-		}
-		for _, h := range fa.CopyHeaders {
-			if !validToken(h) || OwnedField(h) {
-				errs.add(c.errAt(key+".forward_auth.copy_headers", "%q is not a field the answer may set; expected names such as \"X-User\"", h))
-			}
 		}
 	}
 	p.AllowNets = c.parseNets(key+".allow", p.Allow, errs)

@@ -552,7 +552,7 @@ func ErrorResponse(r *Response, status int) {
 var errorPages = func() map[int][]Part {
 	m := map[int][]Part{}
 	for code, text := range map[int]string{
-		301: "Moved Permanently", 308: "Permanent Redirect", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+		301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect", 308: "Permanent Redirect", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
 		405: "Method Not Allowed", 408: "Request Timeout", 412: "Precondition Failed",
 		414: "URI Too Long", 416: "Range Not Satisfiable", 421: "Misdirected Request",
 		413: "Content Too Large", 431: "Request Header Fields Too Large",

@@ -22,6 +22,10 @@ type Request struct {
 	Client netip.Addr
 	Header Headers
 	Now    time.Time
+	// For auth = "forward": the Host as sent, the target (path and
+	// query) as sent, and whether the request came over TLS.
+	Host, Target []byte
+	TLS          bool
 }
 
 // Refusal reasons, as /metrics and the log name them.
@@ -59,8 +63,9 @@ type Verdict struct {
 	Status int
 	Reason string // a refusal's, for metrics (one of Reasons)
 	Detail error  // a refusal's cause, for the log; never sent
-	// Challenge is the WWW-Authenticate of a 401.
-	Challenge string
+	// Challenge is the WWW-Authenticate of a 401; Location, that of a
+	// redirect a forward auth endpoint answered (to its login page).
+	Challenge, Location string
 	// Origin is the request's Origin when CORS allows it.
 	Origin    string
 	Preflight bool
@@ -163,6 +168,8 @@ func (s *Secrets) Check(p *Path, r *Request) Verdict {
 			v.Challenge = "Bearer realm=" + quote(p.Realm) + `, error="invalid_token"`
 			return v
 		}
+	case AuthForward:
+		return p.fwd.check(p, r, v)
 	case AuthBasic:
 		creds := p.creds.Load()
 		user, pass, ok := ParseBasic(r.Header.Get("authorization"))

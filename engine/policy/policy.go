@@ -43,6 +43,7 @@ type Path struct {
 	// Secrets (and again on reload).
 	credFile string
 	creds    atomic.Pointer[Credentials]
+	fwd      *forwarder // auth = "forward"
 	allow    []netip.Prefix
 	deny     []netip.Prefix
 
@@ -86,8 +87,11 @@ var defaultExpose = []string{"Content-Length", "Content-Range", "Accept-Ranges",
 func Compile(prefix string, p *config.Policy, hsts, realm string) *Path {
 	c := &Path{Prefix: prefix, Auth: authNames[p.Auth], Realm: p.Realm, allow: p.AllowNets, deny: p.DenyNets,
 		gated: p.Gated(), errorsToo: p.HeadersOnErrors, types: p.Types, hsts: hsts}
-	if c.Auth == AuthBasic || c.Auth == AuthBearer {
+	switch c.Auth {
+	case AuthBasic, AuthBearer:
 		c.credFile = p.Credentials
+	case AuthForward:
+		c.fwd = newForwarder(&p.ForwardAuth)
 	}
 	if c.Realm == "" {
 		c.Realm = realm
