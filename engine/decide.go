@@ -234,7 +234,7 @@ func (s *Server) gate(f *reqFacts, d *decision, p *policy.Path, clean []byte) {
 	d.slow = v.Slow
 	if v.Status == 0 {
 		if p.Auth == policy.AuthSigned {
-			d.pr.SigQuery = policy.SignatureQuery(f.query)
+			d.pr.SigQuery = f.query
 		}
 		return
 	}

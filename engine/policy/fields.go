@@ -25,8 +25,9 @@ type Resp struct {
 	Preflight bool
 	// Challenge is the WWW-Authenticate value of a 401.
 	Challenge string
-	// SigQuery is a signed request's signature parameters
-	// (SignatureQuery), carried by the Link to the file's outboard tree.
+	// SigQuery is a signed request's query (it aliases the request):
+	// its signature parameters (SignatureQuery) go with the Link to the
+	// file's outboard tree.
 	SigQuery []byte
 }
 
@@ -36,12 +37,13 @@ func (r *Resp) Link(link []byte) []byte {
 	if r == nil || len(r.SigQuery) == 0 {
 		return link
 	}
+	q := SignatureQuery(r.SigQuery)
 	i := strings.IndexByte(string(link), '>')
-	if i < 0 || strings.IndexByte(string(link[:i]), '?') >= 0 {
+	if len(q) == 0 || i < 0 || strings.IndexByte(string(link[:i]), '?') >= 0 {
 		return link
 	}
-	out := make([]byte, 0, len(link)+len(r.SigQuery)+1)
-	out = append(append(append(out, link[:i]...), '?'), r.SigQuery...)
+	out := make([]byte, 0, len(link)+len(q)+1)
+	out = append(append(append(out, link[:i]...), '?'), q...)
 	return append(out, link[i:]...)
 }
 

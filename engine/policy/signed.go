@@ -1,16 +1,19 @@
 package policy
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
@@ -58,17 +61,54 @@ func StringToSign(kid string, exp int64, ip, mode, path string) string {
 }
 
 // Keys are the signing secrets by key id. Immutable.
-type Keys struct{ m map[string][]byte }
+type Keys struct{ m map[string]*key }
+
+// key is one secret, with keyed HMAC states to reuse: a state's Reset
+// goes back to the secret's pads without hashing the secret again.
+type key struct {
+	secret []byte
+	macs   sync.Pool // *macState
+}
+
+type macState struct {
+	h   hash.Hash
+	buf []byte // the string to sign, reused
+}
+
+func newKey(secret []byte) *key {
+	k := &key{secret: secret}
+	k.macs.New = func() any { return &macState{h: hmac.New(sha256.New, k.secret), buf: make([]byte, 0, 256)} }
+	return k
+}
+
+// sum writes HMAC-SHA-256 of the string to sign of (kid, exp, ip, mode,
+// path) into out.
+func (k *key) sum(out *[sha256.Size]byte, kid []byte, exp int64, ip []byte, mode string, path []byte) {
+	m := k.macs.Get().(*macState)
+	b := append(m.buf[:0], SigAlgorithm+"\n"...)
+	b = append(append(b, kid...), '\n')
+	b = append(strconv.AppendInt(b, exp, 10), '\n')
+	b = append(append(b, ip...), '\n')
+	b = append(append(b, mode...), '\n')
+	b = append(b, path...)
+	m.h.Reset()
+	m.h.Write(b)
+	m.h.Sum(out[:0])
+	if cap(b) <= 4096 {
+		m.buf = b
+	}
+	k.macs.Put(m)
+}
 
 // LoadKeys reads every key file of [signing] keys (id -> path).
 func LoadKeys(files map[string]string) (*Keys, error) {
-	k := &Keys{m: map[string][]byte{}}
+	k := &Keys{m: map[string]*key{}}
 	for id, name := range files {
 		b, err := config.ReadSecret(name)
 		if err != nil {
 			return nil, fmt.Errorf("signing key %s: %w", id, err)
 		}
-		k.m[id] = b
+		k.m[id] = newKey(b)
 	}
 	return k, nil
 }
@@ -95,7 +135,7 @@ type SignRequest struct {
 
 // Sign returns the query (without "?") that signs r.
 func (k *Keys) Sign(r SignRequest) (string, error) {
-	secret, ok := k.m[r.KeyID]
+	sk, ok := k.m[r.KeyID]
 	if !ok {
 		return "", fmt.Errorf("no signing key %q; the configuration has %s", r.KeyID, strings.Join(k.IDs(), ", "))
 	}
@@ -114,7 +154,8 @@ func (k *Keys) Sign(r SignRequest) (string, error) {
 		ip = ipString(r.IP)
 	}
 	exp := r.Expires.Unix()
-	sig := mac(secret, StringToSign(r.KeyID, exp, ip, mode, r.Path))
+	var sig [sha256.Size]byte
+	sk.sum(&sig, []byte(r.KeyID), exp, []byte(ip), mode, []byte(r.Path))
 	q := ParamExpires + "=" + strconv.FormatInt(exp, 10) + "&" + ParamKeyID + "=" + url.QueryEscape(r.KeyID)
 	if r.Prefix {
 		q += "&" + ParamScope + "=" + escapeScope(r.Path)
@@ -122,7 +163,7 @@ func (k *Keys) Sign(r SignRequest) (string, error) {
 	if ip != "" {
 		q += "&" + ParamIP + "=" + url.QueryEscape(ip)
 	}
-	return q + "&" + ParamSig + "=" + base64.RawURLEncoding.EncodeToString(sig), nil
+	return q + "&" + ParamSig + "=" + base64.RawURLEncoding.EncodeToString(sig[:]), nil
 }
 
 // escapeScope writes a path as a query value, keeping its slashes
@@ -139,12 +180,6 @@ func ipString(p netip.Prefix) string {
 	return p.String()
 }
 
-func mac(secret []byte, s string) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(s))
-	return h.Sum(nil)
-}
-
 // Why a signed URL is refused; the client is told none of it (403).
 var (
 	ErrUnsigned   = errors.New("no signature")
@@ -156,15 +191,15 @@ var (
 	ErrAddress    = errors.New("client address outside the signature's")
 )
 
-// sigParams are a request's signature parameters.
+// sigParams are a request's signature parameters, as slices of the
+// query (decoded copies only when a value is percent-encoded).
 type sigParams struct {
-	exp         int64
-	kid, scope  string
-	ip          string
-	sig         []byte
-	hasScope    bool
-	seen        uint8
-	hasExp, bad bool
+	exp      int64
+	kid, ip  []byte
+	scope    []byte
+	sig      [sha256.Size]byte
+	hasScope bool
+	seen     uint8
 }
 
 // parseSig reads the signature parameters of a raw query. A parameter
@@ -172,13 +207,20 @@ type sigParams struct {
 // two URLs out of one.
 func parseSig(query []byte) (sigParams, error) {
 	var p sigParams
-	q := string(query)
-	for q != "" {
-		var kv string
-		kv, q, _ = strings.Cut(q, "&")
-		k, v, _ := strings.Cut(kv, "=")
+	q := query
+	for len(q) > 0 {
+		kv := q
+		if i := bytes.IndexByte(q, '&'); i >= 0 {
+			kv, q = q[:i], q[i+1:]
+		} else {
+			q = nil
+		}
+		k, v := kv, []byte(nil)
+		if i := bytes.IndexByte(kv, '='); i >= 0 {
+			k, v = kv[:i], kv[i+1:]
+		}
 		var bit uint8
-		switch k {
+		switch string(k) {
 		case ParamExpires:
 			bit = 1
 		case ParamKeyID:
@@ -196,29 +238,33 @@ func parseSig(query []byte) (sigParams, error) {
 			return p, ErrMalformed
 		}
 		p.seen |= bit
-		val, err := url.QueryUnescape(v)
-		if err != nil {
-			return p, ErrMalformed
+		if bytes.IndexByte(v, '%') >= 0 || bytes.IndexByte(v, '+') >= 0 {
+			u, err := url.QueryUnescape(string(v))
+			if err != nil {
+				return p, ErrMalformed
+			}
+			v = []byte(u)
 		}
 		switch bit {
 		case 1:
-			n, err := strconv.ParseInt(val, 10, 64)
-			if err != nil || n < 0 {
+			n, ok := decimal(v)
+			if !ok {
 				return p, ErrMalformed
 			}
 			p.exp = n
 		case 2:
-			p.kid = val
+			p.kid = v
 		case 4:
-			p.scope, p.hasScope = val, true
+			p.scope, p.hasScope = v, true
 		case 8:
-			p.ip = val
+			p.ip = v
 		case 16:
-			s, err := base64.RawURLEncoding.DecodeString(val)
-			if err != nil || len(s) != sha256.Size {
+			if base64.RawURLEncoding.DecodedLen(len(v)) != sha256.Size {
+				return p, ErrMalformed // checked first: Decode would write past sig
+			}
+			if n, err := base64.RawURLEncoding.Decode(p.sig[:], v); err != nil || n != sha256.Size {
 				return p, ErrMalformed
 			}
-			p.sig = s
 		}
 	}
 	if p.seen&(1|2|16) == 0 {
@@ -228,6 +274,21 @@ func parseSig(query []byte) (sigParams, error) {
 		return p, ErrMalformed
 	}
 	return p, nil
+}
+
+// decimal reads a non-negative decimal number of at most 18 digits.
+func decimal(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // Verify checks the signature of a request for clean (the path as the
@@ -241,20 +302,23 @@ func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) err
 	if err != nil {
 		return err
 	}
-	secret, ok := k.m[p.kid]
+	sk, ok := k.m[string(p.kid)]
 	if !ok {
 		return ErrUnknownKey
 	}
-	mode, signed := "path", string(clean)
+	mode, signed := "path", clean
 	if p.hasScope {
 		mode, signed = "prefix", p.scope
 	}
-	ok = hmac.Equal(mac(secret, StringToSign(p.kid, p.exp, p.ip, mode, signed)), p.sig)
-	if t, tree := strings.CutSuffix(signed, integrity.OutboardSidecar); !ok && !p.hasScope && tree && !strings.HasSuffix(t, "/") {
+	var want [sha256.Size]byte
+	sk.sum(&want, p.kid, p.exp, p.ip, mode, signed)
+	ok = hmac.Equal(want[:], p.sig[:])
+	if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
 		// The outboard tree of a file goes with the file's signature: it
 		// is the file's own hashes, and engine fetch asks for it by the
 		// Link the file's response gave, with the same query.
-		ok = hmac.Equal(mac(secret, StringToSign(p.kid, p.exp, p.ip, mode, t)), p.sig)
+		sk.sum(&want, p.kid, p.exp, p.ip, mode, t)
+		ok = hmac.Equal(want[:], p.sig[:])
 	}
 	if !ok {
 		return ErrBadSig
@@ -263,11 +327,11 @@ func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) err
 	if now.Unix() > p.exp {
 		return ErrExpired
 	}
-	if p.hasScope && (!strings.HasSuffix(p.scope, "/") || !config.NormalPath(p.scope) || !hasPrefix(clean, p.scope)) {
+	if p.hasScope && (!bytes.HasSuffix(p.scope, []byte("/")) || !config.NormalPath(string(p.scope)) || !hasPrefix(clean, string(p.scope))) {
 		return ErrScope
 	}
-	if p.ip != "" {
-		pfx, err := config.ParsePrefix(p.ip)
+	if len(p.ip) > 0 {
+		pfx, err := config.ParsePrefix(string(p.ip))
 		if err != nil || !pfx.Contains(client.Unmap()) {
 			return ErrAddress
 		}
@@ -309,13 +373,23 @@ func Redact(target []byte) []byte {
 // signature. nil when there are none.
 func SignatureQuery(query []byte) []byte {
 	var out []byte
-	q := string(query)
-	for q != "" {
-		var kv string
-		kv, q, _ = strings.Cut(q, "&")
-		switch k, _, _ := strings.Cut(kv, "="); k {
+	q := query
+	for len(q) > 0 {
+		kv := q
+		if i := bytes.IndexByte(q, '&'); i >= 0 {
+			kv, q = q[:i], q[i+1:]
+		} else {
+			q = nil
+		}
+		k := kv
+		if i := bytes.IndexByte(kv, '='); i >= 0 {
+			k = kv[:i]
+		}
+		switch string(k) {
 		case ParamExpires, ParamKeyID, ParamScope, ParamIP, ParamSig:
-			if out != nil {
+			if out == nil {
+				out = make([]byte, 0, len(query))
+			} else {
 				out = append(out, '&')
 			}
 			out = append(out, kv...)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/engine/config"
 )
 
 var testNow = time.Unix(1_800_000_000, 0)
@@ -60,7 +62,7 @@ func TestStringToSignVector(t *testing.T) {
 	if got != readme {
 		t.Fatalf("signature %s, want the README's %s", got, readme)
 	}
-	k := &Keys{m: map[string][]byte{"k1": secret}}
+	k := &Keys{m: map[string]*key{"k1": newKey(secret)}}
 	q, err := k.Sign(SignRequest{KeyID: "k1", Path: "/gated/llama/", Prefix: true, Expires: time.Unix(1767225600, 0)})
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +174,7 @@ func TestSignatureQuery(t *testing.T) {
 	if want := "exp=5&kid=k1&scope=/a/&sig=S"; got != want {
 		t.Fatalf("SignatureQuery = %q, want %q", got, want)
 	}
-	r := &Resp{SigQuery: []byte("exp=5&sig=S")}
+	r := &Resp{SigQuery: []byte("x=1&exp=5&sig=S")}
 	if got := string(r.Link([]byte(`</a.bin.obao>; rel="blake3-outboard"`))); got != `</a.bin.obao?exp=5&sig=S>; rel="blake3-outboard"` {
 		t.Fatalf("Link = %s", got)
 	}
@@ -194,4 +196,23 @@ func FuzzVerify(f *testing.F) {
 		Redact(append([]byte("/x?"), query...))
 		SignatureQuery(query)
 	})
+}
+
+// BenchmarkCheckSigned: one signed request judged, as decide does it.
+func BenchmarkCheckSigned(b *testing.B) {
+	k := testKeys(b, "k1")
+	q := sign(&testing.T{}, k, SignRequest{KeyID: "k1", Path: "/gated/1k.bin", Expires: testNow.Add(time.Hour)})
+	tab := NewTable([]config.PathPolicy{{Prefix: "/gated/", Policy: config.Policy{Auth: "signed", CacheControl: "private, max-age=3600",
+		SetHeaders: map[string]string{"X-Frame-Options": "DENY"}}}}, "", "t")
+	s := &Secrets{}
+	s.keys.Store(k)
+	h := hdrs{}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := tab.Match([]byte("/gated/1k.bin"))
+		v := s.Check(p, &Request{Method: []byte("GET"), Clean: []byte("/gated/1k.bin"), Query: q, Client: netip.MustParseAddr("127.0.0.1"), Header: h, Now: testNow})
+		if v.Status != 0 {
+			b.Fatal(v)
+		}
+	}
 }
