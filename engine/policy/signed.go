@@ -73,17 +73,20 @@ type key struct {
 type macState struct {
 	h   hash.Hash
 	buf []byte // the string to sign, reused
+	out []byte // the sum, reused (a stack array handed to h would escape)
 }
 
 func newKey(secret []byte) *key {
 	k := &key{secret: secret}
-	k.macs.New = func() any { return &macState{h: hmac.New(sha256.New, k.secret), buf: make([]byte, 0, 256)} }
+	k.macs.New = func() any {
+		return &macState{h: hmac.New(sha256.New, k.secret), buf: make([]byte, 0, 256), out: make([]byte, 0, sha256.Size)}
+	}
 	return k
 }
 
-// sum writes HMAC-SHA-256 of the string to sign of (kid, exp, ip, mode,
-// path) into out.
-func (k *key) sum(out *[sha256.Size]byte, kid []byte, exp int64, ip []byte, mode string, path []byte) {
+// sum returns HMAC-SHA-256 of the string to sign of (kid, exp, ip,
+// mode, path).
+func (k *key) sum(kid []byte, exp int64, ip []byte, mode string, path []byte) (out [sha256.Size]byte) {
 	m := k.macs.Get().(*macState)
 	b := append(m.buf[:0], SigAlgorithm+"\n"...)
 	b = append(append(b, kid...), '\n')
@@ -93,11 +96,13 @@ func (k *key) sum(out *[sha256.Size]byte, kid []byte, exp int64, ip []byte, mode
 	b = append(b, path...)
 	m.h.Reset()
 	m.h.Write(b)
-	m.h.Sum(out[:0])
+	m.out = m.h.Sum(m.out[:0])
+	copy(out[:], m.out)
 	if cap(b) <= 4096 {
 		m.buf = b
 	}
 	k.macs.Put(m)
+	return out
 }
 
 // LoadKeys reads every key file of [signing] keys (id -> path).
@@ -154,8 +159,7 @@ func (k *Keys) Sign(r SignRequest) (string, error) {
 		ip = ipString(r.IP)
 	}
 	exp := r.Expires.Unix()
-	var sig [sha256.Size]byte
-	sk.sum(&sig, []byte(r.KeyID), exp, []byte(ip), mode, []byte(r.Path))
+	sig := sk.sum([]byte(r.KeyID), exp, []byte(ip), mode, []byte(r.Path))
 	q := ParamExpires + "=" + strconv.FormatInt(exp, 10) + "&" + ParamKeyID + "=" + url.QueryEscape(r.KeyID)
 	if r.Prefix {
 		q += "&" + ParamScope + "=" + escapeScope(r.Path)
@@ -310,14 +314,13 @@ func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) err
 	if p.hasScope {
 		mode, signed = "prefix", p.scope
 	}
-	var want [sha256.Size]byte
-	sk.sum(&want, p.kid, p.exp, p.ip, mode, signed)
+	want := sk.sum(p.kid, p.exp, p.ip, mode, signed)
 	ok = hmac.Equal(want[:], p.sig[:])
 	if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
 		// The outboard tree of a file goes with the file's signature: it
 		// is the file's own hashes, and engine fetch asks for it by the
 		// Link the file's response gave, with the same query.
-		sk.sum(&want, p.kid, p.exp, p.ip, mode, t)
+		want = sk.sum(p.kid, p.exp, p.ip, mode, t)
 		ok = hmac.Equal(want[:], p.sig[:])
 	}
 	if !ok {
