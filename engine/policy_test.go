@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/mediaship/engine/engine/policy"
+	"github.com/mediaship/engine/internal/testtool"
 )
 
 // gatedSite writes a site with a gated prefix, a signing key and
@@ -532,6 +534,38 @@ forward_auth = { url = %q }
 			if tc.status == 302 && resp.Header.Get("Location") != "https://login.test/" {
 				t.Errorf("%s: Location %q", cl.proto, resp.Header.Get("Location"))
 			}
+		}
+	}
+}
+
+// TestGatedCurl: curl, as an operator tries it: a signed URL, the same
+// without its signature, a range, and a CORS preflight.
+func TestGatedCurl(t *testing.T) {
+	curl := testtool.Require(t, "curl")
+	ts, pki, keys, _ := startGated(t)
+	q := signPath(t, keys, "/gated/llama/", true, time.Hour)
+	base := "https://localhost:" + ts.addr[strings.LastIndexByte(ts.addr, ':')+1:]
+	run := func(args ...string) string {
+		args = append([]string{"-sS", "--cacert", pki.caFile, "--resolve", "localhost:" + ts.addr[strings.LastIndexByte(ts.addr, ':')+1:] + ":127.0.0.1",
+			"-o", "/dev/null", "-w", "%{http_code} %header{cache-control} %header{access-control-allow-origin}"}, args...)
+		out, err := exec.Command(curl, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{base + "/gated/llama/a.bin?" + q}, "200 private, no-cache"},
+		{[]string{base + "/gated/llama/a.bin"}, "403"},
+		{[]string{"-r", "0-99", base + "/gated/llama/a.bin?" + q}, "206 private, no-cache"},
+		{[]string{"--http2", base + "/gated/llama/b.bin?" + q}, "200 private, no-cache"},
+		{[]string{"-X", "OPTIONS", "-H", "Origin: https://app.test", "-H", "Access-Control-Request-Method: GET", base + "/gated/llama/a.bin"}, "204  https://app.test"},
+	} {
+		if got := run(tc.args...); got != tc.want {
+			t.Errorf("curl %v: %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }

@@ -360,6 +360,8 @@ func FuzzConfig(f *testing.F) {
 		"root = \".\"\n[kernel]\nktls = \"auto\"\npromote_after = \"1MiB\"\n[runtime.settings]\nh2_tls_write_buffer_bytes = \"131072\"\n",
 		"root = \".\"\n[[sites]]\ndomain = \"x\"\nprotocols = { h1 = true, h2 = false }\n",
 		"root = \".\"\n[[sites]]\ndomain = \"x\"\n[sites.tls]\nmin_version = \"1.2\"\nkey_exchanges = [\"X25519\", \"p-256\"]\n",
+		"[[sites]]\ndomain = \"a\"\nroot = \".\"\nhsts = \"max-age=1\"\n[[sites.paths]]\nprefix = \"/g/\"\nauth = \"bearer\"\ncredentials = \"c\"\nallow = [\"10.0.0.0/8\"]\nset_headers = { \"X-A\" = \"1\" }\ncors_origins = [\"https://a.b\"]\ncontent_disposition = { \"*.bin\" = \"attachment\" }\ntypes = { \".x\" = \"a/b\" }\n[signing]\nkeys = { k = \"f\" }\n",
+		"[[sites]]\ndomain = \"a\"\nroot = \".\"\n[[sites.paths]]\nprefix = \"/f/\"\nauth = \"forward\"\nforward_auth = { url = \"http://127.0.0.1:1/a\", cache = \"0s\" }\n",
 	} {
 		f.Add(s)
 	}
