@@ -211,6 +211,9 @@ func refusal(resp *files.Response, d *decision) {
 	if d.location != "" {
 		resp.Location = []byte(d.location)
 	}
+	if d.status == 429 {
+		resp.RetryAfter = 1
+	}
 }
 
 // gate judges request f against policy p (its path's or route's); clean
@@ -252,28 +255,38 @@ func (s *Server) gate(f *reqFacts, d *decision, p *policy.Path, clean []byte) {
 
 // clientAddr is the address a request's policy judges: the peer's, or,
 // when the peer is a trusted proxy, the last address of X-Forwarded-For
-// that is not one (the first any trusted proxy was told of). Forwarded
+// that is not one (the first any trusted proxy was told of). The field's
+// lines are one list, in order (RFC 9110 §5.3): a proxy that adds a line
+// of its own instead of extending the client's is read right. Forwarded
 // is not read: the proxies in front of the engine write X-Forwarded-For.
 func clientAddr(f *reqFacts, trusted []netip.Prefix) netip.Addr {
 	a := f.peer.Unmap()
 	if len(trusted) == 0 || !inPrefixes(a, trusted) || f.hdr == nil {
 		return a
 	}
-	xff := f.hdr.Get("x-forwarded-for")
-	for len(xff) > 0 {
-		i := bytes.LastIndexByte(xff, ',')
-		hop := bytes.TrimSpace(xff[i+1:])
-		xff = xff[:max(i, 0)]
-		h, err := netip.ParseAddr(string(hop))
-		if err != nil {
-			return a // unreadable: judge the proxy's own address
-		}
-		a = h.Unmap()
-		if !inPrefixes(a, trusted) {
-			return a
-		}
-		if i < 0 {
-			break
+	var buf [4][]byte
+	lines := f.hdr.Values("x-forwarded-for", buf[:0])
+	for l := len(lines) - 1; l >= 0; l-- {
+		xff := lines[l]
+		for {
+			i := bytes.LastIndexByte(xff, ',')
+			hop := bytes.TrimSpace(xff[i+1:])
+			if len(hop) > 0 {
+				h, err := netip.ParseAddr(string(hop))
+				if err != nil {
+					// Unreadable where a trusted proxy wrote: no address,
+					// which address rules refuse.
+					return netip.Addr{}
+				}
+				a = h.Unmap()
+				if !inPrefixes(a, trusted) {
+					return a
+				}
+			}
+			if i < 0 {
+				break
+			}
+			xff = xff[:i]
 		}
 	}
 	return a

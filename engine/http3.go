@@ -525,6 +525,13 @@ func headerBytes(h http.Header, canonical string) []byte {
 // name.
 type h3Headers http.Header
 
+func (h h3Headers) Values(name string, dst [][]byte) [][]byte {
+	for _, v := range http.Header(h)[textproto.CanonicalMIMEHeaderKey(name)] {
+		dst = append(dst, []byte(v))
+	}
+	return dst
+}
+
 func (h h3Headers) Get(name string) []byte {
 	return headerBytes(http.Header(h), textproto.CanonicalMIMEHeaderKey(name))
 }

@@ -122,7 +122,8 @@ func TestGatedResponses(t *testing.T) {
 	cases := []gatedCase{
 		{"public file", "/alpha.txt", nil, 200, map[string]string{"Cache-Control": "no-cache", "Server": "engine", "Strict-Transport-Security": "max-age=600", "X-Gate": ""}, "abcdefghijklmnopqrstuvwxyz"},
 		{"public 404", "/nope", nil, 404, map[string]string{"Cache-Control": "", "Strict-Transport-Security": "max-age=600"}, ""},
-		{"unsigned", "/gated/llama/a.bin", nil, 403, map[string]string{"Cache-Control": "", "X-Gate": "", "Server": "engine"}, ""},
+		{"unsigned", "/gated/llama/a.bin", nil, 403, map[string]string{"Cache-Control": "private, no-store", "X-Gate": "", "Server": "engine"}, ""},
+		{"signed, missing file", "/gated/llama/none.bin?" + prefix, nil, 404, map[string]string{"Cache-Control": "private, no-store"}, ""},
 		{"signed", "/gated/llama/a.bin?" + exact, nil, 200, map[string]string{
 			"Cache-Control": "private, no-cache", "Content-Disposition": `attachment; filename="a.bin"`, "X-Gate": "signed",
 			"Server": "models", "Content-Type": "application/x-model", "Vary": "Origin",
@@ -201,11 +202,24 @@ func TestGatedResponses(t *testing.T) {
 	if resp.StatusCode != 200 && resp.StatusCode != 503 {
 		t.Fatalf("tree: %d", resp.StatusCode)
 	}
+	// A redirect of a gated path (its Location carries the signature) is
+	// kept by no cache.
+	nr := pki.client(nil)
+	nr.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	req, _ := http.NewRequest("GET", base+"/gated/llama?"+prefix, nil)
+	req.Host = "localhost"
+	if resp, err = nr.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 301 || resp.Header.Get("Cache-Control") != "private, no-store" {
+		t.Fatalf("redirect: %d %q", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
 	// Conditional: a 304 keeps the policy's Cache-Control.
 	resp, _ = get(base + "/gated/llama/b.bin?" + prefix)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	req, _ := http.NewRequest("GET", base+"/gated/llama/b.bin?"+prefix, nil)
+	req, _ = http.NewRequest("GET", base+"/gated/llama/b.bin?"+prefix, nil)
 	req.Host = "localhost"
 	req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
 	resp, err = pki.client(nil).Do(req)
@@ -295,8 +309,10 @@ trusted_proxies = ["127.0.0.3"]
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
 		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, n, a string) (net.Conn, error) { return d.DialContext(ctx, n, a) }}}
 		req, _ := http.NewRequest("GET", ts.url+"/inner/x.txt", nil)
-		if xff != "" {
-			req.Header.Set("X-Forwarded-For", xff)
+		for _, line := range strings.Split(xff, "|") { // "|": another field line
+			if line != "" {
+				req.Header.Add("X-Forwarded-For", line)
+			}
 		}
 		resp, err := c.Do(req)
 		if err != nil {
@@ -311,12 +327,15 @@ trusted_proxies = ["127.0.0.3"]
 	}{
 		{"127.0.0.1", "", 403},
 		{"127.0.0.2", "", 200},
-		{"127.0.0.1", "127.0.0.2", 403},           // not a trusted proxy: its X-Forwarded-For is not read
-		{"127.0.0.3", "10.1.1.1", 200},            // a trusted proxy forwards an allowed client
-		{"127.0.0.3", "10.9.1.1", 403},            // denied inside the allowed prefix
-		{"127.0.0.3", "10.1.1.1, 127.0.0.3", 200}, // through two trusted hops
-		{"127.0.0.3", "192.0.2.1, 10.1.1.1", 200}, // the nearest untrusted hop is the client
-		{"127.0.0.3", "junk", 403},                // unreadable: the proxy's own address
+		{"127.0.0.1", "127.0.0.2", 403},            // not a trusted proxy: its X-Forwarded-For is not read
+		{"127.0.0.3", "10.1.1.1", 200},             // a trusted proxy forwards an allowed client
+		{"127.0.0.3", "10.9.1.1", 403},             // denied inside the allowed prefix
+		{"127.0.0.3", "10.1.1.1, 127.0.0.3", 200},  // through two trusted hops
+		{"127.0.0.3", "192.0.2.1, 10.1.1.1", 200},  // the nearest untrusted hop is the client
+		{"127.0.0.3", "junk", 403},                 // unreadable: refused
+		{"127.0.0.3", "10.6.6.6|203.0.113.7", 403}, // a second line: the client is its last address
+		{"127.0.0.3", "203.0.113.7|10.1.1.1", 200}, // the proxy's own line names an allowed client
+		{"127.0.0.3", "10.1.1.1|127.0.0.3", 200},   // through two trusted hops on two lines
 	} {
 		if got := get(tc.from, tc.xff); got != tc.want {
 			t.Errorf("from %s, X-Forwarded-For %q: %d, want %d", tc.from, tc.xff, got, tc.want)
@@ -559,7 +578,7 @@ func TestGatedCurl(t *testing.T) {
 		want string
 	}{
 		{[]string{base + "/gated/llama/a.bin?" + q}, "200 private, no-cache"},
-		{[]string{base + "/gated/llama/a.bin"}, "403"},
+		{[]string{base + "/gated/llama/a.bin"}, "403 private, no-store"},
 		{[]string{"-r", "0-99", base + "/gated/llama/a.bin?" + q}, "206 private, no-cache"},
 		{[]string{"--http2", base + "/gated/llama/b.bin?" + q}, "200 private, no-cache"},
 		{[]string{"-X", "OPTIONS", "-H", "Origin: https://app.test", "-H", "Access-Control-Request-Method: GET", base + "/gated/llama/a.bin"}, "204  https://app.test"},

@@ -91,6 +91,17 @@ func (r *Request) Get(name string) []byte {
 	return nil
 }
 
+// Values appends the values of every header named name (ASCII
+// case-insensitive), in their order, to dst.
+func (r *Request) Values(name string, dst [][]byte) [][]byte {
+	for i := range r.Headers {
+		if equalFold(r.Headers[i].Name, name) {
+			dst = append(dst, r.Headers[i].Value)
+		}
+	}
+	return dst
+}
+
 // Parser parses request heads. Its header storage is reused between
 // requests, so parsing allocates nothing once the first request has been
 // seen. A Parser is owned by one connection.

@@ -31,6 +31,17 @@ func (r *Request) Get(name string) []byte {
 	return r.Authority
 }
 
+// Values appends the values of every field name (lowercase), in their
+// order, to dst.
+func (r *Request) Values(name string, dst [][]byte) [][]byte {
+	for i := range r.Fields {
+		if string(r.Fields[i].Name) == name {
+			dst = append(dst, r.Fields[i].Value)
+		}
+	}
+	return dst
+}
+
 func (r *Request) field(name string) []byte {
 	for i := range r.Fields {
 		if string(r.Fields[i].Name) == name {

@@ -555,7 +555,7 @@ var errorPages = func() map[int][]Part {
 		301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect", 308: "Permanent Redirect", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
 		405: "Method Not Allowed", 408: "Request Timeout", 412: "Precondition Failed",
 		414: "URI Too Long", 416: "Range Not Satisfiable", 421: "Misdirected Request",
-		413: "Content Too Large", 431: "Request Header Fields Too Large",
+		413: "Content Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
 		500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable",
 		504: "Gateway Timeout", 505: "HTTP Version Not Supported",
 	} {

@@ -9,9 +9,11 @@ import (
 	"time"
 )
 
-// Headers gives a request's fields by lowercase name.
+// Headers gives a request's fields by lowercase name: the first value
+// (Get), or every value in order (Values).
 type Headers interface {
 	Get(lowercaseName string) []byte
+	Values(lowercaseName string, dst [][]byte) [][]byte
 }
 
 // Request is what a check needs of a request, whatever its protocol.
@@ -39,11 +41,13 @@ const (
 	ReasonPassword  = "password"
 	ReasonForward   = "forward"
 	ReasonSecrets   = "secrets"
+	ReasonThrottled = "throttled"
+	ReasonAmbiguous = "ambiguous"
 )
 
 // Reasons lists every refusal reason, for metrics.
 var Reasons = []string{ReasonAddress, ReasonPreflight, ReasonUnsigned, ReasonSignature, ReasonExpired,
-	ReasonToken, ReasonPassword, ReasonForward, ReasonSecrets}
+	ReasonToken, ReasonPassword, ReasonForward, ReasonSecrets, ReasonThrottled, ReasonAmbiguous}
 
 // ReasonIndex is reason's index in Reasons.
 func ReasonIndex(reason string) int {
@@ -140,6 +144,14 @@ func (s *Secrets) Check(p *Path, r *Request) Verdict {
 			return v
 		}
 	}
+	if p.Auth == AuthBasic || p.Auth == AuthBearer || p.Auth == AuthForward {
+		// Two Authorization fields: the engine would judge one and an
+		// upstream might read the other.
+		var buf [2][]byte
+		if len(r.Header.Values("authorization", buf[:0])) > 1 {
+			return v.refuse(400, ReasonAmbiguous, errors.New("more than one Authorization field"))
+		}
+	}
 	switch p.Auth {
 	case AuthSigned:
 		if s == nil {
@@ -180,8 +192,16 @@ func (s *Secrets) Check(p *Path, r *Request) Verdict {
 		case Bad:
 			return v.basicChallenge(p, fmt.Errorf("wrong user or password (user %q)", user))
 		case Unknown:
+			client := r.Client
+			if !creds.Admit(client) {
+				v = v.refuse(429, ReasonThrottled, fmt.Errorf("more than %d password checks waiting for this client, or %d in all", pendingPerClient, pendingMax))
+				return v
+			}
 			u, pw := string(user), string(pass) // the request's buffers do not outlive this call
-			v.Slow = func() { creds.Verify([]byte(u), []byte(pw)) }
+			v.Slow = func() {
+				defer creds.Release(client)
+				creds.Verify([]byte(u), []byte(pw))
+			}
 			return v
 		}
 	}

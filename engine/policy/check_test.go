@@ -20,12 +20,36 @@ import (
 
 type hdrs map[string]string
 
+func (h hdrs) Values(name string, dst [][]byte) [][]byte {
+	if v := h.Get(name); v != nil {
+		dst = append(dst, v)
+	}
+	return dst
+}
+
 func (h hdrs) Get(name string) []byte {
 	v, ok := h[name]
 	if !ok {
 		return nil
 	}
 	return []byte(v)
+}
+
+// twoAuth is a request with two Authorization fields.
+type twoAuth [2]string
+
+func (a twoAuth) Get(name string) []byte {
+	if name == "authorization" {
+		return []byte(a[0])
+	}
+	return nil
+}
+
+func (a twoAuth) Values(name string, dst [][]byte) [][]byte {
+	if name == "authorization" {
+		dst = append(dst, []byte(a[0]), []byte(a[1]))
+	}
+	return dst
 }
 
 func writeCreds(t *testing.T, text string) string {
@@ -137,15 +161,16 @@ func TestCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name, method, path, query string
 		client                    netip.Addr
-		h                         hdrs
+		h                         Headers
 		status                    int
 		reason                    string
 		slow                      bool
 	}{
 		{"basic, none", "GET", "/basic/x", "", in, hdrs{}, 401, ReasonPassword, false},
-		{"basic, unknown user", "GET", "/basic/x", "", in, hdrs{"authorization": basicAuth("v", "pw")}, 401, ReasonPassword, false},
+		{"basic, unknown user (checked as long as a known one)", "GET", "/basic/x", "", in, hdrs{"authorization": basicAuth("v", "pw")}, 0, "", true},
 		{"basic, first time", "GET", "/basic/x", "", in, hdrs{"authorization": basicAuth("u", "pw")}, 0, "", true},
 		{"bearer, none", "GET", "/bearer/x", "", in, hdrs{}, 401, ReasonToken, false},
+		{"bearer, two Authorization fields", "GET", "/bearer/x", "", in, twoAuth{"bearer tok", "bearer other"}, 400, ReasonAmbiguous, false},
 		{"bearer, wrong", "GET", "/bearer/x", "", in, hdrs{"authorization": "Bearer tok2"}, 401, ReasonToken, false},
 		{"bearer, right", "GET", "/bearer/x", "", in, hdrs{"authorization": "bearer tok"}, 0, "", false},
 		{"signed, none", "GET", "/signed/x", "", in, hdrs{}, 403, ReasonUnsigned, false},
@@ -171,8 +196,12 @@ func TestCheck(t *testing.T) {
 			if v.Slow != nil {
 				v.Slow()
 				v = s.Check(p, &Request{Method: []byte(tc.method), Clean: []byte(tc.path), Query: []byte(tc.query), Client: tc.client, Header: tc.h, Now: time.Now()})
-				if v.Status != 0 || v.Slow != nil {
-					t.Fatalf("after the hash: %+v", v)
+				want := 0
+				if strings.Contains(tc.name, "unknown user") {
+					want = 401
+				}
+				if v.Status != want || v.Slow != nil {
+					t.Fatalf("after the hash: %+v, want %d", v, want)
 				}
 			}
 		})
@@ -191,6 +220,42 @@ func TestCheck(t *testing.T) {
 	os.WriteFile(paths[0].Credentials, []byte("u:plain\n"), 0o600)
 	if err := s.Reload(); err == nil {
 		t.Fatal("a broken credentials file reloaded")
+	}
+}
+
+// TestAdmit: a client's password checks waiting are bounded (an IPv6
+// client by its /64), and so are everyone's; a release frees a slot.
+func TestAdmit(t *testing.T) {
+	bc, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	c, err := LoadCredentials(writeCreds(t, "u:"+string(bc)+"\n"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	for i := 0; i < pendingPerClient; i++ {
+		if !c.Admit(a) {
+			t.Fatalf("slot %d refused", i)
+		}
+	}
+	if c.Admit(a) {
+		t.Fatal("a client got more than its slots")
+	}
+	if !c.Admit(b) {
+		t.Fatal("another client was refused for the first one's checks")
+	}
+	c.Release(a)
+	if !c.Admit(a) {
+		t.Fatal("a released slot was not given back")
+	}
+	v6a, v6b := netip.MustParseAddr("2001:db8:1:2::1"), netip.MustParseAddr("2001:db8:1:2:ffff::9")
+	for i := 0; i < pendingPerClient; i++ {
+		c.Admit(v6a)
+	}
+	if c.Admit(v6b) {
+		t.Fatal("another address of the same /64 got slots of its own")
+	}
+	if !c.Admit(netip.MustParseAddr("2001:db8:1:3::1")) {
+		t.Fatal("another /64 was refused")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -36,7 +37,24 @@ type Credentials struct {
 	mu    sync.Mutex
 	known map[[32]byte]verdict
 	salt  [32]byte
+	// dummy is a listed user's hash, checked for a user that is not
+	// listed: an unknown name takes as long as a wrong password, so
+	// timing does not tell which names exist.
+	dummy string
+	// pending counts the checks waiting or running, by client address
+	// (IPv6 by /64) and in all: one client's crowd of wrong passwords
+	// gets its own few slots, and is refused past them, instead of
+	// queueing every other client's check behind its own.
+	pending      map[netip.Addr]int
+	pendingTotal int
 }
+
+// Bounds of the checks waiting or running: per client address, and in
+// all.
+const (
+	pendingPerClient = 4
+	pendingMax       = 256
+)
 
 type verdict struct {
 	ok    bool
@@ -66,7 +84,7 @@ func LoadCredentials(name string, basic bool) (*Credentials, error) {
 	if len(data) > maxCredFile {
 		return nil, fmt.Errorf("%s: %d bytes; at most %d", name, len(data), maxCredFile)
 	}
-	c := &Credentials{File: name, basic: basic, known: map[[32]byte]verdict{}}
+	c := &Credentials{File: name, basic: basic, known: map[[32]byte]verdict{}, pending: map[netip.Addr]int{}}
 	rand.Read(c.salt[:])
 	if basic {
 		c.users = map[string]string{}
@@ -92,6 +110,9 @@ func LoadCredentials(name string, basic bool) (*Credentials, error) {
 				return nil, fmt.Errorf("%s:%d: user %s is listed twice", name, n, who)
 			}
 			c.users[who] = rest
+			if c.dummy == "" {
+				c.dummy = rest
+			}
 			continue
 		}
 		alg, h, _ := strings.Cut(rest, ":")
@@ -156,13 +177,10 @@ func (c *Credentials) key(user, pass []byte) [32]byte {
 }
 
 // Cached says what is known of user and pass without hashing: Good or
-// Bad when a Verify found it, Unknown otherwise. A user that is not
-// listed is Bad at once.
+// Bad when a Verify found it, Unknown otherwise (a user that is not
+// listed too: it is checked as long as one that is).
 func (c *Credentials) Cached(user, pass []byte, now time.Time) Result {
-	if c == nil || !c.basic {
-		return Bad
-	}
-	if _, ok := c.users[string(user)]; !ok {
+	if c == nil || !c.basic || c.dummy == "" {
 		return Bad
 	}
 	k := c.key(user, pass)
@@ -184,9 +202,9 @@ func (c *Credentials) Verify(user, pass []byte) bool {
 	if c == nil || !c.basic {
 		return false
 	}
-	h, ok := c.users[string(user)]
-	if !ok {
-		return false
+	h, listed := c.users[string(user)]
+	if !listed {
+		h = c.dummy
 	}
 	// At most one hash per CPU at once: a crowd of wrong passwords
 	// queues here instead of taking every CPU (and, with argon2id, its
@@ -200,6 +218,7 @@ func (c *Credentials) Verify(user, pass []byte) bool {
 	} else {
 		good = bcrypt.CompareHashAndPassword([]byte(h), pass) == nil
 	}
+	good = good && listed
 	v := verdict{ok: good}
 	if !good {
 		v.until = time.Now().Add(knownBadFor)
@@ -212,6 +231,42 @@ func (c *Credentials) Verify(user, pass []byte) bool {
 	c.known[k] = v
 	c.mu.Unlock()
 	return good
+}
+
+// clientKey is what pending counts a client by: its address, an IPv6
+// one by its /64 (one host's share of addresses).
+func clientKey(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// Admit takes a slot for a check from client; false when the client, or
+// everyone together, has too many waiting. Release gives it back.
+func (c *Credentials) Admit(client netip.Addr) bool {
+	k := clientKey(client)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[k] >= pendingPerClient || c.pendingTotal >= pendingMax {
+		return false
+	}
+	c.pending[k]++
+	c.pendingTotal++
+	return true
+}
+
+// Release gives back a slot Admit took.
+func (c *Credentials) Release(client netip.Addr) {
+	k := clientKey(client)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[k]--; c.pending[k] <= 0 {
+		delete(c.pending, k)
+	}
+	c.pendingTotal--
 }
 
 // ParseBasic reads an Authorization value "Basic base64(user:pass)".

@@ -85,8 +85,14 @@ func (r *Resp) Write(w Writer, status int, file bool) {
 		return
 	}
 	p := r.Path
-	if file && p.cacheControl != "" && !r.Omits("cache-control", status) {
+	switch {
+	case r.Omits("cache-control", status):
+	case file && p.cacheControl != "":
 		w.Field("cache-control", "Cache-Control", p.cacheControl)
+	case !file && p.gated && !p.proxied && !r.Preflight:
+		// A refusal, a redirect (its Location may carry the signature),
+		// a 404 or a 416 of a gated path: no cache keeps it.
+		w.Field("cache-control", "Cache-Control", "private, no-store")
 	}
 	if r.TLS && p.hsts != "" && !r.Omits("strict-transport-security", status) {
 		w.Field("strict-transport-security", "Strict-Transport-Security", p.hsts)

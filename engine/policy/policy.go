@@ -205,6 +205,9 @@ func (p *Path) Admits(addr netip.Addr) bool {
 	if len(p.allow) == 0 && len(p.deny) == 0 {
 		return true
 	}
+	if !addr.IsValid() {
+		return false // a forwarded address that could not be read
+	}
 	addr = addr.Unmap()
 	for _, n := range p.deny {
 		if n.Contains(addr) {

@@ -242,7 +242,10 @@ func parseSig(query []byte) (sigParams, error) {
 			return p, ErrMalformed
 		}
 		p.seen |= bit
-		if bytes.IndexByte(v, '%') >= 0 || bytes.IndexByte(v, '+') >= 0 {
+		if (bit == 2 || bit == 4 || bit == 8) && (bytes.IndexByte(v, '%') >= 0 || bytes.IndexByte(v, '+') >= 0) {
+			// kid, scope and ip may come percent-encoded; exp and sig have
+			// one spelling only (decimal, base64url): a grant is one URL,
+			// not many that a list or a cache key could tell apart.
 			u, err := url.QueryUnescape(string(v))
 			if err != nil {
 				return p, ErrMalformed
@@ -263,10 +266,10 @@ func parseSig(query []byte) (sigParams, error) {
 		case 8:
 			p.ip = v
 		case 16:
-			if base64.RawURLEncoding.DecodedLen(len(v)) != sha256.Size {
-				return p, ErrMalformed // checked first: Decode would write past sig
+			if len(v) != sigLen || !base64URL(v) {
+				return p, ErrMalformed // checked first: Decode would write past sig, and skips line breaks
 			}
-			if n, err := base64.RawURLEncoding.Decode(p.sig[:], v); err != nil || n != sha256.Size {
+			if n, err := base64.RawURLEncoding.Strict().Decode(p.sig[:], v); err != nil || n != sha256.Size {
 				return p, ErrMalformed
 			}
 		}
@@ -280,9 +283,23 @@ func parseSig(query []byte) (sigParams, error) {
 	return p, nil
 }
 
-// decimal reads a non-negative decimal number of at most 18 digits.
+// sigLen is the length of a signature in base64url without padding.
+const sigLen = (sha256.Size*8 + 5) / 6
+
+// base64URL reports whether v holds only base64url's alphabet.
+func base64URL(v []byte) bool {
+	for _, c := range v {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// decimal reads a non-negative decimal number of at most 18 digits,
+// without leading zeros.
 func decimal(v []byte) (int64, bool) {
-	if len(v) == 0 || len(v) > 18 {
+	if len(v) == 0 || len(v) > 18 || len(v) > 1 && v[0] == '0' {
 		return 0, false
 	}
 	var n int64
@@ -344,30 +361,58 @@ func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) err
 
 // Redact returns target with the value of every sig parameter of its
 // query replaced by "REDACTED", for logs: whoever reads a log must not
-// be able to use the URLs in it. target is returned as is when it has
-// none.
+// be able to use the URLs in it. A parameter is taken for sig however it
+// is spelled (any case, percent-encoded, after "&" or ";"), so that a
+// signature a client sent malformed is not logged whole either. target
+// is returned as is when it has none.
 func Redact(target []byte) []byte {
-	q := strings.IndexByte(string(target), '?')
-	if q < 0 || !strings.Contains(string(target[q:]), ParamSig+"=") {
+	q := bytes.IndexByte(target, '?')
+	if q < 0 || !mayHoldSig(target[q:]) {
 		return target
 	}
 	out := append(make([]byte, 0, len(target)), target[:q+1]...)
-	rest := string(target[q+1:])
-	for first := true; ; first = false {
-		kv, more, found := strings.Cut(rest, "&")
-		if !first {
-			out = append(out, '&')
+	rest := target[q+1:]
+	for len(rest) > 0 {
+		end := bytes.IndexAny(rest, "&;")
+		param := rest
+		if end >= 0 {
+			param = rest[:end]
 		}
-		if k, _, _ := strings.Cut(kv, "="); k == ParamSig {
+		if isSigParam(param) {
 			out = append(out, ParamSig+"=REDACTED"...)
 		} else {
-			out = append(out, kv...)
+			out = append(out, param...)
 		}
-		if !found {
-			return out
+		if end < 0 {
+			break
 		}
-		rest = more
+		out = append(out, rest[end])
+		rest = rest[end+1:]
 	}
+	return out
+}
+
+// mayHoldSig reports whether a query could hold a sig parameter in any
+// spelling: "sig" in any case, or a percent-encoding.
+func mayHoldSig(q []byte) bool {
+	return bytes.IndexByte(q, '%') >= 0 || bytes.Contains(bytes.ToLower(q), []byte(ParamSig))
+}
+
+// isSigParam reports whether one query parameter ("name=value") is sig,
+// its name decoded and in any case.
+func isSigParam(param []byte) bool {
+	name := param
+	if i := bytes.IndexByte(param, '='); i >= 0 {
+		name = param[:i]
+	}
+	n := string(name)
+	if bytes.IndexByte(name, '%') >= 0 {
+		if u, err := url.QueryUnescape(n); err == nil {
+			n = u
+		}
+	}
+	n = strings.ToLower(n)
+	return n == ParamSig || strings.HasPrefix(n, ParamSig+"=")
 }
 
 // SignatureQuery returns the signature parameters of a raw query, as

@@ -118,6 +118,11 @@ func TestVerify(t *testing.T) {
 		{"exp twice", append([]byte("exp=1&"), exact...), "/gated/llama/a.bin", testNow, ErrMalformed},
 		{"sig not base64url", tamper(exact, "sig=", "sig=%%"), "/gated/llama/a.bin", testNow, ErrMalformed},
 		{"exp negative", tamper(exact, "exp=", "exp=-"), "/gated/llama/a.bin", testNow, ErrMalformed},
+		{"exp with a leading zero", tamper(exact, "exp=", "exp=0"), "/gated/llama/a.bin", testNow, ErrMalformed},
+		{"exp with a plus", tamper(exact, "exp=", "exp=%2B"), "/gated/llama/a.bin", testNow, ErrMalformed},
+		{"sig with a line break", tamper(exact, "sig=", "sig=%0A"), "/gated/llama/a.bin", testNow, ErrMalformed},
+		{"sig percent-encoded", tamper(exact, "sig=", "sig=%41"), "/gated/llama/a.bin", testNow, ErrMalformed},
+		{"sig's last character's spare bits", lastBits(exact), "/gated/llama/a.bin", testNow, ErrMalformed},
 		{"other parameters are not signed", append([]byte("download=1&"), exact...), "/gated/llama/a.bin", testNow, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,6 +138,16 @@ func TestVerify(t *testing.T) {
 	if err := rotated.Verify(exact, []byte("/gated/llama/a.bin"), client, testNow); !errors.Is(err, ErrUnknownKey) {
 		t.Fatalf("k1 retired: %v", err)
 	}
+}
+
+// lastBits changes the two bits of a signature's last character that
+// carry no data: the same bytes decoded loosely, another URL.
+func lastBits(q []byte) []byte {
+	out := append([]byte(nil), q...)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := len(out) - 1
+	out[i] = alphabet[strings.IndexByte(alphabet, out[i])^1]
+	return out
 }
 
 func TestSignRefuses(t *testing.T) {
@@ -162,6 +177,11 @@ func TestRedact(t *testing.T) {
 		"/a":                                   "/a",
 		"https://h/a?exp=1&sig=SECRET#f":       "https://h/a?exp=1&sig=REDACTED",
 		"/a?mode=source&file=/g/x&sig=S&exp=1": "/a?mode=source&file=/g/x&sig=REDACTED&exp=1",
+		"/a?exp=1;kid=k;sig=SECRET":            "/a?exp=1;kid=k;sig=REDACTED",
+		"/a?SIG=SECRET&Sig=S2":                 "/a?sig=REDACTED&sig=REDACTED",
+		"/a?%73ig=SECRET":                      "/a?sig=REDACTED",
+		"/a?sig%3dSECRET":                      "/a?sig=REDACTED",
+		"/a?x=%41":                             "/a?x=%41",
 	} {
 		if got := string(Redact([]byte(in))); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
