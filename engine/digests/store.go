@@ -334,12 +334,15 @@ func (d *Store) finish(id integrity.FileID, j *hashJob, s sums, ok bool) {
 	}
 	for _, w := range ws {
 		if ok {
+			// The entry is judged before the mismatch is counted and
+			// logged: whoever sees the count or the line finds the file
+			// already refused.
+			w.e.SetDigest(d.judge(w.root, w.e, s))
 			if want, m, listed := d.listed(w.root, w.e); listed && want != sum {
 				d.Mismatches.Add(1)
 				d.log.Error("FILE DOES NOT MATCH THE MANIFEST", "path", w.e.Rel(), "manifest", m.path,
 					"manifest_blake3", want.String(), "disk_blake3", sum.String(), "policy", map[bool]string{true: "refuse (500)", false: "serve the disk's bytes with their true digest"}[d.refuse])
 			}
-			w.e.SetDigest(d.judge(w.root, w.e, s))
 		}
 		w.e.Release()
 	}

@@ -16,10 +16,11 @@ import (
 // are kept for the cache's time per credential.
 func TestForward(t *testing.T) {
 	var asked atomic.Int32
-	var last http.Header
+	var last atomic.Pointer[http.Header] // the handler's goroutine writes it
 	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked.Add(1)
-		last = r.Header.Clone()
+		h := r.Header.Clone()
+		last.Store(&h)
 		switch r.Header.Get("Authorization") {
 		case "Bearer good":
 			w.WriteHeader(204)
@@ -75,7 +76,7 @@ func TestForward(t *testing.T) {
 	}
 	for k, want := range map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "a.test",
 		"X-Forwarded-Uri": "/f/x?y=1", "X-Forwarded-For": "192.0.2.1", "Cookie": "sid=1"} {
-		if got := last.Get(k); got != want {
+		if got := last.Load().Get(k); got != want {
 			t.Errorf("the endpoint got %s %q, want %q", k, got, want)
 		}
 	}
