@@ -49,9 +49,10 @@ type reqFacts struct {
 	proto     uint8  // protoH1, protoH2, protoH3
 	host      []byte // Host or :authority as sent; nil when none
 	method    []byte
-	path      []byte // the target's path, without its query
-	malformed bool   // the driver found the authority or target malformed
-	query     []byte // the target's query, without "?"; nil when none
+	path      []byte    // the target's path, without its query
+	malformed bool      // the driver found the authority or target malformed
+	query     []byte    // the target's query, without "?"; nil when none
+	now       time.Time // the loop's clock (zero: time.Now is read when needed)
 	peer      netip.Addr
 	hdr       policy.Headers
 	// The connection's TLS facts; tls false on a plain connection.
@@ -224,7 +225,10 @@ func (s *Server) gate(f *reqFacts, d *decision, p *policy.Path, clean []byte) {
 		return // no rules, no CORS: the response's fields only
 	}
 	r := policy.Request{Method: f.method, Clean: clean, Query: f.query,
-		Client: clientAddr(f, s.cfg.ReverseProxy.Trusted), Header: f.hdr, Now: time.Now(), Host: f.host, TLS: f.tls}
+		Client: clientAddr(f, s.cfg.ReverseProxy.Trusted), Header: f.hdr, Now: f.now, Host: f.host, TLS: f.tls}
+	if r.Now.IsZero() {
+		r.Now = time.Now()
+	}
 	if p.Auth == policy.AuthForward {
 		r.Target = f.path
 		if f.query != nil {

@@ -200,7 +200,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		return h.handleRedirect(c, st, n)
 	}
 	r := &h.req
-	f := reqFacts{proto: protoH1, host: r.Host, method: r.Method, path: r.Path, query: r.Query, peer: c.Peer().Addr(), hdr: r}
+	f := reqFacts{proto: protoH1, host: r.Host, method: r.Method, path: r.Path, query: r.Query, peer: c.Peer().Addr(), hdr: r, now: h.lc.loop.Now()}
 	if sess := st.s.Session(); sess != nil {
 		f.tls, f.sni, f.version = true, sess.ServerName, sess.Version
 	}

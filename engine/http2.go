@@ -304,7 +304,7 @@ func (hc *h2Conn) decide(hs *h2Strm) {
 		host = r.Get("host") // a Host field (h2 refuses one that differs from a :authority)
 	}
 	path, query := splitTarget(r.Path)
-	f := reqFacts{proto: protoH2, host: host, method: r.Method, path: path, query: query, peer: hc.c.Peer().Addr(), hdr: r}
+	f := reqFacts{proto: protoH2, host: host, method: r.Method, path: path, query: query, peer: hc.c.Peer().Addr(), hdr: r, now: hh.lc.loop.Now()}
 	if sess := hc.s.Session(); sess != nil {
 		f.tls, f.sni, f.version = true, sess.ServerName, sess.Version
 	}

@@ -18,6 +18,13 @@ type fieldWriter interface {
 	field(lower, canonical, value string)
 	fieldBytes(lower, canonical string, value []byte)
 	fieldInt(lower, canonical string, v int64)
+	// fieldParts writes head + "?" + q + tail as one value.
+	fieldParts(lower, canonical string, head, q, tail []byte)
+}
+
+// joinParts is fieldParts's value, for the writers that need it whole.
+func joinParts(head, q, tail []byte) string {
+	return string(head) + "?" + string(q) + string(tail)
 }
 
 // writeFields gives w the header fields of resp, for every protocol: the
@@ -75,7 +82,11 @@ func writeFields(w fieldWriter, resp *files.Response, s *site, pr *policy.Resp, 
 		w.field("repr-digest", "Repr-Digest", resp.ReprDigest)
 	}
 	if resp.Link != nil && !pr.Omits("link", resp.Status) {
-		w.fieldBytes("link", "Link", pr.Link(resp.Link))
+		if head, q, tail := pr.LinkParts(resp.Link); q != nil {
+			w.fieldParts("link", "Link", head, q, tail)
+		} else {
+			w.fieldBytes("link", "Link", resp.Link)
+		}
 	}
 	if resp.RetryAfter > 0 {
 		w.fieldInt("retry-after", "Retry-After", int64(resp.RetryAfter))
@@ -96,6 +107,11 @@ func (w *h1Fields) fieldBytes(_, name string, value []byte) {
 	w.b = h1.AppendHeaderBytes(w.b, name, value)
 }
 func (w *h1Fields) fieldInt(_, name string, v int64) { w.b = h1.AppendHeaderInt(w.b, name, v) }
+func (w *h1Fields) fieldParts(_, name string, head, q, tail []byte) {
+	b := append(append(w.b, name...), ": "...)
+	b = append(append(append(b, head...), '?'), q...)
+	w.b = append(append(b, tail...), "\r\n"...)
+}
 
 // hpackFields collects fields for HPACK (HTTP/2).
 type hpackFields struct{ f []hpack.HeaderField }
@@ -107,6 +123,9 @@ func (w *hpackFields) Field(name, _, value string) {
 	w.f = append(w.f, hpack.HeaderField{Name: name, Value: value})
 }
 func (w *hpackFields) fieldBytes(name, _ string, value []byte) { w.field(name, "", string(value)) }
+func (w *hpackFields) fieldParts(name, _ string, head, q, tail []byte) {
+	w.field(name, "", joinParts(head, q, tail))
+}
 func (w *hpackFields) fieldInt(name, _ string, v int64) {
 	w.field(name, "", strconv.FormatInt(v, 10))
 }
@@ -118,6 +137,9 @@ func (w headerFields) field(_, name, value string) { w[name] = []string{value} }
 func (w headerFields) Field(_, name, value string) { http.Header(w).Add(name, value) }
 func (w headerFields) fieldBytes(_, name string, value []byte) {
 	w[name] = []string{string(value)}
+}
+func (w headerFields) fieldParts(_, name string, head, q, tail []byte) {
+	w[name] = []string{joinParts(head, q, tail)}
 }
 func (w headerFields) fieldInt(_, name string, v int64) {
 	w[name] = []string{strconv.FormatInt(v, 10)}

@@ -31,20 +31,35 @@ type Resp struct {
 	SigQuery []byte
 }
 
+// LinkParts splits the Link field value link where the request's
+// signature goes ("</f.obao" + "?" + q + ">; rel=..."): q is nil when the
+// link takes none. A query of signature parameters alone (as engine sign
+// writes it) is used as it is, without a copy.
+func (r *Resp) LinkParts(link []byte) (head, q, tail []byte) {
+	if r == nil || len(r.SigQuery) == 0 {
+		return link, nil, nil
+	}
+	q = r.SigQuery
+	if !onlySigParams(q) {
+		q = SignatureQuery(q)
+	}
+	i := strings.IndexByte(string(link), '>')
+	if len(q) == 0 || i < 0 || strings.IndexByte(string(link[:i]), '?') >= 0 {
+		return link, nil, nil
+	}
+	return link[:i], q, link[i:]
+}
+
 // Link returns the Link field value link with the request's signature
 // added to its URI: "</f.obao?exp=...>; rel=...".
 func (r *Resp) Link(link []byte) []byte {
-	if r == nil || len(r.SigQuery) == 0 {
-		return link
-	}
-	q := SignatureQuery(r.SigQuery)
-	i := strings.IndexByte(string(link), '>')
-	if len(q) == 0 || i < 0 || strings.IndexByte(string(link[:i]), '?') >= 0 {
+	head, q, tail := r.LinkParts(link)
+	if q == nil {
 		return link
 	}
 	out := make([]byte, 0, len(link)+len(q)+1)
-	out = append(append(append(out, link[:i]...), '?'), q...)
-	return append(out, link[i:]...)
+	out = append(append(append(out, head...), '?'), q...)
+	return append(out, tail...)
 }
 
 // Omits reports whether the engine's own field lower (Server,

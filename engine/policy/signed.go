@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mediaship/engine/engine/config"
@@ -60,8 +61,51 @@ func StringToSign(kid string, exp int64, ip, mode, path string) string {
 	return SigAlgorithm + "\n" + kid + "\n" + strconv.FormatInt(exp, 10) + "\n" + ip + "\n" + mode + "\n" + path
 }
 
-// Keys are the signing secrets by key id. Immutable.
-type Keys struct{ m map[string]*key }
+// Keys are the signing secrets by key id, and the signatures they
+// verified.
+type Keys struct {
+	m map[string]*key
+	// seen holds signatures found good, by their bytes, with what each
+	// signed: a request that repeats every signed value of one (a client
+	// asking range after range of one URL) needs no HMAC. Emptied when
+	// it grows past seenMax.
+	seen  atomic.Pointer[sync.Map] // [32]byte -> *seenSig
+	nseen atomic.Int32
+}
+
+// seenSig is what a good signature signed.
+type seenSig struct {
+	kid, ip, mode, signed string
+	exp                   int64
+}
+
+const seenMax = 4096
+
+func (k *Keys) lookupSeen(p *sigParams, mode string, signed []byte) bool {
+	m := k.seen.Load()
+	if m == nil {
+		return false
+	}
+	v, ok := m.Load(p.sig)
+	if !ok {
+		return false
+	}
+	s := v.(*seenSig)
+	return s.exp == p.exp && s.mode == mode && s.kid == string(p.kid) && s.ip == string(p.ip) && s.signed == string(signed)
+}
+
+func (k *Keys) remember(p *sigParams, mode string, signed []byte) {
+	if k.nseen.Add(1) > seenMax {
+		k.seen.Store(&sync.Map{})
+		k.nseen.Store(1)
+	}
+	m := k.seen.Load()
+	if m == nil {
+		k.seen.CompareAndSwap(nil, &sync.Map{})
+		m = k.seen.Load()
+	}
+	m.Store(p.sig, &seenSig{kid: string(p.kid), ip: string(p.ip), mode: mode, signed: string(signed), exp: p.exp})
+}
 
 // key is one secret, with keyed HMAC states to reuse: a state's Reset
 // goes back to the secret's pads without hashing the secret again.
@@ -331,17 +375,22 @@ func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) err
 	if p.hasScope {
 		mode, signed = "prefix", p.scope
 	}
-	want := sk.sum(p.kid, p.exp, p.ip, mode, signed)
-	ok = hmac.Equal(want[:], p.sig[:])
-	if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
-		// The outboard tree of a file goes with the file's signature: it
-		// is the file's own hashes, and engine fetch asks for it by the
-		// Link the file's response gave, with the same query.
-		want = sk.sum(p.kid, p.exp, p.ip, mode, t)
+	if !k.lookupSeen(&p, mode, signed) {
+		want := sk.sum(p.kid, p.exp, p.ip, mode, signed)
 		ok = hmac.Equal(want[:], p.sig[:])
-	}
-	if !ok {
-		return ErrBadSig
+		if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
+			// The outboard tree of a file goes with the file's
+			// signature: it is the file's own hashes, and engine fetch
+			// asks for it by the Link the file's response gave, with
+			// the same query. (Not remembered: it is asked once.)
+			want = sk.sum(p.kid, p.exp, p.ip, mode, t)
+			ok = hmac.Equal(want[:], p.sig[:])
+		} else if ok {
+			k.remember(&p, mode, signed)
+		}
+		if !ok {
+			return ErrBadSig
+		}
 	}
 	// The signature is the signer's: now what it says is checked.
 	if now.Unix() > p.exp {
@@ -413,6 +462,29 @@ func isSigParam(param []byte) bool {
 	}
 	n = strings.ToLower(n)
 	return n == ParamSig || strings.HasPrefix(n, ParamSig+"=")
+}
+
+// onlySigParams reports whether every parameter of a raw query is a
+// signature parameter.
+func onlySigParams(q []byte) bool {
+	for len(q) > 0 {
+		kv := q
+		if i := bytes.IndexByte(q, '&'); i >= 0 {
+			kv, q = q[:i], q[i+1:]
+		} else {
+			q = nil
+		}
+		k := kv
+		if i := bytes.IndexByte(kv, '='); i >= 0 {
+			k = kv[:i]
+		}
+		switch string(k) {
+		case ParamExpires, ParamKeyID, ParamScope, ParamIP, ParamSig:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // SignatureQuery returns the signature parameters of a raw query, as
