@@ -65,46 +65,36 @@ func StringToSign(kid string, exp int64, ip, mode, path string) string {
 // verified.
 type Keys struct {
 	m map[string]*key
-	// seen holds signatures found good, by their bytes, with what each
-	// signed: a request that repeats every signed value of one (a client
-	// asking range after range of one URL) needs no HMAC. Emptied when
-	// it grows past seenMax.
-	seen  atomic.Pointer[sync.Map] // [32]byte -> *seenSig
-	nseen atomic.Int32
+	// seen holds signatures found good, with what each signed: a
+	// request that repeats every signed value of one (a client asking
+	// range after range of one URL) needs no HMAC. A direct-mapped
+	// table, a slot chosen by the signature's first bytes: a lookup takes
+	// no lock and allocates nothing, and a newer signature simply takes
+	// an older one's slot.
+	seen [seenSlots]atomic.Pointer[seenSig]
 }
 
-// seenSig is what a good signature signed.
+// seenSig is a good signature and what it signed.
 type seenSig struct {
+	sig                   [sha256.Size]byte
 	kid, ip, mode, signed string
 	exp                   int64
 }
 
-const seenMax = 4096
+const seenSlots = 4096
+
+func seenSlot(sig *[sha256.Size]byte) int {
+	return int(uint16(sig[0])|uint16(sig[1])<<8) % seenSlots
+}
 
 func (k *Keys) lookupSeen(p *sigParams, mode string, signed []byte) bool {
-	m := k.seen.Load()
-	if m == nil {
-		return false
-	}
-	v, ok := m.Load(p.sig)
-	if !ok {
-		return false
-	}
-	s := v.(*seenSig)
-	return s.exp == p.exp && s.mode == mode && s.kid == string(p.kid) && s.ip == string(p.ip) && s.signed == string(signed)
+	s := k.seen[seenSlot(&p.sig)].Load()
+	return s != nil && s.sig == p.sig && s.exp == p.exp && s.mode == mode && s.kid == string(p.kid) &&
+		s.ip == string(p.ip) && s.signed == string(signed)
 }
 
 func (k *Keys) remember(p *sigParams, mode string, signed []byte) {
-	if k.nseen.Add(1) > seenMax {
-		k.seen.Store(&sync.Map{})
-		k.nseen.Store(1)
-	}
-	m := k.seen.Load()
-	if m == nil {
-		k.seen.CompareAndSwap(nil, &sync.Map{})
-		m = k.seen.Load()
-	}
-	m.Store(p.sig, &seenSig{kid: string(p.kid), ip: string(p.ip), mode: mode, signed: string(signed), exp: p.exp})
+	k.seen[seenSlot(&p.sig)].Store(&seenSig{sig: p.sig, kid: string(p.kid), ip: string(p.ip), mode: mode, signed: string(signed), exp: p.exp})
 }
 
 // key is one secret, with keyed HMAC states to reuse: a state's Reset
