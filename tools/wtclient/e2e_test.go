@@ -256,7 +256,10 @@ func TestSessions(t *testing.T) {
 	ts := startServer(t)
 	ts.maxSessions.Store(1)
 	var m MultiResult
-	client(t, &m, "-url", ts.url("mode=source&bytes=10"), "-ca", ts.caFile, "-timeout", "10s", "-op", "source", "-sessions", "3")
+	// hold=3: the session admitted keeps its slot until all three
+	// requests came (10 bytes each finished before the next arrived, and
+	// all three passed, in one suite run).
+	client(t, &m, "-url", ts.url("mode=source&bytes=10&hold=3"), "-ca", ts.caFile, "-timeout", "10s", "-op", "source", "-sessions", "3")
 	if m.OK || len(m.Sessions) != 3 {
 		t.Fatalf("ok %v, %d sessions; want not ok, 3", m.OK, len(m.Sessions))
 	}

@@ -42,6 +42,7 @@ type testServer struct {
 	caFile string // PEM of the self-signed certificate
 
 	maxSessions atomic.Int64 // 0: no limit; else 503 with Retry-After: 1 beyond it (atomic: a test sets it while the server runs)
+	handled     atomic.Int64 // session requests that reached the handler, admitted or not
 	active      atomic.Int64
 
 	mu       sync.Mutex
@@ -125,6 +126,7 @@ func (ts *testServer) handle(s *webtransport.Server, w http.ResponseWriter, r *h
 	ts.protos = append(ts.protos, r.Proto)
 	ts.mu.Unlock()
 
+	ts.handled.Add(1)
 	q := r.URL.Query()
 	mode := q.Get("mode")
 	if limit := ts.maxSessions.Load(); limit > 0 {
@@ -157,7 +159,15 @@ func (ts *testServer) handle(s *webtransport.Server, w http.ResponseWriter, r *h
 		if q.Has("flip") {
 			body[num("flip")] ^= 0x80
 		}
-		run = func(sess *webtransport.Session) { ts.source(sess, body) }
+		run = func(sess *webtransport.Session) {
+			// hold=N: keep the session (and its slot) until N session
+			// requests have reached the handler, so that sessions dialled
+			// at once overlap however fast each one would finish.
+			for deadline := time.Now().Add(10 * time.Second); ts.handled.Load() < num("hold") && time.Now().Before(deadline); {
+				time.Sleep(2 * time.Millisecond)
+			}
+			ts.source(sess, body)
+		}
 	case "sink":
 		run = ts.sink
 	case "datagrams":
