@@ -74,27 +74,29 @@ type Keys struct {
 	seen [seenSlots]atomic.Pointer[seenSig]
 }
 
-// seenSig is a good signature and what it signed.
+// seenSig is a good signature, as sent (its one spelling), and what it
+// signed.
 type seenSig struct {
-	sig                   [sha256.Size]byte
-	kid, ip, mode, signed string
-	exp                   int64
+	raw, kid, ip, mode, signed string
+	exp                        int64
 }
 
 const seenSlots = 4096
 
-func seenSlot(sig *[sha256.Size]byte) int {
-	return int(uint16(sig[0])|uint16(sig[1])<<8) % seenSlots
+// seenSlot chooses a signature's slot by its first characters (the
+// signature is an HMAC: they are as good as random).
+func seenSlot(raw []byte) int {
+	return int(uint32(raw[0])|uint32(raw[1])<<8|uint32(raw[2])<<16) % seenSlots
 }
 
 func (k *Keys) lookupSeen(p *sigParams, mode string, signed []byte) bool {
-	s := k.seen[seenSlot(&p.sig)].Load()
-	return s != nil && s.sig == p.sig && s.exp == p.exp && s.mode == mode && s.kid == string(p.kid) &&
+	s := k.seen[seenSlot(p.rawSig)].Load()
+	return s != nil && s.raw == string(p.rawSig) && s.exp == p.exp && s.mode == mode && s.kid == string(p.kid) &&
 		s.ip == string(p.ip) && s.signed == string(signed)
 }
 
 func (k *Keys) remember(p *sigParams, mode string, signed []byte) {
-	k.seen[seenSlot(&p.sig)].Store(&seenSig{sig: p.sig, kid: string(p.kid), ip: string(p.ip), mode: mode, signed: string(signed), exp: p.exp})
+	k.seen[seenSlot(p.rawSig)].Store(&seenSig{raw: string(p.rawSig), kid: string(p.kid), ip: string(p.ip), mode: mode, signed: string(signed), exp: p.exp})
 }
 
 // key is one secret, with keyed HMAC states to reuse: a state's Reset
@@ -235,7 +237,8 @@ type sigParams struct {
 	exp      int64
 	kid, ip  []byte
 	scope    []byte
-	sig      [sha256.Size]byte
+	sig      [sha256.Size]byte // decoded from rawSig by decodeSig
+	rawSig   []byte            // as sent: sigLen characters
 	hasScope bool
 	seen     uint8
 }
@@ -300,12 +303,10 @@ func parseSig(query []byte) (sigParams, error) {
 		case 8:
 			p.ip = v
 		case 16:
-			if len(v) != sigLen || !base64URL(v) {
-				return p, ErrMalformed // checked first: Decode would write past sig, and skips line breaks
-			}
-			if n, err := base64.RawURLEncoding.Strict().Decode(p.sig[:], v); err != nil || n != sha256.Size {
+			if len(v) != sigLen {
 				return p, ErrMalformed
 			}
+			p.rawSig = v // decoded only when it is not one seen before (decodeSig)
 		}
 	}
 	if p.seen&(1|2|16) == 0 {
@@ -328,6 +329,18 @@ func base64URL(v []byte) bool {
 		}
 	}
 	return true
+}
+
+// decodeSig decodes the signature's one spelling (base64url of exactly
+// sigLen characters, strict) into p.sig.
+func decodeSig(p *sigParams) error {
+	if !base64URL(p.rawSig) {
+		return ErrMalformed // checked first: the decoder skips line breaks
+	}
+	if n, err := base64.RawURLEncoding.Strict().Decode(p.sig[:], p.rawSig); err != nil || n != sha256.Size {
+		return ErrMalformed
+	}
+	return nil
 }
 
 // decimal reads a non-negative decimal number of at most 18 digits,
@@ -366,6 +379,9 @@ func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) err
 		mode, signed = "prefix", p.scope
 	}
 	if !k.lookupSeen(&p, mode, signed) {
+		if err := decodeSig(&p); err != nil {
+			return err
+		}
 		want := sk.sum(p.kid, p.exp, p.ip, mode, signed)
 		ok = hmac.Equal(want[:], p.sig[:])
 		if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
