@@ -159,7 +159,7 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		return d, buf
 	}
 	if len(f.path) > 0 && f.path[0] == '/' {
-		clean, ok := sitePath(f.path)
+		clean, ok := cleanPath(f.path)
 		if !ok && !st.policy.Empty() {
 			// A path the site would refuse is refused before a prefix
 			// is matched: no spelling of it may pass one prefix's
@@ -305,18 +305,6 @@ func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
 	return false
 }
 
-// sitePath is the path as a site reads it, for its policy: routePath's,
-// and false when CleanPath refuses the path (the site's files would).
-func sitePath(p []byte) ([]byte, bool) {
-	if bytes.IndexByte(p, '%') < 0 && !bytes.Contains(p, []byte("//")) && !bytes.Contains(p, []byte("/.")) {
-		return p, true
-	}
-	if _, _, err := files.CleanPath(p, nil); err != nil {
-		return p, false
-	}
-	return routePath(p), true
-}
-
 // routePath is the path routes are matched by: the path as a site reads
 // it (percent-decoded once, "." segments and repeated slashes dropped:
 // files.CleanPath), so that "/ap%69/x" and "//api/x" are the "/api/"
@@ -324,12 +312,20 @@ func sitePath(p []byte) ([]byte, bool) {
 // the path as the client wrote it. A path CleanPath refuses is matched as
 // sent (its site would refuse it, and UnsafePath refuses most).
 func routePath(p []byte) []byte {
+	clean, _ := cleanPath(p)
+	return clean
+}
+
+// cleanPath is the path as a site reads it (routePath's, and what a
+// site's policy matches), and false when CleanPath refuses p (the
+// site's files would), which is then returned as sent.
+func cleanPath(p []byte) ([]byte, bool) {
 	if bytes.IndexByte(p, '%') < 0 && !bytes.Contains(p, []byte("//")) && !bytes.Contains(p, []byte("/.")) {
-		return p
+		return p, true
 	}
 	rel, dirSlash, err := files.CleanPath(p, nil)
 	if err != nil {
-		return p
+		return p, false
 	}
 	out := append(make([]byte, 0, len(rel)+2), '/')
 	out = append(out, rel...)
@@ -339,7 +335,7 @@ func routePath(p []byte) []byte {
 		// refused there (400), not the site's to redirect.
 		out = append(out, '/')
 	}
-	return out
+	return out, true
 }
 
 // speaks reports whether the site answers protocol proto; plain HTTP/2

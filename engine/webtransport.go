@@ -237,7 +237,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 // GET of it with the CONNECT's query, address and fields. It returns 0
 // when the session may have the file.
 func (hh *h3Handler) wtGate(r *http.Request, s *site, path string, query []byte) (status int, reason, challenge string) {
-	clean, ok := sitePath([]byte(path))
+	clean, ok := cleanPath([]byte(path))
 	if !ok {
 		return 400, reasonTarget, ""
 	}

@@ -250,16 +250,8 @@ func parseSig(query []byte) (sigParams, error) {
 	var p sigParams
 	q := query
 	for len(q) > 0 {
-		kv := q
-		if i := bytes.IndexByte(q, '&'); i >= 0 {
-			kv, q = q[:i], q[i+1:]
-		} else {
-			q = nil
-		}
-		k, v := kv, []byte(nil)
-		if i := bytes.IndexByte(kv, '='); i >= 0 {
-			k, v = kv[:i], kv[i+1:]
-		}
+		var k, v []byte
+		_, k, v, q = nextParam(q)
 		var bit uint8
 		switch string(k) {
 		case ParamExpires:
@@ -474,23 +466,36 @@ func isSigParam(param []byte) bool {
 // signature parameter.
 func onlySigParams(q []byte) bool {
 	for len(q) > 0 {
-		kv := q
-		if i := bytes.IndexByte(q, '&'); i >= 0 {
-			kv, q = q[:i], q[i+1:]
-		} else {
-			q = nil
-		}
-		k := kv
-		if i := bytes.IndexByte(kv, '='); i >= 0 {
-			k = kv[:i]
-		}
-		switch string(k) {
-		case ParamExpires, ParamKeyID, ParamScope, ParamIP, ParamSig:
-		default:
+		var k []byte
+		_, k, _, q = nextParam(q)
+		if !sigName(k) {
 			return false
 		}
 	}
 	return true
+}
+
+// nextParam splits the first parameter off a raw query: the parameter
+// ("k=v"), its name and value, and the rest after its "&".
+func nextParam(q []byte) (kv, k, v, rest []byte) {
+	kv = q
+	if i := bytes.IndexByte(q, '&'); i >= 0 {
+		kv, rest = q[:i], q[i+1:]
+	}
+	k = kv
+	if i := bytes.IndexByte(kv, '='); i >= 0 {
+		k, v = kv[:i], kv[i+1:]
+	}
+	return kv, k, v, rest
+}
+
+// sigName reports whether a parameter name is one of a signature's.
+func sigName(k []byte) bool {
+	switch string(k) {
+	case ParamExpires, ParamKeyID, ParamScope, ParamIP, ParamSig:
+		return true
+	}
+	return false
 }
 
 // SignatureQuery returns the signature parameters of a raw query, as
@@ -499,20 +504,10 @@ func onlySigParams(q []byte) bool {
 // signature. nil when there are none.
 func SignatureQuery(query []byte) []byte {
 	var out []byte
-	q := query
-	for len(q) > 0 {
-		kv := q
-		if i := bytes.IndexByte(q, '&'); i >= 0 {
-			kv, q = q[:i], q[i+1:]
-		} else {
-			q = nil
-		}
-		k := kv
-		if i := bytes.IndexByte(kv, '='); i >= 0 {
-			k = kv[:i]
-		}
-		switch string(k) {
-		case ParamExpires, ParamKeyID, ParamScope, ParamIP, ParamSig:
+	for q := query; len(q) > 0; {
+		var kv, k []byte
+		kv, k, _, q = nextParam(q)
+		if sigName(k) {
 			if out == nil {
 				out = make([]byte, 0, len(query))
 			} else {
