@@ -240,9 +240,7 @@ func (s *Server) gate(f *reqFacts, d *decision, p *policy.Path, clean []byte) {
 	d.location = v.Location
 	d.slow = v.Slow
 	if v.Status == 0 {
-		if p.Auth == policy.AuthSigned {
-			d.pr.SigQuery = f.query
-		}
+		d.pr.SigQuery = v.SigQuery
 		return
 	}
 	d.status, d.reason = v.Status, "policy"
@@ -320,7 +318,7 @@ func routePath(p []byte) []byte {
 // site's policy matches), and false when CleanPath refuses p (the
 // site's files would), which is then returned as sent.
 func cleanPath(p []byte) ([]byte, bool) {
-	if bytes.IndexByte(p, '%') < 0 && !bytes.Contains(p, []byte("//")) && !bytes.Contains(p, []byte("/.")) {
+	if plainPath(p) {
 		return p, true
 	}
 	rel, dirSlash, err := files.CleanPath(p, nil)
@@ -336,6 +334,17 @@ func cleanPath(p []byte) ([]byte, bool) {
 		out = append(out, '/')
 	}
 	return out, true
+}
+
+// plainPath reports whether p is clean as sent: no escape, no "//", no
+// dot segment (no "/." at all). One pass: this runs for every request.
+func plainPath(p []byte) bool {
+	for i, c := range p {
+		if c == '%' || c == '/' && i+1 < len(p) && (p[i+1] == '/' || p[i+1] == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // speaks reports whether the site answers protocol proto; plain HTTP/2

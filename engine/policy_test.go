@@ -128,6 +128,10 @@ func TestGatedResponses(t *testing.T) {
 			"Cache-Control": "private, no-cache", "Content-Disposition": `attachment; filename="a.bin"`, "X-Gate": "signed",
 			"Server": "models", "Content-Type": "application/x-model", "Vary": "Origin",
 			"Link": "</gated/llama/a.bin.obao?" + exact + `>; rel="blake3-outboard"`}, strings.Repeat("A", 300_000)},
+		{"signed, another parameter", "/gated/llama/a.bin?download=1&" + exact, nil, 200, map[string]string{
+			"Link": "</gated/llama/a.bin.obao?" + exact + `>; rel="blake3-outboard"`}, strings.Repeat("A", 300_000)},
+		{"signed, prefix, another parameter", "/gated/llama/b.bin?" + prefix + "&v=2", nil, 200, map[string]string{
+			"Link": "</gated/llama/b.bin.obao?" + prefix + `>; rel="blake3-outboard"`}, "bbbb"},
 		{"signed range", "/gated/llama/a.bin?" + exact, []string{"Range", "bytes=10-19"}, 206, map[string]string{"Content-Range": "bytes 10-19/300000", "Cache-Control": "private, no-cache"}, "AAAAAAAAAA"},
 		{"signed, other file", "/gated/llama/b.bin?" + exact, nil, 403, nil, ""},
 		{"expired", "/gated/llama/a.bin?" + expired, nil, 403, nil, ""},

@@ -5,7 +5,14 @@
 // checked, three fields added, Cache-Control set), in one run, the four
 // rows taking turns in an order that rotates each repeat.
 //
-//	go run ./bench/gatecompare [--repeats 7] [--duration 5s] [--out docs/BENCHMARKS-gated.md]
+//	go run ./bench/gatecompare [--repeats 7] [--duration 5s] [--layout pinned|shared] [--out docs/BENCHMARKS-gated.md]
+//
+// --layout pinned (the default) gives each server one CPU (CPU 0: the
+// engine with workers = 1, nginx with one worker) and wrk the other (one
+// thread, 32 connections): on a 2-CPU machine the rows then measure the
+// server alone, not where the scheduler put wrk's threads beside its
+// loops. --layout shared lets every process use both CPUs (2 workers,
+// wrk with 2 threads and 64 connections).
 //
 // nginx does the same work with secure_link (MD5 over the expiry, the
 // path and a secret: its only choice) and add_header. Before any sample,
@@ -27,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,10 +56,29 @@ type row struct {
 
 func main() {
 	repeats := flag.Int("repeats", 7, "interleaved repeats")
+	layout := flag.String("layout", "pinned", "pinned: servers on CPU 0, wrk on CPU 1; shared: every process on every CPU")
 	duration := flag.Duration("duration", 5*time.Second, "wrk's time per sample")
 	out := flag.String("out", "docs/BENCHMARKS-gated.md", "page to write")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *layout != "pinned" && *layout != "shared" {
+		log.Fatalf("--layout %q: pinned or shared", *layout)
+	}
+	pinned := *layout == "pinned"
+	if pinned && runtime.NumCPU() < 2 {
+		log.Fatal("--layout pinned needs 2 CPUs; use --layout shared")
+	}
+	// on runs a command on CPU cpu when pinned.
+	on := func(cpu string, name string, args ...string) *exec.Cmd {
+		if !pinned {
+			return exec.Command(name, args...)
+		}
+		return exec.Command("taskset", append([]string{"-c", cpu, name}, args...)...)
+	}
+	workers, nginxWorkers := 0, "auto"
+	if pinned {
+		workers, nginxWorkers = 1, "1"
+	}
 	for _, tool := range []string{"nginx", "wrk"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			log.Fatalf("%s not installed: apt-get install -y %s, and run this again", tool, tool)
@@ -85,6 +112,7 @@ func main() {
 	}
 	cfg := filepath.Join(work, "engine.toml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`listen = "127.0.0.1:%d"
+workers = %d
 [[sites]]
 domain = "*"
 root = %q
@@ -105,8 +133,8 @@ cache_control = "no-cache"
 keys = { k1 = %q }
 [integrity]
 state_dir = %q
-`, ports[0], www, keyFile, filepath.Join(work, "state"))), 0o644)
-	eng := exec.Command(build.Path, "serve", "-c", cfg)
+`, ports[0], workers, www, keyFile, filepath.Join(work, "state"))), 0o644)
+	eng := on("0", build.Path, "serve", "-c", cfg)
 	eng.Stderr = os.Stderr
 	if err := eng.Start(); err != nil {
 		log.Fatal(err)
@@ -116,7 +144,7 @@ state_dir = %q
 		os.MkdirAll(filepath.Join(work, d), 0o755)
 	}
 	ncfg := filepath.Join(work, "nginx.conf")
-	os.WriteFile(ncfg, []byte(fmt.Sprintf(`worker_processes auto;
+	os.WriteFile(ncfg, []byte(fmt.Sprintf(`worker_processes %[5]s;
 daemon off;
 pid %[1]s/run/nginx.pid;
 error_log %[1]s/logs/error.log warn;
@@ -143,8 +171,8 @@ http {
         }
     }
 }
-`, work, ports[1], www, secret)), 0o644)
-	ngx := exec.Command("nginx", "-c", ncfg)
+`, work, ports[1], www, secret, nginxWorkers)), 0o644)
+	ngx := on("0", "nginx", "-c", ncfg)
 	ngx.Stderr = os.Stderr
 	if err := ngx.Start(); err != nil {
 		log.Fatal(err)
@@ -212,7 +240,7 @@ http {
 				pid = ngx.Process.Pid
 			}
 			before := bench.ProcessCPU(pid) // nginx's with its workers
-			rps, n, err := wrk(r.url, *duration)
+			rps, n, err := wrk(on, pinned, r.url, *duration)
 			if err != nil {
 				die("%s: %v", r.name, err)
 			}
@@ -223,7 +251,7 @@ http {
 		}
 	}
 	stop()
-	page := render(build, rows, res, cpu, *repeats, *duration)
+	page := render(build, rows, res, cpu, *repeats, *duration, pinned)
 	if err := os.WriteFile(*out, []byte(page), 0o644); err != nil {
 		log.Fatal(err)
 	}
@@ -266,10 +294,15 @@ var rpsLine = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
 var countLine = regexp.MustCompile(`(\d+) requests in`)
 var errLine = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: (.*)`)
 
-// wrk runs 64 keep-alive connections on 2 threads against url, and
-// returns the requests a second and the requests answered.
-func wrk(url string, d time.Duration) (float64, int64, error) {
-	out, err := exec.Command("wrk", "-t2", "-c64", "-d"+strconv.Itoa(int(d.Seconds()))+"s", "--latency", url).CombinedOutput()
+// wrk runs keep-alive connections against url (pinned: 32 on one thread
+// on CPU 1; else 64 on 2 threads), and returns the requests a second and
+// the requests answered.
+func wrk(on func(string, string, ...string) *exec.Cmd, pinned bool, url string, d time.Duration) (float64, int64, error) {
+	threads, conns := "-t2", "-c64"
+	if pinned {
+		threads, conns = "-t1", "-c32"
+	}
+	out, err := on("1", "wrk", threads, conns, "-d"+strconv.Itoa(int(d.Seconds()))+"s", "--latency", url).CombinedOutput()
 	if err != nil {
 		return 0, 0, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
@@ -297,14 +330,18 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func render(b *bench.Build, rows []row, res, cpu map[string][]float64, repeats int, d time.Duration) string {
+func render(b *bench.Build, rows []row, res, cpu map[string][]float64, repeats int, d time.Duration, pinned bool) string {
 	var w strings.Builder
 	fmt.Fprintf(&w, "# What a signed URL and a header policy cost: 1 KiB requests\n\n")
-	fmt.Fprintf(&w, "Generated by `go run ./bench/gatecompare --repeats %d --duration %s` on %s.\n\n", repeats, d, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	layout, client := "shared", "wrk, 2 threads, 64 keep-alive HTTP/1.1 connections; every process free to use both CPUs"
+	if pinned {
+		layout, client = "pinned", "each server on CPU 0 alone (the engine with `workers = 1`, nginx with one worker), wrk on CPU 1 (one thread, 32 keep-alive HTTP/1.1 connections)"
+	}
+	fmt.Fprintf(&w, "Generated by `go run ./bench/gatecompare --repeats %d --duration %s --layout %s` on %s.\n\n", repeats, d, layout, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	ngxV, _ := exec.Command("nginx", "-v").CombinedOutput()
 	wrkV, _ := exec.Command("wrk", "--version").CombinedOutput()
 	fmt.Fprintf(&w, "- engine: %s.\n- nginx: %s.\n- Client: %s.\n- Machine: %s. Clients and servers on the same machine, over loopback.\n\n", b.Describe(), bench.VersionLine(ngxV), bench.VersionLine(wrkV), bench.Machine())
-	fmt.Fprintf(&w, "One 1,024-byte file under two paths of one server: `/pub/` with no policy, `/gated/` with a signed URL checked and a header policy (Cache-Control `private, max-age=3600`, X-Frame-Options, X-Content-Type-Options, Referrer-Policy); the engine with `auth = \"signed\"` (HMAC-SHA-256) and `set_headers`, nginx with `secure_link` (MD5, its only choice) and `add_header`, access logs off on both. wrk, 2 threads, 64 keep-alive HTTP/1.1 connections, %s a sample, %d repeats, the rows taking turns in an order that rotates each repeat, all on one 2-CPU machine over loopback. Before any sample every URL was fetched and its body compared with the file, and every gated URL was asked for without its query: 403 on both servers. wrk counts responses, not bytes: a sample with any non-2xx answer or socket error fails the run.\n\n", d, repeats)
+	fmt.Fprintf(&w, "One 1,024-byte file under two paths of one server: `/pub/` with no policy, `/gated/` with a signed URL checked and a header policy (Cache-Control `private, max-age=3600`, X-Frame-Options, X-Content-Type-Options, Referrer-Policy); the engine with `auth = \"signed\"` (HMAC-SHA-256) and `set_headers`, nginx with `secure_link` (MD5, its only choice) and `add_header`, access logs off on both. %s, %s a sample, %d repeats, the rows taking turns in an order that rotates each repeat, all on one 2-CPU machine over loopback. Before any sample every URL was fetched and its body compared with the file, and every gated URL was asked for without its query: 403 on both servers. wrk counts responses, not bytes: a sample with any non-2xx answer or socket error fails the run.\n\n", client, d, repeats)
 	fmt.Fprintf(&w, "| row | req/s (median) | per repeat | / the server's no-policy row | server CPU µs/request (median) | / the server's no-policy row |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		v, c := res[r.name], cpu[r.name]

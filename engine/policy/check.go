@@ -73,6 +73,10 @@ type Verdict struct {
 	// Origin is the request's Origin when CORS allows it.
 	Origin    string
 	Preflight bool
+	// SigQuery is a signed request's signature parameters, for the Link
+	// to the file's outboard tree: the request's query (aliased) when it
+	// holds nothing else.
+	SigQuery []byte
 	// Slow is set when the answer needs a password hash computed: run
 	// it on a worker, then check the request again.
 	Slow func()
@@ -157,9 +161,13 @@ func (s *Secrets) Check(p *Path, r *Request) Verdict {
 		if s == nil {
 			return v.refuse(503, ReasonSecrets, errors.New("no signing keys"))
 		}
-		err := s.keys.Load().Verify(r.Query, r.Clean, r.Client, r.Now)
+		sigOnly, err := s.keys.Load().verify(r.Query, r.Clean, r.Client, r.Now)
 		switch {
 		case err == nil:
+			v.SigQuery = r.Query
+			if !sigOnly {
+				v.SigQuery = SignatureQuery(r.Query)
+			}
 		case errors.Is(err, ErrUnsigned):
 			return v.refuse(403, ReasonUnsigned, err)
 		case errors.Is(err, ErrExpired):

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"net/url"
 	"strings"
 )
@@ -25,26 +26,21 @@ type Resp struct {
 	Preflight bool
 	// Challenge is the WWW-Authenticate value of a 401.
 	Challenge string
-	// SigQuery is a signed request's query (it aliases the request):
-	// its signature parameters (SignatureQuery) go with the Link to the
-	// file's outboard tree.
+	// SigQuery is a signed request's signature parameters (Verdict's):
+	// they go with the Link to the file's outboard tree.
 	SigQuery []byte
 }
 
 // LinkParts splits the Link field value link where the request's
 // signature goes ("</f.obao" + "?" + q + ">; rel=..."): q is nil when the
-// link takes none. A query of signature parameters alone (as engine sign
-// writes it) is used as it is, without a copy.
+// link takes none.
 func (r *Resp) LinkParts(link []byte) (head, q, tail []byte) {
 	if r == nil || len(r.SigQuery) == 0 {
 		return link, nil, nil
 	}
 	q = r.SigQuery
-	if !onlySigParams(q) {
-		q = SignatureQuery(q)
-	}
-	i := strings.IndexByte(string(link), '>')
-	if len(q) == 0 || i < 0 || strings.IndexByte(string(link[:i]), '?') >= 0 {
+	i := bytes.IndexByte(link, '>')
+	if i < 0 || bytes.IndexByte(link[:i], '?') >= 0 {
 		return link, nil, nil
 	}
 	return link[:i], q, link[i:]

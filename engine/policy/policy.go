@@ -10,6 +10,7 @@
 package policy
 
 import (
+	"bytes"
 	"net/netip"
 	"path"
 	"sort"
@@ -276,7 +277,7 @@ func FileName(clean []byte) []byte {
 	if len(clean) == 0 || clean[len(clean)-1] == '/' {
 		return nil
 	}
-	i := strings.LastIndexByte(string(clean), '/')
+	i := bytes.LastIndexByte(clean, '/')
 	return clean[i+1:]
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
 	"net/netip"
 	"net/url"
 	"sort"
@@ -65,38 +66,101 @@ func StringToSign(kid string, exp int64, ip, mode, path string) string {
 // verified.
 type Keys struct {
 	m map[string]*key
-	// seen holds signatures found good, with what each signed: a
-	// request that repeats every signed value of one (a client asking
-	// range after range of one URL) needs no HMAC. A direct-mapped
-	// table, a slot chosen by the signature's first bytes: a lookup takes
-	// no lock and allocates nothing, and a newer signature simply takes
-	// an older one's slot.
+	// seen holds queries found good, with what each judges: a request
+	// that repeats one (a client asking range after range of one URL)
+	// is judged without parsing its query or computing an HMAC. A
+	// direct-mapped table, a slot chosen by a seeded hash of the query:
+	// a lookup takes no lock and allocates nothing, and a newer query
+	// simply takes an older one's slot.
 	seen [seenSlots]atomic.Pointer[seenSig]
+	seed maphash.Seed
 }
 
-// seenSig is a good signature, as sent (its one spelling), and what it
-// signed.
+// seenSig is a query whose signature was found good, as sent (a query
+// is parsed one way only, so the same bytes say the same again), with
+// what it says, read once: the path it signed, or its scope, its expiry
+// and its address rule.
 type seenSig struct {
-	raw, kid, ip, mode, signed string
-	exp                        int64
+	query  string
+	signed string // path mode: the path signed; prefix mode: ""
+	p      grant
 }
 
-const seenSlots = 4096
-
-// seenSlot chooses a signature's slot by its first characters (the
-// signature is an HMAC: they are as good as random).
-func seenSlot(raw []byte) int {
-	return int(uint32(raw[0])|uint32(raw[1])<<8|uint32(raw[2])<<16) % seenSlots
+// grant is what a good signature allows, apart from its path: until
+// exp, under scope when hasScope, from addresses in ip when hasIP.
+type grant struct {
+	exp      int64
+	hasScope bool
+	scopeOK  bool // the scope is a normal path ending in "/"
+	scope    string
+	hasIP    bool
+	ipOK     bool // ip parsed
+	ip       netip.Prefix
+	// sigOnly: the query is the signature's parameters alone (as engine
+	// sign writes it), what a Link to the file's tree carries as it is.
+	sigOnly bool
 }
 
-func (k *Keys) lookupSeen(p *sigParams, mode string, signed []byte) bool {
-	s := k.seen[seenSlot(p.rawSig)].Load()
-	return s != nil && s.raw == string(p.rawSig) && s.exp == p.exp && s.mode == mode && s.kid == string(p.kid) &&
-		s.ip == string(p.ip) && s.signed == string(signed)
+const (
+	seenSlots = 4096
+	// seenMax bounds the bytes an entry keeps (its query and path): the
+	// table holds at most seenSlots times this. A signed query longer
+	// than it is judged in full every time.
+	seenMax = 1024
+)
+
+func (k *Keys) seenSlot(query []byte) int {
+	return int(maphash.Bytes(k.seed, query) % seenSlots)
 }
 
-func (k *Keys) remember(p *sigParams, mode string, signed []byte) {
-	k.seen[seenSlot(p.rawSig)].Store(&seenSig{raw: string(p.rawSig), kid: string(p.kid), ip: string(p.ip), mode: mode, signed: string(signed), exp: p.exp})
+// lookupSeen returns what a query seen before grants on path clean, or
+// nil when the query is not one of the table's (or signed another path).
+func (k *Keys) lookupSeen(query, clean []byte) *grant {
+	s := k.seen[k.seenSlot(query)].Load()
+	if s == nil || s.query != string(query) || (!s.p.hasScope && s.signed != string(clean)) {
+		return nil
+	}
+	return &s.p
+}
+
+func (k *Keys) remember(query, signed []byte, g grant) {
+	if len(query)+len(signed) > seenMax {
+		return
+	}
+	s := &seenSig{query: string(query), p: g}
+	if !g.hasScope {
+		s.signed = string(signed)
+	}
+	k.seen[k.seenSlot(query)].Store(s)
+}
+
+// newGrant reads what parameters p, parsed from query, allow.
+func newGrant(p *sigParams, query []byte) grant {
+	g := grant{exp: p.exp, hasScope: p.hasScope, hasIP: len(p.ip) > 0, sigOnly: onlySigParams(query)}
+	if g.hasScope {
+		g.scope = string(p.scope)
+		g.scopeOK = strings.HasSuffix(g.scope, "/") && config.NormalPath(g.scope)
+	}
+	if g.hasIP {
+		pfx, err := config.ParsePrefix(string(p.ip))
+		g.ip, g.ipOK = pfx, err == nil
+	}
+	return g
+}
+
+// judge checks what a good signature says against the request: its
+// expiry, its scope and its address rule.
+func (g *grant) judge(clean []byte, client netip.Addr, now time.Time) error {
+	if now.Unix() > g.exp {
+		return ErrExpired
+	}
+	if g.hasScope && (!g.scopeOK || !hasPrefix(clean, g.scope)) {
+		return ErrScope
+	}
+	if g.hasIP && (!g.ipOK || !g.ip.Contains(client.Unmap())) {
+		return ErrAddress
+	}
+	return nil
 }
 
 // key is one secret, with keyed HMAC states to reuse: a state's Reset
@@ -143,7 +207,7 @@ func (k *key) sum(kid []byte, exp int64, ip []byte, mode string, path []byte) (o
 
 // LoadKeys reads every key file of [signing] keys (id -> path).
 func LoadKeys(files map[string]string) (*Keys, error) {
-	k := &Keys{m: map[string]*key{}}
+	k := &Keys{m: map[string]*key{}, seed: maphash.MakeSeed()}
 	for id, name := range files {
 		b, err := config.ReadSecret(name)
 		if err != nil {
@@ -355,55 +419,52 @@ func decimal(v []byte) (int64, bool) {
 // site reads it) with raw query from client at now. nil means it may
 // pass.
 func (k *Keys) Verify(query, clean []byte, client netip.Addr, now time.Time) error {
+	_, err := k.verify(query, clean, client, now)
+	return err
+}
+
+// verify is Verify, and reports whether the query is the signature's
+// parameters alone.
+func (k *Keys) verify(query, clean []byte, client netip.Addr, now time.Time) (sigOnly bool, err error) {
 	if k == nil {
-		return ErrUnknownKey
+		return false, ErrUnknownKey
+	}
+	if g := k.lookupSeen(query, clean); g != nil {
+		return g.sigOnly, g.judge(clean, client, now)
 	}
 	p, err := parseSig(query)
 	if err != nil {
-		return err
+		return false, err
 	}
 	sk, ok := k.m[string(p.kid)]
 	if !ok {
-		return ErrUnknownKey
+		return false, ErrUnknownKey
 	}
 	mode, signed := "path", clean
 	if p.hasScope {
 		mode, signed = "prefix", p.scope
 	}
-	if !k.lookupSeen(&p, mode, signed) {
-		if err := decodeSig(&p); err != nil {
-			return err
-		}
-		want := sk.sum(p.kid, p.exp, p.ip, mode, signed)
+	if err := decodeSig(&p); err != nil {
+		return false, err
+	}
+	want := sk.sum(p.kid, p.exp, p.ip, mode, signed)
+	ok = hmac.Equal(want[:], p.sig[:])
+	g := newGrant(&p, query)
+	if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
+		// The outboard tree of a file goes with the file's signature: it
+		// is the file's own hashes, and engine fetch asks for it by the
+		// Link the file's response gave, with the same query. (Not
+		// remembered: it is asked once.)
+		want = sk.sum(p.kid, p.exp, p.ip, mode, t)
 		ok = hmac.Equal(want[:], p.sig[:])
-		if t, tree := bytes.CutSuffix(signed, []byte(integrity.OutboardSidecar)); !ok && !p.hasScope && tree && !bytes.HasSuffix(t, []byte("/")) {
-			// The outboard tree of a file goes with the file's
-			// signature: it is the file's own hashes, and engine fetch
-			// asks for it by the Link the file's response gave, with
-			// the same query. (Not remembered: it is asked once.)
-			want = sk.sum(p.kid, p.exp, p.ip, mode, t)
-			ok = hmac.Equal(want[:], p.sig[:])
-		} else if ok {
-			k.remember(&p, mode, signed)
-		}
-		if !ok {
-			return ErrBadSig
-		}
+	} else if ok {
+		k.remember(query, signed, g)
+	}
+	if !ok {
+		return false, ErrBadSig
 	}
 	// The signature is the signer's: now what it says is checked.
-	if now.Unix() > p.exp {
-		return ErrExpired
-	}
-	if p.hasScope && (!bytes.HasSuffix(p.scope, []byte("/")) || !config.NormalPath(string(p.scope)) || !hasPrefix(clean, string(p.scope))) {
-		return ErrScope
-	}
-	if len(p.ip) > 0 {
-		pfx, err := config.ParsePrefix(string(p.ip))
-		if err != nil || !pfx.Contains(client.Unmap()) {
-			return ErrAddress
-		}
-	}
-	return nil
+	return g.sigOnly, g.judge(clean, client, now)
 }
 
 // Redact returns target with the value of every sig parameter of its

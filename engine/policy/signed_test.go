@@ -194,9 +194,41 @@ func TestSignatureQuery(t *testing.T) {
 	if want := "exp=5&kid=k1&scope=/a/&sig=S"; got != want {
 		t.Fatalf("SignatureQuery = %q, want %q", got, want)
 	}
-	r := &Resp{SigQuery: []byte("x=1&exp=5&sig=S")}
+	r := &Resp{SigQuery: []byte("exp=5&sig=S")}
 	if got := string(r.Link([]byte(`</a.bin.obao>; rel="blake3-outboard"`))); got != `</a.bin.obao?exp=5&sig=S>; rel="blake3-outboard"` {
 		t.Fatalf("Link = %s", got)
+	}
+	if got := string(r.Link([]byte(`</a.bin.obao?v=1>; rel="blake3-outboard"`))); got != `</a.bin.obao?v=1>; rel="blake3-outboard"` {
+		t.Fatalf("Link with a query of its own = %s", got)
+	}
+}
+
+// TestCheckSigQuery: a good signature's Verdict carries its parameters
+// alone for the tree's Link, whether the query holds others or not, on
+// the first request and on those after it (the seen table).
+func TestCheckSigQuery(t *testing.T) {
+	k := testKeys(t, "k1")
+	q := sign(t, k, SignRequest{KeyID: "k1", Path: "/gated/a.bin", Expires: testNow.Add(time.Hour)})
+	tab := NewTable([]config.PathPolicy{{Prefix: "/gated/", Policy: config.Policy{Auth: "signed"}}}, "", "t")
+	s := &Secrets{}
+	s.keys.Store(k)
+	path := []byte("/gated/a.bin")
+	for _, tc := range []struct{ query, want string }{
+		{string(q), string(q)},
+		{"download=1&" + string(q), string(q)},
+		{string(q) + "&x=%41", string(q)},
+	} {
+		for i := range 2 {
+			r := &Request{Method: []byte("GET"), Clean: path, Query: []byte(tc.query), Client: netip.MustParseAddr("127.0.0.1"), Header: hdrs{}, Now: testNow}
+			v := s.Check(tab.Match(path), r)
+			if v.Status != 0 || string(v.SigQuery) != tc.want {
+				t.Errorf("%q, request %d: status %d, SigQuery %q, want 0 and %q", tc.query, i+1, v.Status, v.SigQuery, tc.want)
+			}
+		}
+	}
+	r := &Request{Method: []byte("GET"), Clean: []byte("/gated/b.bin"), Query: q, Client: netip.MustParseAddr("127.0.0.1"), Header: hdrs{}, Now: testNow}
+	if v := s.Check(tab.Match(r.Clean), r); v.Status != 403 || v.SigQuery != nil {
+		t.Errorf("another path under the seen query: status %d, SigQuery %q, want 403 and none", v.Status, v.SigQuery)
 	}
 }
 
