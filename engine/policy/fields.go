@@ -66,7 +66,30 @@ func (r *Resp) Omits(lower string, status int) bool {
 		return false
 	}
 	p := r.Path
+	if b := ownBit(lower); b != 0 {
+		return p.removesOwn&b != 0 || p.setsOwn&b != 0 && p.setsOn(status)
+	}
 	return p.removes[lower] || p.setNames[lower] && p.setsOn(status)
+}
+
+// ownBit is the bit of a field the engine writes itself and a policy may
+// set or remove (those Omits is asked about), or 0.
+func ownBit(lower string) uint8 {
+	switch lower {
+	case "server":
+		return 1
+	case "content-type":
+		return 2
+	case "link":
+		return 4
+	case "cache-control":
+		return 8
+	case "strict-transport-security":
+		return 16
+	case "content-disposition":
+		return 32
+	}
+	return 0
 }
 
 // setsOn reports whether set_headers and add_headers apply to a

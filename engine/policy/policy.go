@@ -56,6 +56,9 @@ type Path struct {
 	adds         []field
 	removes      map[string]bool // lowercase names of remove_headers
 	setNames     map[string]bool // lowercase names of set_headers
+	// The same for the fields the engine writes itself (ownBit), as
+	// bits: Omits runs for each of them on every response.
+	removesOwn, setsOwn uint8
 	errorsToo    bool
 	disposition  []dispRule
 	types        map[string]string
@@ -111,9 +114,11 @@ func Compile(prefix string, p *config.Policy, hsts, realm string) *Path {
 	c.adds = fieldsOf(p.AddHeaders)
 	for _, f := range c.sets {
 		c.setNames[f.lower] = true
+		c.setsOwn |= ownBit(f.lower)
 	}
 	for _, n := range p.RemoveHeaders {
 		c.removes[strings.ToLower(n)] = true
+		c.removesOwn |= ownBit(strings.ToLower(n))
 	}
 	pats := make([]string, 0, len(p.ContentDisposition))
 	for pat := range p.ContentDisposition {
