@@ -233,7 +233,8 @@ func TestCheckSigQuery(t *testing.T) {
 }
 
 // FuzzVerify: any query and path either verify or are refused with a
-// reason, never a panic; and a URL signed for a path verifies for it.
+// reason, never a panic, and the same reason when asked again; and a URL
+// signed for a path verifies for it.
 func FuzzVerify(f *testing.F) {
 	k := testKeys(f, "k1")
 	q, _ := k.Sign(SignRequest{KeyID: "k1", Path: "/gated/", Prefix: true, Expires: testNow.Add(time.Hour)})
@@ -244,6 +245,10 @@ func FuzzVerify(f *testing.F) {
 		err := k.Verify(query, path, netip.MustParseAddr("127.0.0.1"), testNow)
 		if err == nil && !strings.HasPrefix(string(path), "/gated") {
 			t.Fatalf("%q passed for %q", query, path)
+		}
+		// Asked again (a good one now from the seen table): the same answer.
+		if again := k.Verify(query, path, netip.MustParseAddr("127.0.0.1"), testNow); again != err {
+			t.Fatalf("%q for %q: %v, then %v", query, path, err, again)
 		}
 		Redact(append([]byte("/x?"), query...))
 		SignatureQuery(query)
