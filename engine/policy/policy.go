@@ -59,10 +59,10 @@ type Path struct {
 	// The same for the fields the engine writes itself (ownBit), as
 	// bits: Omits runs for each of them on every response.
 	removesOwn, setsOwn uint8
-	errorsToo    bool
-	disposition  []dispRule
-	types        map[string]string
-	hsts         string
+	errorsToo           bool
+	disposition         []dispRule
+	types               map[string]string
+	hsts                string
 
 	// CORS; cors false when no origin is allowed.
 	cors        bool
