@@ -471,10 +471,7 @@ func (s *Server) Run(ctx context.Context) error {
 				// new connections finish here (their packets are steered
 				// here by ID): closing the QUIC listener now would refuse
 				// them (CONNECTION_REFUSED). They get GOAWAY with the rest.
-				select {
-				case <-time.After(quicHandoverGrace):
-				case <-sctx.Done():
-				}
+				s.handshakesDone(sctx)
 			}
 			s.h3.OnDrained(s.relaysDone)
 			h3err <- s.h3.Shutdown(sctx)
@@ -773,8 +770,21 @@ func (s *Server) Handover() (*Sockets, error) {
 }
 
 // quicHandoverGrace is how long a server that handed over keeps its QUIC
-// listener open for the handshakes already under way on it.
-const quicHandoverGrace = 2 * time.Second
+// listener open at least, for Initials the kernel queued for it before
+// the successor took new connections.
+const quicHandoverGrace = time.Second
+
+// handshakesDone waits, once this server handed over, until the QUIC
+// handshakes under way here have ended (at least quicHandoverGrace, at
+// most until quic-go's own handshake timeout would have ended them, or
+// until ctx ends). A fixed 2 s was not enough for a handshake whose
+// packets were lost and sent again on a loaded machine: closing the
+// listener refused it (CONNECTION_REFUSED, seen in bench/lifecycle).
+func (s *Server) handshakesDone(ctx context.Context) {
+	if left := s.h3.HandshakesDone(ctx, quicHandoverGrace); left > 0 && ctx.Err() == nil {
+		s.log.Warn("HTTP/3: handshakes still under way after the handshake timeout; closing the draining QUIC listener refuses them", "handshakes", left)
+	}
+}
 
 // stopAccepting ends this server's accepting once a successor holds its
 // sockets: the loops of both listeners stop watching theirs, and the

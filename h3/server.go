@@ -116,7 +116,25 @@ type Server struct {
 	pumpErr    error         // why; set before pumpDone closes
 
 	active atomic.Int64 // connections open now: added to by Accept, taken from as each ends; read by ConnContext
-	stats  counters
+	// handshaking counts connections quic-go began (ConnContext) that
+	// neither reached the pumps nor ended: handshakes under way.
+	handshaking atomic.Int64
+	stats       counters
+}
+
+// handshake marks one connection quic-go began; its end is counted once,
+// when a pump takes it or when it ends unaccepted.
+type handshake struct {
+	s    *Server
+	done atomic.Bool
+}
+
+type handshakeKey struct{}
+
+func (h *handshake) end() {
+	if h.done.CompareAndSwap(false, true) {
+		h.s.handshaking.Add(-1)
+	}
 }
 
 // counters are a Server's statistics, updated from quic-go's goroutines
@@ -224,7 +242,12 @@ func Listen(cfg Config) (*Server, error) {
 				s.stats.refused.Add(1)
 				return nil, errors.New("h3: too many connections")
 			}
-			return ctx, nil
+			// quic-go cancels ctx when the connection ends, accepted or
+			// not.
+			h := &handshake{s: s}
+			s.handshaking.Add(1)
+			context.AfterFunc(ctx, h.end)
+			return context.WithValue(ctx, handshakeKey{}, h), nil
 		},
 	}
 	qc := &quic.Config{
@@ -371,6 +394,39 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Handshaking is the number of handshakes under way: connections begun
+// and neither accepted nor ended. Closing the listener (Shutdown) refuses
+// them (CONNECTION_REFUSED), so a server that handed over waits for this
+// to reach 0 first.
+func (s *Server) Handshaking() int64 { return s.handshaking.Load() }
+
+// HandshakesDone waits until no handshake is under way (Handshaking),
+// and at least min; at most until quic-go's handshake timeout would have
+// ended every handshake begun before the call (twice HandshakeTimeout),
+// or until ctx ends. It returns the handshakes still under way.
+func (s *Server) HandshakesDone(ctx context.Context, min time.Duration) int64 {
+	least := time.NewTimer(min)
+	defer least.Stop()
+	limit := time.NewTimer(2*s.cfg.HandshakeTimeout + time.Second)
+	defer limit.Stop()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for over := false; ; {
+		select {
+		case <-ctx.Done():
+			return s.Handshaking()
+		case <-limit.C:
+			return s.Handshaking()
+		case <-least.C:
+			over = true
+		case <-t.C:
+		}
+		if over && s.Handshaking() == 0 {
+			return 0
+		}
+	}
+}
+
 // Accepting is closed once Serve waits for connections: quic-go queues
 // at most 32 finished handshakes for it and refuses the next ones
 // (CONNECTION_REFUSED), so a server that is about to take a burst of new
@@ -437,6 +493,9 @@ func (s *Server) pump() {
 				close(s.pumpDone)
 			})
 			return
+		}
+		if h, ok := c.Context().Value(handshakeKey{}).(*handshake); ok {
+			h.end()
 		}
 		select {
 		case s.pumped <- c:
