@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -84,11 +86,26 @@ type Route struct {
 	// passthrough route it closes a relayed connection (both sides) on
 	// which no byte moved either way this long; zero means 10m.
 	IdleTimeout Duration `toml:"idle_timeout"`
-	// UpstreamTLS speaks TLS to the upstreams, verified against the
-	// system roots or CA.
+	// UpstreamTLS speaks TLS (HTTP/1.1 over TLS 1.2 or 1.3) to the
+	// upstreams, their certificates verified against the system roots or
+	// CA, for the name TLSServerName.
 	UpstreamTLS bool `toml:"upstream_tls"`
-	// CA is a PEM file of the roots that verify upstream certificates.
+	// CA is a PEM file of the roots that verify upstream certificates;
+	// zero means the system's roots.
 	CA string `toml:"ca"`
+	// TLSServerName is the name sent as SNI and that an upstream's
+	// certificate must carry. Zero means each upstream's host as written
+	// in upstreams (an IP address is verified against the certificate's
+	// IP addresses, and sent no SNI).
+	TLSServerName string `toml:"tls_server_name"`
+	// TLSClientCert and TLSClientKey are a PEM certificate (chain) and
+	// its key, shown to upstreams that ask for one (mutual TLS).
+	TLSClientCert string `toml:"tls_client_cert"`
+	TLSClientKey  string `toml:"tls_client_key"`
+	// TLSInsecureSkipVerify accepts any certificate from the upstreams:
+	// anyone on the path can then read and change the traffic. For tests
+	// against throwaway certificates only.
+	TLSInsecureSkipVerify bool `toml:"tls_insecure_skip_verify"`
 	// TLSTermination overrides [reverse_proxy] tls_termination for this
 	// route: false relays its domain's connections unopened.
 	TLSTermination *bool `toml:"tls_termination"`
@@ -234,7 +251,7 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 		// A relayed connection is routed by its ClientHello before
 		// anything else: what is decided per request, or about the
 		// upstream's HTTP, has nothing to act on.
-		for _, k := range []string{"path_prefix", "response_timeout", "read_timeout", "max_body", "max_idle", "max_conns", "upstream_tls", "ca"} {
+		for _, k := range []string{"path_prefix", "response_timeout", "read_timeout", "max_body", "max_idle", "max_conns", "upstream_tls", "ca", "tls_server_name", "tls_client_cert", "tls_client_key", "tls_insecure_skip_verify"} {
 			if _, set := c.src.lines[key+"."+k]; set {
 				errs.add(c.errAt(key+"."+k, "has no meaning on a passthrough route (tls_termination = false): its connections are routed by the ClientHello's server name and relayed still encrypted; remove it, or terminate TLS on this route"))
 			}
@@ -313,16 +330,16 @@ func (c *Config) validateRoute(i int, seen map[string]int, errs *Errors) {
 	} else if *r.MaxConns < 0 || *r.MaxConns > 1<<20 {
 		errs.add(c.errAt(key+".max_conns", "%d is out of range; expected 0 (no bound) to 1048576", *r.MaxConns))
 	}
-	if r.UpstreamTLS {
-		errs.add(c.errAt(key+".upstream_tls", "true (TLS to the upstream) is not available in this version; the proxy speaks plain HTTP/1.1 to upstreams on a trusted network"))
-	}
 	if r.CA != "" {
 		r.CA = c.resolvePath(key+".ca", r.CA)
 		if _, err := os.Stat(r.CA); err != nil {
 			errs.add(c.errAt(key+".ca", "cannot read %q: %v; expected a PEM file of CA certificates", r.CA, unwrapPathError(err)))
-		} else if !r.UpstreamTLS {
+		} else if !r.UpstreamTLS && !r.Passthrough {
 			errs.add(c.errAt(key+".ca", "set but upstream_tls is false; a CA verifies upstream certificates, so set upstream_tls = true or remove ca"))
 		}
+	}
+	if !r.Passthrough {
+		c.validateUpstreamTLS(key, r, errs)
 	}
 	if r.Domain != "" && !r.Passthrough && c.HasTLS() && !c.certCovers(r.Domain) {
 		errs.add(c.errAt(key+".domain", "%q has no certificate on this TLS listener; set [reverse_proxy.tls] cert and key, or add a [[sites]] table for the domain with one", r.Domain))
@@ -480,3 +497,40 @@ func Unicast(ip netip.Addr) bool {
 }
 
 var loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// validateUpstreamTLS checks the keys of TLS to a route's upstreams.
+func (c *Config) validateUpstreamTLS(key string, r *Route, errs *Errors) {
+	if !r.UpstreamTLS {
+		for _, k := range []string{"tls_server_name", "tls_client_cert", "tls_client_key", "tls_insecure_skip_verify"} {
+			if _, set := c.src.lines[key+"."+k]; set {
+				errs.add(c.errAt(key+"."+k, "set but upstream_tls is false; it applies to TLS to the upstreams: set upstream_tls = true or remove it"))
+			}
+		}
+		return
+	}
+	if n := r.TLSServerName; n != "" {
+		if _, err := netip.ParseAddr(n); err != nil && (strings.Contains(n, "*") || !validDomain(n)) {
+			errs.add(c.errAt(key+".tls_server_name", "%q is not a host name or an IP address", n))
+		}
+	}
+	if r.TLSInsecureSkipVerify && r.CA != "" {
+		errs.add(c.errAt(key+".tls_insecure_skip_verify", "true accepts any certificate, and ca is set to verify them: choose one (remove tls_insecure_skip_verify to verify against ca)"))
+	}
+	switch {
+	case r.TLSClientCert != "" && r.TLSClientKey == "":
+		errs.add(c.errAt(key+".tls_client_cert", "set without tls_client_key; a client certificate needs its key"))
+	case r.TLSClientKey != "" && r.TLSClientCert == "":
+		errs.add(c.errAt(key+".tls_client_key", "set without tls_client_cert; a key needs its certificate"))
+	case r.TLSClientCert != "":
+		r.TLSClientCert = c.resolvePath(key+".tls_client_cert", r.TLSClientCert)
+		r.TLSClientKey = c.resolvePath(key+".tls_client_key", r.TLSClientKey)
+		if _, err := tls.LoadX509KeyPair(r.TLSClientCert, r.TLSClientKey); err != nil {
+			errs.add(c.errAt(key+".tls_client_cert", "cannot load the client certificate %q with key %q: %v", r.TLSClientCert, r.TLSClientKey, unwrapPathError(err)))
+		}
+	}
+	if r.CA != "" {
+		if b, err := os.ReadFile(r.CA); err == nil && !x509.NewCertPool().AppendCertsFromPEM(b) {
+			errs.add(c.errAt(key+".ca", "%q holds no PEM certificate; expected the CA certificates that sign the upstreams' certificates", r.CA))
+		}
+	}
+}

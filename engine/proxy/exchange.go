@@ -226,7 +226,13 @@ func (ex *Exchange) connect(fresh bool) bool {
 				return false
 			}
 			uc = &upConn{up: u, pool: pool, ex: ex}
-			if _, err := ex.l.rl.Dial(u.Addr, ex.r.Cfg.ConnectTimeout.D(), uc); err != nil {
+			dial := ex.l.rl.Dial
+			if u.TLS != nil {
+				dial = func(a reactor.Addr, timeout time.Duration, h reactor.Handler) (*reactor.Conn, error) {
+					return dialTLS(ex.l.rl, u, timeout, h)
+				}
+			}
+			if _, err := dial(u.Addr, ex.r.Cfg.ConnectTimeout.D(), uc); err != nil {
 				ex.upstreamFailed(u, err)
 				continue
 			}

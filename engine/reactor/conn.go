@@ -68,6 +68,7 @@ type Conn struct {
 	h          Handler // serves this connection instead of the loop's handler
 	outbound   bool
 	connecting bool  // connect(2) under way
+	via        bool  // DialVia: another goroutine establishes it (Established)
 	dialErr    error // why the connection failed, if it did before it was established
 }
 
@@ -274,6 +275,26 @@ func (c *Conn) Wake() {
 		c.progress++
 		c.loop.markReady(c)
 	}
+}
+
+// Established ends the connecting of a connection from DialVia, on the
+// loop goroutine (the goroutine that establishes it Posts the call): nil
+// makes it connected, and it is served; an error fails it as a refused
+// connect would (DialErr, then Closed). A call after the connection
+// closed (its connect timeout) does nothing.
+func (c *Conn) Established(err error) {
+	if c.closed || !c.connecting {
+		return
+	}
+	if err != nil {
+		c.dialErr = err
+		c.loop.closeConn(c, false)
+		return
+	}
+	c.connecting, c.via = false, false
+	c.deadline = 0
+	c.progress++
+	c.loop.markReady(c)
 }
 
 // Connected reports whether an outbound connection is established (always

@@ -464,8 +464,8 @@ func (l *Loop) process(c *Conn) {
 			return
 		}
 		if c.connecting {
-			if !c.writable {
-				return // EPOLLOUT (or EPOLLERR) tells when connect finished
+			if c.via || !c.writable {
+				return // EPOLLOUT (or EPOLLERR), or Established, tells when connect finished
 			}
 			if err := connectErr(c.fd); err != nil {
 				c.dialErr = err
@@ -682,6 +682,32 @@ func (l *Loop) Dial(addr Addr, timeout time.Duration, h Handler) (*Conn, error) 
 	h.Open(c)
 	// No Serve until EPOLLOUT says the connect finished; epoll reports it
 	// even if it finished before the registration.
+	return c, nil
+}
+
+// DialVia is Dial for a connection another goroutine establishes: fd is
+// this loop's end of a local stream socket (a socketpair) whose other end
+// that goroutine relays once it has connected on its side (TLS to an
+// upstream: the handshake and the records are its). The connection is
+// not Connected until the goroutine Posts Established; one not
+// established within timeout closes with DialErr set. The loop owns fd
+// from the call on, even when it fails. Call it on the loop goroutine.
+func (l *Loop) DialVia(fd int, addr Addr, timeout time.Duration, h Handler) (*Conn, error) {
+	if l.draining {
+		closeFd(fd)
+		return nil, errors.New("reactor: loop is shutting down")
+	}
+	c := l.newConn(fd, addr)
+	c.h, c.outbound, c.connecting, c.via = h, true, true, true
+	if err := epollAdd(l.epfd, fd, c.slot); err != nil {
+		l.freeConn(c)
+		closeFd(fd)
+		return nil, err
+	}
+	l.outbound++
+	l.asleep = false
+	c.deadline = l.now + int64(timeout)
+	h.Open(c)
 	return c, nil
 }
 

@@ -2,9 +2,13 @@ package routing
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -40,8 +44,13 @@ type Route struct {
 // Upstream is one upstream address. Its pooled connections belong to
 // loops; its health is shared.
 type Upstream struct {
-	Name      string // as configured
-	Addr      netip.AddrPort
+	Name string // as configured
+	Addr netip.AddrPort
+	// TLS is the client configuration of TLS to the upstream (verified
+	// as the route says, with a session cache of its own); nil for plain
+	// HTTP. An upstream named by several routes with different TLS
+	// settings is one Upstream per setting, each with its own pool.
+	TLS       *tls.Config
 	DownUntil atomic.Int64 // unix nanoseconds: skipped until then after a failure
 	Failures  atomic.Int64 // failed connections since it last answered
 	Active    atomic.Int64 // exchanges in progress (least_conn)
@@ -86,7 +95,8 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 		r := &Route{Cfg: rc, Key: fmt.Sprintf("reverse_proxy.routes[%d]", i), Prefix: rc.PathPrefix,
 			Policy: policy.CompileRoute(rc.PathPrefix, &rc.Policy, rc.Domain)}
 		for _, name := range rc.Upstreams {
-			u := ups[name]
+			id := name + upstreamTLSKey(rc)
+			u := ups[id]
 			if u == nil {
 				refuse := func(format string, args ...any) error {
 					key := r.Key + ".upstreams"
@@ -106,7 +116,12 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 					return nil, refuse("%q is %s, a multicast or broadcast address, which reaches many hosts (this one among them); name one server's address", name, addr)
 				}
 				u = &Upstream{Name: name, Addr: addr}
-				ups[name] = u
+				if rc.UpstreamTLS && !passthrough {
+					if u.TLS, err = upstreamTLS(rc, name); err != nil {
+						return nil, refuse("%v", err)
+					}
+				}
+				ups[id] = u
 			}
 			r.Ups = append(r.Ups, u)
 		}
@@ -126,6 +141,53 @@ func NewRoutes(cfg *config.Config, passthrough bool) (*Routes, error) {
 		return nil, nil
 	}
 	return t, nil
+}
+
+// upstreamTLSKey tells apart an upstream's TLS settings: "" for plain.
+func upstreamTLSKey(rc *config.Route) string {
+	if !rc.UpstreamTLS || rc.Passthrough {
+		return ""
+	}
+	return fmt.Sprintf("\x00tls\x00%s\x00%s\x00%s\x00%s\x00%t", rc.CA, rc.TLSServerName, rc.TLSClientCert, rc.TLSClientKey, rc.TLSInsecureSkipVerify)
+}
+
+// upstreamTLS is the client TLS configuration for upstream name on route
+// rc: HTTP/1.1 (ALPN), TLS 1.2 at least, the route's roots (or the
+// system's), its server name (or the upstream's host), its client
+// certificate, and a cache of sessions so that new connections resume.
+func upstreamTLS(rc *config.Route, name string) (*tls.Config, error) {
+	host, _, err := net.SplitHostPort(name)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Config{
+		ServerName:         host,
+		NextProtos:         []string{"http/1.1"},
+		MinVersion:         tls.VersionTLS12,
+		ClientSessionCache: tls.NewLRUClientSessionCache(64),
+		InsecureSkipVerify: rc.TLSInsecureSkipVerify,
+	}
+	if rc.TLSServerName != "" {
+		c.ServerName = rc.TLSServerName
+	}
+	if rc.CA != "" {
+		b, err := os.ReadFile(rc.CA)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(b) {
+			return nil, errors.New("ca " + rc.CA + " holds no PEM certificate")
+		}
+	}
+	if rc.TLSClientCert != "" {
+		cert, err := tls.LoadX509KeyPair(rc.TLSClientCert, rc.TLSClientKey)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
 }
 
 func resolveUpstream(name string) (netip.AddrPort, error) {
