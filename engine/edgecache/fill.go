@@ -1,0 +1,324 @@
+package edgecache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/zeebo/blake3"
+)
+
+// Fill is one object being written: by its leader, from the origin,
+// while any number of readers read what has landed.
+type Fill struct {
+	// Immutable after Begin.
+	s    *Store
+	key  string
+	f    *os.File // the partial data file; closed when the last holder releases
+	path string   // its name in the partial directory
+	data string   // the name it takes among the objects
+
+	// Owned by the leader: the writer's side.
+	b3     *blake3.Hasher
+	sha    hash.Hash // when a SHA-256 is expected
+	expect map[string][]byte
+
+	mu      sync.Mutex
+	written int64         // guarded by mu: bytes in f
+	done    bool          // guarded by mu: no more bytes will come
+	err     error         // guarded by mu: why the fill failed (when done)
+	stored  *Object       // guarded by mu: the object it became, when stored
+	more    chan struct{} // guarded by mu: closed (and replaced) when written grows or done is set
+	holders int           // guarded by mu: the leader and the readers not yet released
+}
+
+// Begin returns the fill of key: the one under way (leader false), or a
+// new one whose leader the caller is. Every caller Releases it.
+func (s *Store) Begin(key string) (f *Fill, leader bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.fills[key]; f != nil {
+		f.mu.Lock()
+		f.holders++
+		f.mu.Unlock()
+		return f, false, nil
+	}
+	name := randomName()
+	p := filepath.Join(s.partialDir(), name)
+	file, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("edgecache: %w", err)
+	}
+	f = &Fill{s: s, key: key, f: file, path: p, data: name, b3: blake3.New(), more: make(chan struct{}), holders: 1}
+	s.fills[key] = f
+	return f, true, nil
+}
+
+// Expect has Commit check the bytes against a digest the origin stated:
+// alg is "sha-256" or "blake3". Call it before the first Write.
+func (f *Fill) Expect(alg string, sum []byte) {
+	if f.expect == nil {
+		f.expect = map[string][]byte{}
+	}
+	f.expect[alg] = sum
+	if alg == "sha-256" && f.sha == nil {
+		f.sha = sha256.New()
+	}
+}
+
+// Write appends p (the leader's).
+func (f *Fill) Write(p []byte) (int, error) {
+	n, err := f.f.Write(p)
+	f.b3.Write(p[:n])
+	if f.sha != nil {
+		f.sha.Write(p[:n])
+	}
+	f.mu.Lock()
+	f.written += int64(n)
+	f.wakeLocked()
+	f.mu.Unlock()
+	if err != nil {
+		return n, fmt.Errorf("edgecache: %w", err)
+	}
+	return n, nil
+}
+
+func (f *Fill) wakeLocked() {
+	close(f.more)
+	f.more = make(chan struct{})
+}
+
+// Written is the bytes that have landed.
+func (f *Fill) Written() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.written
+}
+
+// State reports whether the fill is over, and if so why it failed (nil:
+// its bytes are all there and matched what the origin stated; they may
+// still not be stored, for lack of room).
+func (f *Fill) State() (done bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.done, f.err
+}
+
+// Wait returns a channel closed once more than off bytes have landed or
+// the fill is over.
+func (f *Fill) Wait(off int64) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.written > off || f.done {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return f.more
+}
+
+// ReadAt reads landed bytes at off: 0 and nil when none has landed there
+// yet (Wait), io.EOF past the end of a complete fill, the fill's error
+// past the bytes of a failed one.
+func (f *Fill) ReadAt(p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	written, done, err := f.written, f.done, f.err
+	f.mu.Unlock()
+	if off >= written {
+		switch {
+		case !done:
+			return 0, nil
+		case err != nil:
+			return 0, err
+		default:
+			return 0, io.EOF
+		}
+	}
+	if int64(len(p)) > written-off {
+		p = p[:written-off]
+	}
+	return f.f.ReadAt(p, off)
+}
+
+// Commit ends the leader's writing: the bytes are checked against what
+// the origin stated (a mismatch fails the fill: ErrDigestMismatch), then
+// stored as key's complete object with meta (its Size, digests and Data
+// filled in), replacing any older one. ErrNoRoom means the bytes were
+// good but are not kept.
+func (f *Fill) Commit(meta Meta) (*Object, error) {
+	size := f.Written()
+	meta.Key, meta.Size, meta.Data = f.key, size, f.data
+	meta.BLAKE3 = hex.EncodeToString(f.b3.Sum(nil))
+	if f.sha != nil {
+		meta.SHA256 = hex.EncodeToString(f.sha.Sum(nil))
+	}
+	for alg, want := range f.expect {
+		var got string
+		switch alg {
+		case "sha-256":
+			got = meta.SHA256
+		case "blake3":
+			got = meta.BLAKE3
+		}
+		if got != hex.EncodeToString(want) {
+			err := fmt.Errorf("%w (%s: origin %x, bytes %s)", ErrDigestMismatch, alg, want, got)
+			f.finish(err, nil)
+			return nil, err
+		}
+		meta.Verified = alg
+	}
+	if meta.StoredAt.IsZero() {
+		meta.StoredAt = time.Now()
+	}
+	o, err := f.store(meta)
+	if err != nil {
+		f.finish(nil, nil) // the bytes are good: readers finish; nothing is kept
+		return nil, err
+	}
+	f.finish(nil, o)
+	return o, nil
+}
+
+// store makes the fill key's object: data synced, metadata written and
+// synced beside it, the data renamed among the objects, then the
+// metadata (the object is complete from that rename on).
+func (f *Fill) store(meta Meta) (*Object, error) {
+	s := f.s
+	s.mu.Lock()
+	gone, fits := s.makeRoomLocked(meta.Size)
+	s.mu.Unlock()
+	for _, o := range gone {
+		s.removeFiles(o)
+	}
+	if !fits {
+		return nil, ErrNoRoom
+	}
+	if err := f.f.Sync(); err != nil {
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
+	b, err := json.Marshal(&meta)
+	if err != nil {
+		return nil, err
+	}
+	tmpMeta := f.path + ".meta"
+	if err := writeSynced(tmpMeta, b); err != nil {
+		return nil, err
+	}
+	dir, name := s.name(f.key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		os.Remove(tmpMeta)
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
+	data := filepath.Join(dir, f.data)
+	if err := os.Rename(f.path, data); err != nil {
+		os.Remove(tmpMeta)
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
+	if err := os.Rename(tmpMeta, filepath.Join(dir, name+".meta")); err != nil {
+		os.Remove(tmpMeta)
+		os.Remove(data)
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
+	syncDir(dir)
+	o := &Object{Meta: meta, Path: data}
+	s.mu.Lock()
+	old := s.objects[f.key]
+	if old != nil {
+		s.dropLocked(old)
+	}
+	o.elem = s.lru.PushFront(o)
+	s.objects[f.key] = o
+	s.size += meta.Size
+	s.mu.Unlock()
+	if old != nil && old.Path != data {
+		os.Remove(old.Path) // its metadata was replaced by the rename
+	}
+	return o, nil
+}
+
+// Abort ends the fill as failed (the origin went away, or sent bytes
+// that are not the object): readers see err past the landed bytes and
+// must not finish their responses cleanly.
+func (f *Fill) Abort(err error) {
+	if err == nil {
+		err = ErrAborted
+	}
+	f.finish(err, nil)
+}
+
+// finish ends the fill once: it leaves the store's fills, and its
+// partial file goes unless it became an object.
+func (f *Fill) finish(err error, o *Object) {
+	f.mu.Lock()
+	if f.done {
+		f.mu.Unlock()
+		return
+	}
+	f.done, f.err, f.stored = true, err, o
+	f.wakeLocked()
+	f.mu.Unlock()
+	s := f.s
+	s.mu.Lock()
+	if s.fills[f.key] == f {
+		delete(s.fills, f.key)
+	}
+	s.mu.Unlock()
+	if o == nil {
+		os.Remove(f.path)
+	}
+}
+
+// Release ends the caller's hold on the fill (the leader's too, after
+// Commit or Abort); the last one closes its file. A leader that releases
+// a fill it neither committed nor aborted aborts it.
+func (f *Fill) Release(leader bool) {
+	if leader {
+		f.mu.Lock()
+		done := f.done
+		f.mu.Unlock()
+		if !done {
+			f.Abort(ErrAborted)
+		}
+	}
+	f.mu.Lock()
+	f.holders--
+	last := f.holders == 0
+	f.mu.Unlock()
+	if last {
+		f.f.Close()
+	}
+}
+
+func writeSynced(p string, b []byte) error {
+	file, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("edgecache: %w", err)
+	}
+	_, err = io.Copy(file, bytes.NewReader(b))
+	if err == nil {
+		err = file.Sync()
+	}
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(p)
+		return fmt.Errorf("edgecache: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}

@@ -1,0 +1,309 @@
+package edgecache
+
+import (
+	"container/list"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Meta is what the cache keeps beside an object's bytes: the caller's
+// (the response's status and fields, when it was stored) and the
+// store's (its size and digests).
+type Meta struct {
+	Key      string      `json:"key"`
+	Status   int         `json:"status"`
+	Header   [][2]string `json:"header"` // fields to give again, in order
+	StoredAt time.Time   `json:"stored_at"`
+	// Filled by the store at Commit.
+	Size   int64  `json:"size"`
+	BLAKE3 string `json:"blake3"` // hex, of the bytes stored
+	SHA256 string `json:"sha256"` // hex, when asked for (Fill.Expect with SHA-256)
+	// Verified names the digest the origin stated and the bytes matched
+	// ("sha-256", "blake3"), or "" when the origin stated none.
+	Verified string `json:"verified"`
+	Data     string `json:"data"` // the data file's name, in the object's directory
+}
+
+// Object is a complete object: its bytes are in Path.
+type Object struct {
+	Meta Meta
+	Path string // the data file
+	elem *list.Element
+}
+
+// Config sizes a Store.
+type Config struct {
+	// Dir holds the objects; created when missing.
+	Dir string
+	// MaxSize bounds the bytes of all objects; past it the least recently
+	// used are removed. Zero means no bound but MinFree.
+	MaxSize int64
+	// MinFree is the free space kept on Dir's file system: an object that
+	// would leave less is not stored (and older ones are removed to make
+	// room). Zero keeps none.
+	MinFree int64
+	Logger  *slog.Logger
+}
+
+// Store is the objects of one directory.
+type Store struct {
+	// Immutable after Open.
+	cfg  Config
+	log  *slog.Logger
+	free func(dir string) (int64, error) // the file system's free bytes
+
+	mu      sync.Mutex
+	objects map[string]*Object // guarded by mu: complete objects by key
+	lru     *list.List         // guarded by mu: of *Object, most recently used first
+	size    int64              // guarded by mu: bytes of complete objects
+	fills   map[string]*Fill   // guarded by mu: fills under way by key
+}
+
+// Errors of a fill.
+var (
+	ErrDigestMismatch = errors.New("edgecache: the bytes do not match the digest the origin stated")
+	ErrNoRoom         = errors.New("edgecache: no room for the object (max_size, min_free)")
+	ErrAborted        = errors.New("edgecache: the fill was abandoned")
+)
+
+// Open reads the objects of cfg.Dir that are complete and removes every
+// other file there: partial fills, data files no metadata names, and
+// metadata whose data is missing or of another size.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger, free: freeBytes, objects: map[string]*Object{}, lru: list.New(), fills: map[string]*Fill{}}
+	for _, d := range []string{s.partialDir(), s.objectsDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("edgecache: %w", err)
+		}
+	}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) partialDir() string { return filepath.Join(s.cfg.Dir, "partial") }
+func (s *Store) objectsDir() string { return filepath.Join(s.cfg.Dir, "objects") }
+
+// name is the file name of a key's metadata (a hash: keys hold any
+// bytes), and dir the directory it is in.
+func (s *Store) name(key string) (dir, name string) {
+	h := sha256.Sum256([]byte(key))
+	x := hex.EncodeToString(h[:])
+	return filepath.Join(s.objectsDir(), x[:2]), x
+}
+
+// load indexes the complete objects, oldest use last (the metadata's
+// modification time is its last use, written by Touch).
+func (s *Store) load() error {
+	os.RemoveAll(s.partialDir())
+	if err := os.MkdirAll(s.partialDir(), 0o700); err != nil {
+		return fmt.Errorf("edgecache: %w", err)
+	}
+	type found struct {
+		o    *Object
+		used time.Time
+	}
+	var all []found
+	dirs, err := os.ReadDir(s.objectsDir())
+	if err != nil {
+		return fmt.Errorf("edgecache: %w", err)
+	}
+	for _, d := range dirs {
+		dir := filepath.Join(s.objectsDir(), d.Name())
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		named := map[string]bool{}
+		for _, e := range ents {
+			if !strings.HasSuffix(e.Name(), ".meta") {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			o, used, err := s.readMeta(dir, p)
+			if err != nil {
+				s.log.Warn("edgecache: an object's metadata is unreadable or does not match its data; removed", "file", p, "err", err)
+				os.Remove(p)
+				continue
+			}
+			named[o.Meta.Data] = true
+			all = append(all, found{o, used})
+		}
+		for _, e := range ents {
+			if n := e.Name(); !strings.HasSuffix(n, ".meta") && !named[n] {
+				os.Remove(filepath.Join(dir, n)) // a data file no metadata names: a fill cut short, or an object replaced
+			}
+		}
+	}
+	// Most recently used first.
+	for i := 1; i < len(all); i++ {
+		for j := i; j > 0 && all[j].used.After(all[j-1].used); j-- {
+			all[j], all[j-1] = all[j-1], all[j]
+		}
+	}
+	for _, f := range all {
+		f.o.elem = s.lru.PushBack(f.o)
+		s.objects[f.o.Meta.Key] = f.o
+		s.size += f.o.Meta.Size
+	}
+	return nil
+}
+
+func (s *Store) readMeta(dir, p string) (*Object, time.Time, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, time.Time{}, err
+	}
+	if _, want := s.name(m.Key); filepath.Base(p) != want+".meta" || m.Data == "" || strings.ContainsAny(m.Data, `/\`) {
+		return nil, time.Time{}, errors.New("metadata for another key")
+	}
+	data := filepath.Join(dir, m.Data)
+	fi, err := os.Stat(data)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if fi.Size() != m.Size {
+		return nil, time.Time{}, fmt.Errorf("data of %d bytes, metadata says %d", fi.Size(), m.Size)
+	}
+	mi, err := os.Stat(p)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return &Object{Meta: m, Path: data}, mi.ModTime(), nil
+}
+
+// Lookup returns the complete object of key, counted as used, or nil.
+func (s *Store) Lookup(key string) *Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.objects[key]
+	if o != nil {
+		s.lru.MoveToFront(o.elem)
+	}
+	return o
+}
+
+// Touch records that o was used, on disk, for the order of eviction
+// after a restart; at most once a minute per object.
+func (s *Store) Touch(o *Object) {
+	dir, name := s.name(o.Meta.Key)
+	p := filepath.Join(dir, name+".meta")
+	if fi, err := os.Stat(p); err == nil && time.Since(fi.ModTime()) > time.Minute {
+		now := time.Now()
+		os.Chtimes(p, now, now)
+	}
+}
+
+// Size is the bytes of the complete objects.
+func (s *Store) Size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size
+}
+
+// Len is the number of complete objects.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.objects)
+}
+
+// Purge removes the objects whose key is key, or, with prefix set,
+// starts with it; it returns how many. Readers that opened one keep
+// reading it (its file is unlinked, not truncated).
+func (s *Store) Purge(key string, prefix bool) int {
+	s.mu.Lock()
+	var gone []*Object
+	for k, o := range s.objects {
+		if k == key || prefix && strings.HasPrefix(k, key) {
+			gone = append(gone, o)
+			s.dropLocked(o)
+		}
+	}
+	s.mu.Unlock()
+	for _, o := range gone {
+		s.removeFiles(o)
+	}
+	return len(gone)
+}
+
+// dropLocked takes o out of the index.
+func (s *Store) dropLocked(o *Object) {
+	delete(s.objects, o.Meta.Key)
+	s.lru.Remove(o.elem)
+	s.size -= o.Meta.Size
+}
+
+// removeFiles unlinks o's metadata first (it is then no longer
+// complete, even after a crash), then its data.
+func (s *Store) removeFiles(o *Object) {
+	dir, name := s.name(o.Meta.Key)
+	meta := filepath.Join(dir, name+".meta")
+	if b, err := os.ReadFile(meta); err == nil {
+		var m Meta
+		if json.Unmarshal(b, &m) == nil && m.Data == o.Meta.Data {
+			os.Remove(meta) // not a newer object's
+		}
+	}
+	os.Remove(o.Path)
+}
+
+// makeRoomLocked removes the least recently used objects until n more
+// bytes fit under MaxSize and MinFree. It returns the objects to remove
+// (their files, outside the lock) and whether n fits.
+func (s *Store) makeRoomLocked(n int64) ([]*Object, bool) {
+	// What can never fit evicts nothing.
+	if s.cfg.MaxSize > 0 && n > s.cfg.MaxSize {
+		return nil, false
+	}
+	if s.cfg.MinFree > 0 {
+		if free, err := s.free(s.cfg.Dir); err != nil || free+s.size-n < s.cfg.MinFree {
+			return nil, false
+		}
+	}
+	var gone []*Object
+	freed := int64(0)
+	for {
+		fits := s.cfg.MaxSize == 0 || s.size+n <= s.cfg.MaxSize
+		if fits && s.cfg.MinFree > 0 {
+			free, err := s.free(s.cfg.Dir)
+			fits = err == nil && free+freed-n >= s.cfg.MinFree
+		}
+		if fits {
+			return gone, true
+		}
+		back := s.lru.Back()
+		if back == nil {
+			return gone, false
+		}
+		o := back.Value.(*Object)
+		s.dropLocked(o)
+		freed += o.Meta.Size
+		gone = append(gone, o)
+	}
+}
+
+// randomName is a fresh data file name.
+func randomName() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
