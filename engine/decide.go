@@ -75,9 +75,15 @@ type decision struct {
 	// pr is the request's policy (its path's, or its route's) and what
 	// the response's fields need of it; refused is the policy's reason
 	// when status is its refusal (and detail why, for the log).
-	pr      policy.Resp
-	refused string
-	detail  error
+	// filePath is the file to serve instead of the request's path (an
+	// edge cache hit: the object's, on site); cacheKey, a cached
+	// route's miss: the key its response is stored under.
+	filePath  []byte
+	cacheKey  string
+	cacheMiss string // a miss's Cache-Status, for the tap that stores it
+	pr        policy.Resp
+	refused   string
+	detail    error
 	// location is a refusal's Location: the login page a forward auth
 	// endpoint redirected to.
 	location string
@@ -149,6 +155,9 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 				d.status, d.reason = 400, reasonProxyPath
 			default:
 				s.gate(f, &d, rt.Policy, routePath(f.path))
+				if d.status == 0 && d.slow == nil && rt.Cfg.Cache && s.sites.edge != nil {
+					s.edgeLookup(f, &d, buf)
+				}
 			}
 			return d, buf
 		}
@@ -179,6 +188,15 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		d.status, d.reason = 400, reasonTarget
 	}
 	return d, buf
+}
+
+// servedPath is the path whose file answers: the edge cache object's on
+// a hit, else the request's.
+func (d *decision) servedPath(path []byte) []byte {
+	if d != nil && d.filePath != nil {
+		return d.filePath
+	}
+	return path
 }
 
 // policyResp is what the response's fields need of d's policy; nil

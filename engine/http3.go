@@ -342,14 +342,14 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case d.route != nil && d.status == 0:
 		sc.rec.SetSite(srv.siteProxy(), d.route.Cfg.Domain)
-		status, sent := hh.serveProxyH3(w, r, d.route, &d.pr, path, query, &sc.rec)
+		status, sent := hh.serveProxyH3(w, r, d.route, &d.pr, path, query, &sc.rec, srv.edgeTap(&d))
 		hh.logRequest(status, sent, sc)
 		return
 	case d.status != 0:
 		refusal(resp, &d)
 	default:
 		s := d.site
-		fr := files.Request{Head: r.Method == "HEAD", Path: path, Query: query, Header: h3Headers(r.Header)}
+		fr := files.Request{Head: r.Method == "HEAD", Path: d.servedPath(path), Query: query, Header: h3Headers(r.Header)}
 		for !srv.cache.Serve(&s.files, &fr, &sc.files) {
 			if !sc.files.Pending() {
 				srv.log.Error("file layer gave no answer and asked for nothing", "path", r.RequestURI)

@@ -63,6 +63,9 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, d *decision, n int) 
 		Fields: r.Headers, Connection: r.Get("connection"), Via: via, Peer: c.Peer().Addr(),
 		TLS: st.s.Session() != nil, ContentLength: r.ContentLength, Chunked: r.Chunked, Upstream: rt.DefaultHost()}, h.srv.proxy.Trusted)
 	ex.SetRequest(head, r.Chunked, r.HasBody() && r.Minor == 1 && h1.EqualFold(r.Get("expect"), "100-continue"))
+	if tap := h.srv.edgeTap(d); tap != nil {
+		ex.SetTap(tap)
+	}
 	ex.Start()
 }
 
@@ -126,6 +129,9 @@ func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 	w := h1Fields{b}
 	cl.pr.WriteProxied(&w, r.Status)
+	if up.CacheStatus != "" {
+		w.Field("cache-status", "Cache-Status", up.CacheStatus)
+	}
 	b = w.b
 	if hasBody {
 		switch {

@@ -65,6 +65,9 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	ex.SetRequest(reframe.Head(&reframe.Request{Method: r.Method, Path: path, Query: query, Host: r.Get("host"),
 		Fields: fields, Via: "2", Peer: hc.c.Peer().Addr(), TLS: hc.s.Session() != nil,
 		ContentLength: r.ContentLength, Chunked: chunked, Upstream: rt.DefaultHost()}, hh.srv.proxy.Trusted), chunked, false)
+	if tap := hh.srv.edgeTap(&hs.d); tap != nil {
+		ex.SetTap(tap)
+	}
 	hc.conn.MarkBusy(st)
 	ex.Start()
 }
@@ -116,6 +119,9 @@ func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 	w := hpackFields{f}
 	cl.pr.WriteProxied(&w, r.Status)
+	if up.CacheStatus != "" {
+		w.Field("cache-status", "Cache-Status", up.CacheStatus)
+	}
 	f = w.f
 	if hasBody && bodyLen >= 0 {
 		f = append(f, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(bodyLen, 10)})

@@ -98,7 +98,7 @@ func (s *Server) nextLoop() *loopCtx {
 
 // serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
 // goroutine, until the response is sent or abandoned.
-func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, pr *policy.Resp, path, query []byte, rec *accesslog.Record) (int, int64) {
+func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, pr *policy.Resp, path, query []byte, rec *accesslog.Record, tap proxy.Tap) (int, int64) {
 	srv := hh.srv
 	lc := srv.nextLoop()
 	cl := &h3Client{lc: lc, pr: pr, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
@@ -144,6 +144,9 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 		Fields: fields, Via: "3", Peer: peer.Addr(), TLS: true, ContentLength: reqLen, Chunked: hasBody && r.ContentLength < 0, Upstream: rt.DefaultHost()}, srv.proxy.Trusted)
 	ex, tooLarge := lc.proxy.NewExchange(cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
 	ex.SetRequest(head, hasBody && r.ContentLength < 0, false)
+	if tap != nil {
+		ex.SetTap(tap)
+	}
 	if tooLarge {
 		lc.loop.Post(func() { ex.Fail(413, "request body over max_body", nil) })
 	} else {
@@ -373,6 +376,9 @@ func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		hdr[k] = append(hdr[k], strings.Clone(string(f.Value)))
 	}
 	cl.pr.WriteProxied(headerFields(hdr), r.Status)
+	if up.CacheStatus != "" {
+		hdr["Cache-Status"] = []string{up.CacheStatus}
+	}
 	if hasBody && bodyLen >= 0 {
 		hdr["Content-Length"] = []string{strconv.FormatInt(bodyLen, 10)}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mediaship/engine/engine/config"
+	"github.com/mediaship/engine/engine/edgecache"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/routing"
@@ -54,6 +55,10 @@ type siteTable struct {
 	h2c      bool // some site accepts HTTP/2 with prior knowledge
 	roots    []*files.Root
 	emptyDir string // the default site's directory when only proxy routes serve; removed at close
+	// The edge cache's objects, and the site that serves them as files;
+	// nil when no route caches.
+	edge     *edgecache.Store
+	edgeSite *site
 	// normalize has lookup return the normalized host even with one site:
 	// misdirected judges it on TLS, and refuses names passthrough routes
 	// relay.
@@ -134,6 +139,22 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 	}
 	if t.def == nil {
 		t.def = t.all[0]
+	}
+	if cfg.CacheOn() {
+		store, err := edgecache.Open(edgecache.Config{Dir: cfg.Cache.Path, MaxSize: int64(cfg.Cache.MaxSize), MinFree: int64(cfg.Cache.MinFree)})
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("engine: [cache] path %s: %w", cfg.Cache.Path, err)
+		}
+		r, err := root(store.ObjectsDir(), false)
+		if err != nil {
+			t.close()
+			return nil, err
+		}
+		t.edge = store
+		t.edgeSite = &site{idx: len(t.all), name: "cache", files: files.Site{Root: r}, h1: true, h2: true, h3: true, tickets: true,
+			policy: policy.NewTable(nil, "", "cache")}
+		t.all = append(t.all, t.edgeSite)
 	}
 	for _, s := range t.all {
 		t.h2c = t.h2c || s.h2c

@@ -54,6 +54,7 @@ type Config struct {
 	Admin        Admin        `toml:"admin"`
 	WebTransport WebTransport `toml:"webtransport"`
 	Signing      Signing      `toml:"signing"`
+	Cache        Cache        `toml:"cache"`
 
 	// Where each key came from, for error messages. Not from TOML.
 	src configSource `toml:"-"`

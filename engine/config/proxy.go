@@ -113,6 +113,10 @@ type Route struct {
 	// route sends a PROXY protocol v2 header first on each TCP
 	// connection, so the origin sees the client's address.
 	ProxyProtocol string `toml:"proxy_protocol"`
+	// Cache has the route's GET and HEAD responses go through the edge
+	// cache ([cache]): stored when the origin's freshness allows, served
+	// as files while fresh.
+	Cache bool `toml:"cache"`
 	// Policy: auth, address rules and response fields for the route's
 	// requests, as a site's [[sites.paths]] take them.
 	Policy

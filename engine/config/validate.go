@@ -24,6 +24,7 @@ func (c *Config) Validate() error {
 	c.validateSigning(&errs)
 	c.validateSites(&errs)
 	c.validateProxy(&errs)
+	c.validateCache(&errs)
 	c.validateACME(&errs)
 	c.validateAdmin(&errs)
 	c.validateIntegrity(&errs)

@@ -24,6 +24,7 @@ type Meta struct {
 	Status   int         `json:"status"`
 	Header   [][2]string `json:"header"` // fields to give again, in order
 	StoredAt time.Time   `json:"stored_at"`
+	Until    time.Time   `json:"until"` // fresh until then (the caller's rule)
 	// Filled by the store at Commit.
 	Size   int64  `json:"size"`
 	BLAKE3 string `json:"blake3"` // hex, of the bytes stored
@@ -40,6 +41,14 @@ type Object struct {
 	Path string // the data file
 	elem *list.Element
 }
+
+// Rel is the object's data file relative to ObjectsDir, with "/".
+func (o *Object) Rel() string {
+	return filepath.ToSlash(filepath.Join(filepath.Base(filepath.Dir(o.Path)), filepath.Base(o.Path)))
+}
+
+// ObjectsDir is the directory under which the objects' files are.
+func (s *Store) ObjectsDir() string { return s.objectsDir() }
 
 // Config sizes a Store.
 type Config struct {

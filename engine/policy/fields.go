@@ -26,6 +26,12 @@ type Resp struct {
 	Preflight bool
 	// Challenge is the WWW-Authenticate value of a 401.
 	Challenge string
+	// A response from the edge cache: the Cache-Status field (RFC 9211),
+	// the stored fields given again (a name's lowercase form, its name,
+	// its value), and the stored Content-Type.
+	CacheStatus string
+	Stored      [][3]string
+	StoredType  string
 	// SigQuery is a signed request's signature parameters (Verdict's):
 	// they go with the Link to the file's outboard tree.
 	SigQuery []byte
@@ -99,6 +105,9 @@ func (p *Path) setsOn(status int) bool { return status < 400 || p.errorsToo }
 // ContentType is the media type the policy gives the file, or "" to keep
 // the engine's.
 func (r *Resp) ContentType() string {
+	if r != nil && r.StoredType != "" {
+		return r.StoredType
+	}
 	if r == nil || r.Path == nil || r.Name == nil {
 		return ""
 	}
@@ -115,7 +124,18 @@ func (r *Resp) VaryOrigin() bool {
 // it is a site's file or listing response (200, 206, 304), whose
 // Cache-Control the policy chooses.
 func (r *Resp) Write(w Writer, status int, file bool) {
-	if r == nil || r.Path == nil {
+	if r == nil {
+		return
+	}
+	for _, f := range r.Stored {
+		if !r.Drops([]byte(f[0]), status) {
+			w.Field(f[0], f[1], f[2])
+		}
+	}
+	if r.CacheStatus != "" {
+		w.Field("cache-status", "Cache-Status", r.CacheStatus)
+	}
+	if r.Path == nil {
 		return
 	}
 	p := r.Path

@@ -62,6 +62,38 @@ type Client interface {
 type UpstreamHead struct {
 	Addr netip.AddrPort
 	Time time.Duration
+	// CacheStatus is the Cache-Status field (RFC 9211) of a response on a
+	// cached route; "" elsewhere.
+	CacheStatus string
+}
+
+// Tap sees an exchange's response as the client does: the edge cache
+// stores what it takes. Head decides, from the parsed head, whether the
+// body is taken (and then it is not spliced past the tap) and what
+// Cache-Status the client is told; Body gets the de-framed body bytes;
+// End the clean end of the whole response, Abort any other.
+type Tap interface {
+	Head(r *h1.Response, bodyLen int64) (take bool, cacheStatus string)
+	Body(p []byte)
+	End()
+	Abort()
+}
+
+// SetTap has t see the response. Call it before Start.
+func (ex *Exchange) SetTap(t Tap) { ex.tap = t }
+
+// tapEnd ends the tap once: End after a whole response, Abort otherwise.
+func (ex *Exchange) tapEnd(ok bool) {
+	t := ex.tap
+	if t == nil {
+		return
+	}
+	ex.tap, ex.tapping = nil, false
+	if ok {
+		t.End()
+	} else {
+		t.Abort()
+	}
 }
 
 // ErrClientGone is a request body that ended early: the client closed
@@ -104,6 +136,8 @@ type Exchange struct {
 	respBody h1.BodyReader
 	respDone bool
 	splicing bool // the rest of the body moves by splice (SpliceClient)
+	tap      Tap  // sees the response (SetTap); nil once ended
+	tapping  bool // tap takes the body: no splice
 	done     bool
 	// The client went away with the request sent: the response is read
 	// and dropped (up to drainMax body bytes) so that the connection can
@@ -418,7 +452,14 @@ func (ex *Exchange) readHead() bool {
 			ex.respDone = true
 		}
 		ex.l.requests.Add(1)
-		ex.cl.WriteHead(r, r.Get("connection"), bodyLen, hasBody, UpstreamHead{Addr: ex.up.up.Addr, Time: time.Since(ex.started)})
+		uh := UpstreamHead{Addr: ex.up.up.Addr, Time: time.Since(ex.started)}
+		if ex.tap != nil {
+			ex.tapping, uh.CacheStatus = ex.tap.Head(r, bodyLen)
+			if !ex.tapping {
+				ex.tapEnd(false)
+			}
+		}
+		ex.cl.WriteHead(r, r.Get("connection"), bodyLen, hasBody, uh)
 		ex.respHead = true
 		ex.readDeadline(0)
 		return true // pumpResponse wakes the client, with the body's first bytes queued too
@@ -457,7 +498,7 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			ex.respDone = true
 			break
 		}
-		if left := ex.respBody.ContentLeft(); left >= spliceMin && len(uc.Input()) == 0 {
+		if left := ex.respBody.ContentLeft(); left >= spliceMin && len(uc.Input()) == 0 && !ex.tapping {
 			if sp, ok := ex.cl.(SpliceClient); ok && ex.cl.Room() && sp.Splice(uc, left) {
 				ex.respBody.Advance(left)
 				ex.splicing = true
@@ -503,6 +544,9 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			return
 		}
 		if len(data) > 0 {
+			if ex.tapping {
+				ex.tap.Body(data)
+			}
 			ex.cl.Body(data)
 			ex.moved += int64(len(data))
 			wake = true
@@ -510,6 +554,7 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 		if ex.draining {
 			if ex.drained += int64(len(data)); ex.drained > drainMax {
 				ex.done = true
+				ex.tapEnd(false)
 				ex.release(false)
 				return
 			}
@@ -520,6 +565,7 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			ex.respDone = true
 		}
 	}
+	ex.tapEnd(true)
 	ex.cl.End(ex.respBody.Trailers())
 	ex.finish()
 }
@@ -557,6 +603,7 @@ func (ex *Exchange) upstreamClosed() {
 	if ex.draining {
 		// Nobody waits for the answer: no retry, no error page.
 		ex.done = true
+		ex.tapEnd(false)
 		ex.release(false)
 		return
 	}
@@ -629,6 +676,7 @@ func (ex *Exchange) Fail(status int, cause string, err error) {
 	}
 	l := ex.l
 	ex.done = true
+	ex.tapEnd(false)
 	up := ex.release(false)
 	args := []any{"status", status, "route", ex.r.Key, "path", ex.path, "peer", ex.peer}
 	if up != "" {
@@ -654,6 +702,7 @@ func (ex *Exchange) abort(cause string) {
 		return
 	}
 	ex.done = true
+	ex.tapEnd(false)
 	ex.release(true)
 	ex.l.log.Debug("proxy exchange aborted", "route", ex.r.Key, "cause", cause, "peer", ex.peer)
 	ex.cl.Abort()
@@ -686,6 +735,7 @@ func (ex *Exchange) ClientGone() {
 		return
 	}
 	ex.done = true
+	ex.tapEnd(false)
 	ex.release(false)
 }
 

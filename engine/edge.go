@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"encoding/base64"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mediaship/engine/engine/edgecache"
+	"github.com/mediaship/engine/engine/proxy"
+	"github.com/mediaship/engine/h1"
+)
+
+// The edge cache in the request's way: decide looks a cached route's
+// GET or HEAD up in the store (edgeLookup) and answers a fresh object as
+// a file of the cache's own site, by the same path as any file
+// (sendfile, kernel TLS, ranges, conditional requests, every protocol);
+// a miss is proxied with an edgeTap on its exchange, which stores the
+// response as it streams to the client when its freshness allows.
+//
+// Not yet: concurrent misses of one object share one origin fetch only
+// when they are the same fill's readers (a later miss is proxied on its
+// own while a fill runs); a range on a cold object is proxied as such
+// and not stored; responses with Vary, Content-Encoding or Set-Cookie
+// are not stored; stale objects are fetched again, not revalidated.
+
+// edgeKey is the cache key of a request: its normalized host, path and
+// query (GET and HEAD share it).
+func edgeKey(host, path, query []byte) string {
+	k := make([]byte, 0, len(host)+len(path)+len(query)+6)
+	k = append(append(append(k, "GET "...), host...), path...)
+	if query != nil {
+		k = append(append(k, '?'), query...)
+	}
+	return string(k)
+}
+
+// edgeLookup judges a request a cached route allowed (its policy passed):
+// a fresh object makes d a file answer of the cache's site; otherwise d
+// keeps its route, with the key its response is stored under.
+func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
+	m := string(f.method)
+	if m != "GET" && m != "HEAD" {
+		return
+	}
+	if f.hdr != nil && f.hdr.Get("authorization") != nil {
+		// A shared cache neither stores nor serves a response to a
+		// request with credentials (RFC 9111 §3.5).
+		d.pr.CacheStatus = "engine; fwd=bypass; detail=authorization"
+		return
+	}
+	key := edgeKey(host, f.path, f.query)
+	now := f.now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	o := s.sites.edge.Lookup(key)
+	if o == nil || !now.Before(o.Meta.Until) {
+		if m == "GET" {
+			d.cacheKey = key // a HEAD's answer has no body to store
+		}
+		d.cacheMiss = "engine; fwd=uri-miss"
+		if o != nil {
+			d.cacheMiss = "engine; fwd=stale"
+		}
+		return
+	}
+	s.sites.edge.Touch(o)
+	d.route, d.site = nil, s.sites.edgeSite
+	d.filePath = []byte("/" + o.Rel())
+	d.pr.CacheStatus = "engine; hit"
+	d.pr.StoredType = ""
+	d.pr.Stored = d.pr.Stored[:0]
+	for _, h := range o.Meta.Header {
+		if strings.EqualFold(h[0], "content-type") {
+			d.pr.StoredType = h[1]
+			continue
+		}
+		d.pr.Stored = append(d.pr.Stored, [3]string{strings.ToLower(h[0]), h[0], h[1]})
+	}
+	age := max(int64(now.Sub(o.Meta.StoredAt)/time.Second), 0)
+	d.pr.Stored = append(d.pr.Stored, [3]string{"age", "Age", strconv.FormatInt(age, 10)})
+	d.pr.Name = nil // the object's file name is no name of the client's
+}
+
+// edgeTap is the tap of a cached route's miss, or nil for any other
+// decision.
+func (s *Server) edgeTap(d *decision) proxy.Tap {
+	if d.cacheKey == "" || s.sites.edge == nil {
+		return nil
+	}
+	return &edgeTap{s: s, key: d.cacheKey, status: d.cacheMiss}
+}
+
+// edgeTap stores a proxied response as it streams to the client. Its
+// methods run on the exchange's loop.
+type edgeTap struct {
+	s      *Server
+	key    string
+	status string // Cache-Status of a miss, from the lookup
+	fill   *edgecache.Fill
+	meta   edgecache.Meta
+	lm     time.Time // Last-Modified, given to the data file
+	failed bool      // a write failed: nothing is stored
+}
+
+// storedFields are the response fields an object keeps and gives again.
+var storedFields = []string{"Content-Type", "Cache-Control", "Expires", "Content-Disposition", "Content-Language", "Link"}
+
+func (t *edgeTap) Head(r *h1.Response, bodyLen int64) (bool, string) {
+	now := time.Now()
+	until, ok := edgeFreshness(r, now, t.s.cfg.Cache.DefaultTTL.D())
+	if !ok || bodyLen < 0 {
+		return false, t.status
+	}
+	f, leader, err := t.s.sites.edge.Begin(t.key)
+	if err != nil {
+		t.s.log.Warn("edge cache: cannot start storing an object; proxying it", "key", t.key, "err", err)
+		return false, t.status
+	}
+	if !leader {
+		f.Release(false)
+		return false, t.status + "; detail=fill-in-progress"
+	}
+	t.fill = f
+	if alg, sum := originDigest(r); alg != "" {
+		f.Expect(alg, sum)
+	}
+	t.meta = edgecache.Meta{Status: r.Status, StoredAt: now, Until: until}
+	for _, name := range storedFields {
+		if v := r.Get(strings.ToLower(name)); v != nil {
+			t.meta.Header = append(t.meta.Header, [2]string{name, string(v)})
+		}
+	}
+	if lm, err := http.ParseTime(string(r.Get("last-modified"))); err == nil {
+		t.lm = lm
+	}
+	return true, t.status + "; stored"
+}
+
+func (t *edgeTap) Body(p []byte) {
+	if t.failed {
+		return
+	}
+	if _, err := t.fill.Write(p); err != nil {
+		t.failed = true
+		t.s.log.Warn("edge cache: writing an object failed; it is not stored", "key", t.key, "err", err)
+		t.fill.Abort(err)
+	}
+}
+
+func (t *edgeTap) End() {
+	f := t.fill
+	if f == nil {
+		return
+	}
+	defer f.Release(true)
+	if t.failed {
+		return
+	}
+	o, err := f.Commit(t.meta)
+	switch {
+	case err == edgecache.ErrNoRoom:
+		t.s.log.Info("edge cache: no room for an object within max_size and min_free; it was proxied, not stored", "key", t.key)
+	case err != nil:
+		t.s.log.Warn("edge cache: an object was not stored", "key", t.key, "err", err)
+	case !t.lm.IsZero():
+		os.Chtimes(o.Path, t.lm, t.lm) // its Last-Modified as a file is the origin's
+	}
+}
+
+func (t *edgeTap) Abort() {
+	if t.fill != nil {
+		t.fill.Abort(nil)
+		t.fill.Release(true)
+	}
+}
+
+// edgeFreshness is how long a shared cache may serve response r without
+// asking again (RFC 9111 §4.2.1): s-maxage, max-age, then Expires less
+// Date, then def for a response that states none. ok is false for what
+// is not stored at all: a status other than 200, no-store, private,
+// no-cache (no revalidation yet), Vary, Content-Encoding, Set-Cookie.
+func edgeFreshness(r *h1.Response, now time.Time, def time.Duration) (until time.Time, ok bool) {
+	if r.Status != 200 || r.Get("vary") != nil || r.Get("content-encoding") != nil || r.Get("set-cookie") != nil {
+		return time.Time{}, false
+	}
+	maxAge, sMaxAge := int64(-1), int64(-1)
+	for _, f := range r.Headers {
+		if !h1.EqualFold(f.Name, "cache-control") {
+			continue
+		}
+		line := f.Value
+		for _, d := range strings.Split(string(line), ",") {
+			name, val, _ := strings.Cut(strings.TrimSpace(d), "=")
+			switch strings.ToLower(name) {
+			case "no-store", "private", "no-cache":
+				return time.Time{}, false
+			case "max-age":
+				if n, err := strconv.ParseInt(strings.Trim(val, `"`), 10, 64); err == nil && n >= 0 {
+					maxAge = n
+				}
+			case "s-maxage":
+				if n, err := strconv.ParseInt(strings.Trim(val, `"`), 10, 64); err == nil && n >= 0 {
+					sMaxAge = n
+				}
+			}
+		}
+	}
+	switch {
+	case sMaxAge >= 0:
+		return now.Add(time.Duration(sMaxAge) * time.Second), sMaxAge > 0
+	case maxAge >= 0:
+		return now.Add(time.Duration(maxAge) * time.Second), maxAge > 0
+	}
+	if e := r.Get("expires"); e != nil {
+		exp, err := http.ParseTime(string(e))
+		if err != nil {
+			return time.Time{}, false // an invalid Expires is already stale (§5.3)
+		}
+		base := now
+		if date, err := http.ParseTime(string(r.Get("date"))); err == nil {
+			base = date
+		}
+		life := exp.Sub(base)
+		return now.Add(life), life > 0
+	}
+	if def > 0 {
+		return now.Add(def), true
+	}
+	return time.Time{}, false
+}
+
+// originDigest is the digest the origin states for the whole object:
+// Repr-Digest (RFC 9530) sha-256 or blake3, or x-amz-checksum-sha256.
+func originDigest(r *h1.Response) (alg string, sum []byte) {
+	if v := r.Get("repr-digest"); v != nil {
+		for _, item := range strings.Split(string(v), ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(item), "=")
+			if !ok || len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
+				continue
+			}
+			b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
+			if err != nil || len(b) != 32 {
+				continue
+			}
+			switch strings.ToLower(name) {
+			case "sha-256", "blake3":
+				return strings.ToLower(name), b
+			}
+		}
+	}
+	if v := r.Get("x-amz-checksum-sha256"); v != nil {
+		if b, err := base64.StdEncoding.DecodeString(string(v)); err == nil && len(b) == 32 {
+			return "sha-256", b
+		}
+	}
+	return "", nil
+}

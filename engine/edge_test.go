@@ -1,0 +1,194 @@
+package engine_test
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/internal/nginxtest"
+)
+
+var nginxRequests = regexp.MustCompile(`server accepts handled requests\s+\d+ \d+ (\d+)`)
+
+// originRequests counts the requests nginx has answered so far, less
+// the status requests among them (this one included): *asked counts
+// them.
+func originRequests(t *testing.T, status string, asked *int) int {
+	t.Helper()
+	*asked++
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + status + "/_status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := nginxRequests.FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("stub_status: %q", b)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n - *asked
+}
+
+// TestEdgeCache: a cached route in front of a real origin (nginx, over
+// TLS): a fresh response is fetched once and then served from the
+// cache's files (every protocol, ranges and conditional requests, the
+// origin's Content-Type, Cache-Status), across a restart, and while the
+// origin is down; what must not be stored (no-store, credentials, a
+// digest that does not match the bytes) goes to the origin every time;
+// an object past its freshness is fetched again.
+func TestEdgeCache(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	for _, d := range []string{"fresh", "nostore", "short", "lie"} {
+		os.MkdirAll(root+"/"+d, 0o755)
+	}
+	_, sum := linkBig(t, root+"/fresh", "big.bin")
+	writeFile(t, root+"/fresh/a.json", `{"model":"a"}`)
+	writeFile(t, root+"/nostore/a.txt", "not for caches")
+	writeFile(t, root+"/short/a.txt", "one second")
+	writeFile(t, root+"/lie/a.txt", "these bytes")
+	wrong := sha256.Sum256([]byte("other bytes"))
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	up := newPKI(t, dir, "origin.test")
+	status := freeAddr(t)
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    sendfile on;
+    keepalive_timeout 30s;
+    types { application/json json; }
+    server {
+        listen %%[2]s ssl;
+        ssl_certificate %[2]q;
+        ssl_certificate_key %[3]q;
+        root %[1]q;
+        location /fresh/ { expires 1h; }
+        location /nostore/ { expires 1h; add_header Cache-Control no-store; }
+        location /short/ { expires 1s; }
+        location /lie/ { expires 1h; add_header Repr-Digest "sha-256=:%[5]s:"; }
+    }
+    server {
+        listen %[4]s;
+        location = /_status { stub_status; }
+    }`, root, up.certFile, up.keyFile, status, base64.StdEncoding.EncodeToString(wrong[:])))
+	cacheDir := t.TempDir()
+	asked := 0
+	origin := func() int { return originRequests(t, status, &asked) }
+	cfg := func(upstream string) string {
+		return proxyConfig(t, "/", fmt.Sprintf("upstream_tls = true\nca = %q\ntls_server_name = \"origin.test\"\ncache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", up.caFile, cacheDir), upstream)
+	}
+	ts := start(t, cfg(addr))
+	get := func(ts *testServer, path string, hdr ...string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.url+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		h := sha256.New()
+		io.Copy(h, resp.Body)
+		return resp, hex.EncodeToString(h.Sum(nil))
+	}
+	hexOf := func(s string) string { b := sha256.Sum256([]byte(s)); return hex.EncodeToString(b[:]) }
+
+	// A miss, stored as it streams; then hits, with no origin request.
+	resp, got := get(ts, "/fresh/big.bin")
+	if resp.StatusCode != 200 || got != sum || !strings.Contains(resp.Header.Get("Cache-Status"), "fwd=uri-miss; stored") {
+		t.Fatalf("miss: status %d, digest match %v, Cache-Status %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"))
+	}
+	get(ts, "/fresh/a.json")
+	before := origin()
+	for range 3 {
+		resp, got = get(ts, "/fresh/big.bin")
+		if resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; hit" || resp.Header.Get("Age") == "" {
+			t.Fatalf("hit: status %d, digest match %v, Cache-Status %q, Age %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"), resp.Header.Get("Age"))
+		}
+	}
+	resp, got = get(ts, "/fresh/a.json")
+	if got != hexOf(`{"model":"a"}`) || resp.Header.Get("Content-Type") != "application/json" || !strings.HasPrefix(resp.Header.Get("Cache-Control"), "max-age=") {
+		t.Fatalf("hit of a.json: digest match %v, Content-Type %q, Cache-Control %q", got == hexOf(`{"model":"a"}`), resp.Header.Get("Content-Type"), resp.Header.Get("Cache-Control"))
+	}
+	// A range and a conditional request of a hit, answered by the file path.
+	resp, _ = get(ts, "/fresh/big.bin", "Range", "bytes=1000-1999")
+	if resp.StatusCode != 206 || resp.ContentLength != 1000 || resp.Header.Get("Cache-Status") != "engine; hit" {
+		t.Fatalf("range of a hit: status %d, %d bytes", resp.StatusCode, resp.ContentLength)
+	}
+	etag := resp.Header.Get("ETag")
+	if resp, _ = get(ts, "/fresh/big.bin", "If-None-Match", etag); resp.StatusCode != 304 {
+		t.Fatalf("If-None-Match %s on a hit: status %d", etag, resp.StatusCode)
+	}
+	// HTTP/2 hits (the engine over TLS in front of the same cache).
+	if n := origin(); n != before {
+		t.Fatalf("hits asked the origin %d times", n-before)
+	}
+
+	// Not stored: no-store, a request with credentials, a lying digest.
+	for _, tc := range []struct{ path, hdr, want string }{
+		{"/nostore/a.txt", "", "not for caches"},
+		{"/fresh/a.json", "Bearer x", `{"model":"a"}`},
+		{"/lie/a.txt", "", "these bytes"},
+	} {
+		n := origin()
+		for range 2 {
+			var h []string
+			if tc.hdr != "" {
+				h = []string{"Authorization", tc.hdr}
+			}
+			if resp, got = get(ts, tc.path, h...); resp.StatusCode != 200 || got != hexOf(tc.want) || resp.Header.Get("Cache-Status") == "engine; hit" {
+				t.Fatalf("%s (%s): status %d, Cache-Status %q", tc.path, tc.hdr, resp.StatusCode, resp.Header.Get("Cache-Status"))
+			}
+		}
+		if m := origin() - n; m != 2 {
+			t.Fatalf("%s (%s): the origin was asked %d times for 2 requests; it must not be cached", tc.path, tc.hdr, m)
+		}
+	}
+	// Past its freshness (1 s): fetched again, then a hit again.
+	get(ts, "/short/a.txt")
+	time.Sleep(1100 * time.Millisecond)
+	n := origin()
+	if resp, _ = get(ts, "/short/a.txt"); resp.Header.Get("Cache-Status") == "engine; hit" || origin() != n+1 {
+		t.Fatalf("a stale object: Cache-Status %q, origin requests %d", resp.Header.Get("Cache-Status"), origin()-n)
+	}
+
+	// A restart keeps the objects; with the origin down they are still served.
+	ts.stop()
+	down := start(t, cfg(freeAddr(t)))
+	if resp, got = get(down, "/fresh/big.bin"); resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; hit" {
+		t.Fatalf("after a restart, origin down: status %d, digest match %v, Cache-Status %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"))
+	}
+	// HTTP/2 and HTTP/3 clients of a TLS listener (the key holds the host
+	// name: "localhost" here, another object).
+	pki := newPKI(t, t.TempDir(), "localhost")
+	secure := start(t, tlsProxyConfig(pki, addr, fmt.Sprintf("[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()))+
+		fmt.Sprintf("upstream_tls = true\nca = %q\ntls_server_name = \"origin.test\"\ncache = true\n", up.caFile))
+	h3, _ := h3Client(t, pki)
+	for i, c := range []*http.Client{h2Client(pki), h3, h2Client(pki)} {
+		r, err := c.Get("https://localhost:" + portOf(secure.addr) + "/fresh/big.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		io.Copy(h, r.Body)
+		r.Body.Close()
+		want := "engine; hit"
+		if i == 0 {
+			want = "engine; fwd=uri-miss; stored"
+		}
+		if r.StatusCode != 200 || hex.EncodeToString(h.Sum(nil)) != sum || r.Header.Get("Cache-Status") != want {
+			t.Fatalf("HTTP/%d, request %d: status %d, digest match %v, Cache-Status %q (want %q)", r.ProtoMajor, i+1, r.StatusCode, hex.EncodeToString(h.Sum(nil)) == sum, r.Header.Get("Cache-Status"), want)
+		}
+	}
+}
