@@ -62,7 +62,7 @@ func newCollector(s *Server) *collector {
 		simpleMetric{prometheus.NewDesc("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.", nil, nil), prometheus.GaugeValue,
 			func(*snapshot) float64 { return float64(processStart.UnixNano()) / 1e9 }})
 	// Every counter and gauge Stats declares (its metric tag).
-	c.simple = append(c.simple, statMetrics(s.proxy != nil, s.pass != nil)...)
+	c.simple = append(c.simple, statMetrics(s.proxy != nil, s.pass != nil, s.sites.edge != nil)...)
 	if w := s.wt; w != nil {
 		c.simple = append(c.simple, atomicMetrics(w.Stats())...)
 		c.simple = append(c.simple, simpleMetric{d("webtransport_sessions_open", "WebTransport sessions open now."), prometheus.GaugeValue,

@@ -417,5 +417,8 @@ func (s *Server) outcome(log *slog.Logger, lim *loglimit.Limiter, d *decision, s
 	case (status == 400 || status == 403) && err != nil:
 		lim.Note("refused path", "status", status, "path", string(path), "peer", peer, "reason", err)
 	}
+	if d != nil && d.filePath != nil {
+		s.stats.EdgeHits.Add(1) // here, once per response: decide may run twice for one request
+	}
 	s.stats.Requests.Add(1)
 }

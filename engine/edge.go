@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"os"
 	"strconv"
@@ -88,6 +89,9 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 // edgeTap is the tap of a cached route's miss, or nil for any other
 // decision.
 func (s *Server) edgeTap(d *decision) proxy.Tap {
+	if d.cacheMiss != "" {
+		s.stats.EdgeMisses.Add(1) // once per exchange (decide may run twice for one request)
+	}
 	if d.cacheKey == "" || s.sites.edge == nil {
 		return nil
 	}
@@ -144,6 +148,7 @@ func (t *edgeTap) Body(p []byte) {
 	if t.failed {
 		return
 	}
+	t.s.stats.EdgeOriginBytes.Add(int64(len(p)))
 	if _, err := t.fill.Write(p); err != nil {
 		t.failed = true
 		t.s.log.Warn("edge cache: writing an object failed; it is not stored", "key", t.key, "err", err)
@@ -162,12 +167,18 @@ func (t *edgeTap) End() {
 	}
 	o, err := f.Commit(t.meta)
 	switch {
+	case err == nil:
+		t.s.stats.EdgeStored.Add(1)
+		if !t.lm.IsZero() {
+			os.Chtimes(o.Path, t.lm, t.lm) // its Last-Modified as a file is the origin's
+		}
+	case errors.Is(err, edgecache.ErrDigestMismatch):
+		t.s.stats.EdgeIntegrityFailures.Add(1)
+		t.s.log.Warn("edge cache: the origin's bytes do not match the digest it stated; not stored", "key", t.key, "err", err)
 	case err == edgecache.ErrNoRoom:
 		t.s.log.Info("edge cache: no room for an object within max_size and min_free; it was proxied, not stored", "key", t.key)
-	case err != nil:
+	default:
 		t.s.log.Warn("edge cache: an object was not stored", "key", t.key, "err", err)
-	case !t.lm.IsZero():
-		os.Chtimes(o.Path, t.lm, t.lm) // its Last-Modified as a file is the origin's
 	}
 }
 

@@ -155,6 +155,11 @@ func TestEdgeCache(t *testing.T) {
 			t.Fatalf("%s (%s): the origin was asked %d times for 2 requests; it must not be cached", tc.path, tc.hdr, m)
 		}
 	}
+	st := ts.Stats()
+	if st.EdgeHits != 6 || st.EdgeStored != 2 || st.EdgeIntegrityFailures != 2 || st.EdgeObjects != 2 || st.EdgeOriginBytes < 100<<20 || st.EdgeBytes < 100<<20 {
+		t.Fatalf("cache counters: %d hits, %d stored, %d integrity failures, %d objects of %d bytes, %d bytes from the origin; want 6, 2, 2, 2 of 100 MiB and more",
+			st.EdgeHits, st.EdgeStored, st.EdgeIntegrityFailures, st.EdgeObjects, st.EdgeBytes, st.EdgeOriginBytes)
+	}
 	// Past its freshness (1 s): fetched again, then a hit again.
 	get(ts, "/short/a.txt")
 	time.Sleep(1100 * time.Millisecond)

@@ -11,8 +11,8 @@ import (
 )
 
 // TestMetricNames: every metric a server with every capability on serves
-// (sites over TLS, the access log, proxy routes, passthrough routes,
-// WebTransport, the admin listener), with its type and help, is the list
+// (sites over TLS, the access log, proxy routes with the edge cache,
+// passthrough routes, WebTransport, the admin listener), with its type and help, is the list
 // in testdata/metrics.txt: metrics are declared once (Stats' tags, the
 // families in collector.go), and a change to that list is one to review.
 // Regenerate with ENGINE_WRITE_METRICS=1.
@@ -32,13 +32,17 @@ enabled = true
 domain = "a.test"
 path_prefix = "/api/"
 upstreams = ["127.0.0.1:9"]
+cache = true
 [[reverse_proxy.routes]]
 domain = "relay.test"
 upstreams = ["127.0.0.1:9"]
 tls_termination = false
 [admin]
 listen = "127.0.0.1:0"
-`, filepath.Join(t.TempDir(), "access.log"), root, pki.certFile, pki.keyFile)+wtConf+ktlsAuto)
+[cache]
+path = %q
+min_free = "1MiB"
+`, filepath.Join(t.TempDir(), "access.log"), root, pki.certFile, pki.keyFile, t.TempDir())+wtConf+ktlsAuto)
 	fams := finalMetrics(t, ts)
 	var lines []string
 	for name, f := range fams {

@@ -101,13 +101,16 @@ type serverCounters struct {
 
 	H3Streams, H3Resets, H3Stalled atomic.Int64
 	h3Bytes                        atomic.Int64
+
+	// The edge cache (cached proxy routes).
+	EdgeHits, EdgeMisses, EdgeStored, EdgeIntegrityFailures, EdgeOriginBytes atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters. Each counter is
 // declared here once: a field's metric tag names it on /metrics ("name"
 // for a counter, "name,gauge" for a gauge), its help tag says what it
 // counts, and its when tag leaves it out of a server without the
-// capability ("proxy", "pass"); the collector exports every tagged field
+// capability ("proxy", "pass", "cache"); the collector exports every tagged field
 // (stats.go). Fields without a metric tag are exported in labelled
 // families or not at all.
 type Stats struct {
@@ -182,6 +185,19 @@ type Stats struct {
 	// response, while idle, or found when taken from the pool): they
 	// would have been read as the next request's response.
 	ProxyUnsolicited int64 `metric:"upstream_unsolicited_total" help:"Upstream connections closed, not reused, for bytes no request asked for (an upstream answering twice)." when:"proxy"`
+
+	// The edge cache: requests of cached routes answered from it and
+	// sent to the origin, objects stored, fills whose bytes did not match
+	// the origin's digest, bytes taken from origins into the cache, and
+	// the store's objects, bytes and evictions.
+	EdgeHits              int64 `metric:"cache_hits_total" help:"Requests of cached routes answered from the edge cache." when:"cache"`
+	EdgeMisses            int64 `metric:"cache_misses_total" help:"Requests of cached routes sent to the origin (not in the cache, stale, or not cacheable)." when:"cache"`
+	EdgeStored            int64 `metric:"cache_stored_total" help:"Objects stored in the edge cache." when:"cache"`
+	EdgeIntegrityFailures int64 `metric:"cache_integrity_failures_total" help:"Origin responses whose bytes did not match the digest the origin stated: never stored." when:"cache"`
+	EdgeOriginBytes       int64 `metric:"cache_origin_bytes_total" help:"Bytes taken from origins into the edge cache." when:"cache"`
+	EdgeObjects           int64 `metric:"cache_objects,gauge" help:"Objects in the edge cache." when:"cache"`
+	EdgeBytes             int64 `metric:"cache_bytes,gauge" help:"Bytes of the objects in the edge cache." when:"cache"`
+	EdgeEvictions         int64 `metric:"cache_evictions_total" help:"Objects removed from the edge cache to keep max_size or min_free." when:"cache"`
 
 	// TLS passthrough (routes with tls_termination = false).
 	PassRelayed   int64 `metric:"passthrough_relayed_total" help:"TCP connections relayed by TLS passthrough." when:"pass"`                 // TCP connections relayed to an upstream

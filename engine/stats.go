@@ -49,6 +49,9 @@ func (s *Server) counters() Stats {
 		CacheMisses:        s.cache.Misses.Load(),
 	}
 	loadCounters(&st, &s.stats)
+	if e := s.sites.edge; e != nil {
+		st.EdgeObjects, st.EdgeBytes, st.EdgeEvictions = int64(e.Len()), e.Size(), e.Evictions.Load()
+	}
 	if p := s.proxy; p != nil {
 		loadCounters(&st, &p.Stats)
 		st.ProxyH2Buffered = p.H2Buffered.Load()
@@ -111,8 +114,9 @@ func loadCounters(st *Stats, src any) {
 }
 
 // statMetrics are the metrics declared by Stats' tags (see Stats), for a
-// server with proxy routes (proxy) and passthrough routes (pass) or not.
-func statMetrics(proxy, pass bool) []simpleMetric {
+// server with proxy routes (proxy), passthrough routes (pass) and cached
+// routes (cache) or not.
+func statMetrics(proxy, pass, cache bool) []simpleMetric {
 	var out []simpleMetric
 	var walk func(t reflect.Type, index []int)
 	walk = func(t reflect.Type, index []int) {
@@ -134,6 +138,10 @@ func statMetrics(proxy, pass bool) []simpleMetric {
 				}
 			case "pass":
 				if !pass {
+					continue
+				}
+			case "cache":
+				if !cache {
 					continue
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,6 +77,9 @@ type Store struct {
 	lru     *list.List         // guarded by mu: of *Object, most recently used first
 	size    int64              // guarded by mu: bytes of complete objects
 	fills   map[string]*Fill   // guarded by mu: fills under way by key
+
+	// Evictions counts objects removed to keep MaxSize and MinFree.
+	Evictions atomic.Int64
 }
 
 // Errors of a fill.
@@ -305,6 +309,7 @@ func (s *Store) makeRoomLocked(n int64) ([]*Object, bool) {
 		}
 		o := back.Value.(*Object)
 		s.dropLocked(o)
+		s.Evictions.Add(1)
 		freed += o.Meta.Size
 		gone = append(gone, o)
 	}
