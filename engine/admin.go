@@ -42,7 +42,7 @@ func (s *Server) listenAdmin() error {
 			return fmt.Errorf("engine: the admin socket handed over: %w", err)
 		}
 	}
-	l, err := admin.Listen(a.Listen, ln, a.PProf, metrics, http.HandlerFunc(s.healthz), s.log)
+	l, err := admin.Listen(a.Listen, ln, a.PProf, metrics, http.HandlerFunc(s.healthz), s.purgeHandler(), s.log)
 	if err != nil {
 		return &config.Error{File: s.cfg.File(), Line: s.cfg.Line("admin.listen"), Key: "admin.listen", Msg: err.Error()}
 	}

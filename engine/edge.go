@@ -3,7 +3,9 @@ package engine
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -269,4 +271,49 @@ func originDigest(r *h1.Response) (alg string, sum []byte) {
 		}
 	}
 	return "", nil
+}
+
+// purgeHandler is the admin listener's POST /cache/purge, or nil without
+// an edge cache. url names the object as a client asks for it
+// (scheme://host/path?query; the scheme is not part of the key);
+// prefix=true purges every object whose URL starts with it. The answer
+// says how many objects went. A request with an Origin field (a browser
+// sent it, perhaps on another site's behalf) is refused.
+func (s *Server) purgeHandler() http.Handler {
+	if s.sites.edge == nil {
+		return nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Origin") != "" {
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintln(w, `{"error":"requests from browsers (an Origin field) are refused"}`)
+			return
+		}
+		raw := r.URL.Query().Get("url")
+		u, err := url.Parse(raw)
+		if raw == "" || err != nil || u.Host == "" || !strings.HasPrefix(u.EscapedPath(), "/") && u.EscapedPath() != "" {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintln(w, `{"error":"url= must be an absolute URL such as https://models.example.com/llama/"}`)
+			return
+		}
+		prefix := r.URL.Query().Get("prefix")
+		if prefix != "" && prefix != "true" && prefix != "false" {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintln(w, `{"error":"prefix= is true or false"}`)
+			return
+		}
+		path := u.EscapedPath()
+		if path == "" {
+			path = "/"
+		}
+		var query []byte
+		if u.RawQuery != "" || u.ForceQuery {
+			query = []byte(u.RawQuery)
+		}
+		key := edgeKey(normHost([]byte(u.Host), nil), []byte(path), query)
+		n := s.sites.edge.Purge(key, prefix == "true")
+		s.log.Info("edge cache: purged", "url", raw, "prefix", prefix == "true", "objects", n)
+		fmt.Fprintf(w, "{\"purged\":%d}\n", n)
+	})
 }

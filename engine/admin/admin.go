@@ -50,9 +50,10 @@ type Listener struct {
 
 // Listen binds listen (or serves ln, a listener handed over, when it is
 // not nil) and serves metrics at /metrics, health at /healthz, the
-// process ID at /pid (for engine reload and engine upgrade), and with
-// withPProf Go's profiles at /debug/pprof/.
-func Listen(listen string, ln net.Listener, withPProf bool, metrics, health http.Handler, log *slog.Logger) (*Listener, error) {
+// process ID at /pid (for engine reload and engine upgrade), with
+// withPProf Go's profiles at /debug/pprof/, and with purge (not nil) the
+// edge cache's purge at POST /cache/purge.
+func Listen(listen string, ln net.Listener, withPProf bool, metrics, health, purge http.Handler, log *slog.Logger) (*Listener, error) {
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", listen); err != nil {
@@ -66,6 +67,9 @@ func Listen(listen string, ln net.Listener, withPProf bool, metrics, health http
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, os.Getpid())
 	})
+	if purge != nil {
+		mux.Handle("POST /cache/purge", purge)
+	}
 	if withPProf {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -76,6 +80,9 @@ func Listen(listen string, ln net.Listener, withPProf bool, metrics, health http
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "engine admin: /metrics (Prometheus), /healthz, /pid")
+		if purge != nil {
+			fmt.Fprintln(w, "POST /cache/purge?url=URL[&prefix=true]")
+		}
 		if withPProf {
 			fmt.Fprintln(w, "/debug/pprof/")
 		}
