@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -88,16 +90,67 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 	d.pr.Name = nil // the object's file name is no name of the client's
 }
 
-// edgeTap is the tap of a cached route's miss, or nil for any other
-// decision.
-func (s *Server) edgeTap(d *decision) proxy.Tap {
-	if d.cacheMiss != "" {
-		s.stats.EdgeMisses.Add(1) // once per exchange (decide may run twice for one request)
-	}
-	if d.cacheKey == "" || s.sites.edge == nil {
+// edgePrepare readies the exchange of a cached route's miss (nil for
+// any other decision): a fill of the object under way is read by the
+// exchange instead of asking the origin again (its bytes as they land,
+// at the client's pace); otherwise a tap stores what the origin sends.
+func (s *Server) edgePrepare(d *decision) func(*proxy.Exchange) {
+	if d.cacheMiss == "" || s.sites.edge == nil {
 		return nil
 	}
-	return &edgeTap{s: s, key: d.cacheKey, status: d.cacheMiss}
+	s.stats.EdgeMisses.Add(1) // once per exchange (decide may run twice for one request)
+	key, status := d.cacheKey, d.cacheMiss
+	if key == "" {
+		return nil
+	}
+	return func(ex *proxy.Exchange) {
+		if f := s.sites.edge.Join(key); f != nil {
+			s.stats.EdgeCollapsed.Add(1)
+			ex.SetSource(proxy.PipeSource(func(side *net.UnixConn) { readFill(f, side) }))
+			return
+		}
+		ex.SetTap(&edgeTap{s: s, key: key, status: status})
+	}
+}
+
+// readFill answers through side from fill f: the leader's head, then the
+// bytes as they land. A fill that fails (its origin went away, or sent
+// bytes that do not match its digest) cuts the answer short: the client's
+// response is reset, never ended cleanly.
+func readFill(f *edgecache.Fill, side *net.UnixConn) {
+	defer f.Release(false)
+	defer side.Close()
+	go io.Copy(io.Discard, side) // the request the exchange writes
+	if _, err := side.Write(f.Head()); err != nil {
+		return
+	}
+	buf := make([]byte, 256<<10)
+	for off := int64(0); ; {
+		// The last byte waits for the fill's end: a fill whose bytes
+		// turn out not to match its digest leaves the answer short.
+		p := buf
+		switch done, err := f.State(); {
+		case done && err != nil:
+			return // short of its length: the exchange resets the client's response
+		case !done:
+			p = p[:max(0, min(int64(len(p)), f.Written()-1-off))]
+		}
+		n, err := f.ReadAt(p, off)
+		if n > 0 {
+			if _, werr := side.Write(buf[:n]); werr != nil {
+				return // the exchange went away
+			}
+			off += int64(n)
+			continue
+		}
+		switch {
+		case err == io.EOF:
+			return // whole: the close ends the body after its last byte
+		case err != nil:
+			return // short of its length: the exchange resets the client's response
+		}
+		<-f.Wait(off + 1) // the exchange's read_timeout bounds a stalled fill: it closes, and the next Write fails
+	}
 }
 
 // edgeTap stores a proxied response as it streams to the client. Its
@@ -131,6 +184,7 @@ func (t *edgeTap) Head(r *h1.Response, bodyLen int64) (bool, string) {
 		return false, t.status + "; detail=fill-in-progress"
 	}
 	t.fill = f
+	f.SetHead(followerHead(r, bodyLen))
 	if alg, sum := originDigest(r); alg != "" {
 		f.Expect(alg, sum)
 	}
@@ -158,14 +212,14 @@ func (t *edgeTap) Body(p []byte) {
 	}
 }
 
-func (t *edgeTap) End() {
+func (t *edgeTap) End() error {
 	f := t.fill
 	if f == nil {
-		return
+		return nil
 	}
 	defer f.Release(true)
 	if t.failed {
-		return
+		return nil
 	}
 	o, err := f.Commit(t.meta)
 	switch {
@@ -176,12 +230,14 @@ func (t *edgeTap) End() {
 		}
 	case errors.Is(err, edgecache.ErrDigestMismatch):
 		t.s.stats.EdgeIntegrityFailures.Add(1)
-		t.s.log.Warn("edge cache: the origin's bytes do not match the digest it stated; not stored", "key", t.key, "err", err)
+		t.s.log.Warn("edge cache: the origin's bytes do not match the digest it stated; not stored, and the clients that streamed them are reset", "key", t.key, "err", err)
+		return err
 	case err == edgecache.ErrNoRoom:
 		t.s.log.Info("edge cache: no room for an object within max_size and min_free; it was proxied, not stored", "key", t.key)
 	default:
 		t.s.log.Warn("edge cache: an object was not stored", "key", t.key, "err", err)
 	}
+	return nil
 }
 
 func (t *edgeTap) Abort() {
@@ -316,4 +372,22 @@ func (s *Server) purgeHandler() http.Handler {
 		s.log.Info("edge cache: purged", "url", raw, "prefix", prefix == "true", "objects", n)
 		fmt.Fprintf(w, "{\"purged\":%d}\n", n)
 	})
+}
+
+// followerHead is the head a fill's readers are answered with: the
+// origin's status and fields but those of the connection and framing,
+// the body's length, and a close after it (the reader's connection is
+// its own).
+func followerHead(r *h1.Response, bodyLen int64) []byte {
+	b := h1.AppendStatusLine(nil, r.Status)
+	for _, f := range r.Headers {
+		switch strings.ToLower(string(f.Name)) {
+		case "connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te", "trailer", "upgrade":
+			continue
+		}
+		b = append(append(append(append(b, f.Name...), ": "...), f.Value...), "\r\n"...)
+	}
+	b = append(b, "Cache-Status: engine; fwd=uri-miss; collapsed\r\n"...)
+	b = strconv.AppendInt(append(b, "Content-Length: "...), bodyLen, 10)
+	return append(b, "\r\nConnection: close\r\n\r\n"...)
 }

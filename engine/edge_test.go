@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -142,7 +143,6 @@ func TestEdgeCache(t *testing.T) {
 	for _, tc := range []struct{ path, hdr, want string }{
 		{"/nostore/a.txt", "", "not for caches"},
 		{"/fresh/a.json", "Bearer x", `{"model":"a"}`},
-		{"/lie/a.txt", "", "these bytes"},
 	} {
 		n := origin()
 		for range 2 {
@@ -157,6 +157,23 @@ func TestEdgeCache(t *testing.T) {
 		if m := origin() - n; m != 2 {
 			t.Fatalf("%s (%s): the origin was asked %d times for 2 requests; it must not be cached", tc.path, tc.hdr, m)
 		}
+	}
+	// Bytes that do not match the origin's digest: never stored, and the
+	// client that streamed them sees its response reset, not ended.
+	n0 := origin()
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // Go asks again after a reset on a reused connection
+	for range 2 {
+		resp, err := fresh.Get(ts.url + "/lie/a.txt")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if err == nil {
+			t.Fatal("/lie/a.txt: a response whose bytes do not match the origin's digest ended cleanly")
+		}
+	}
+	if m := origin() - n0; m != 2 {
+		t.Fatalf("/lie/a.txt: the origin was asked %d times for 2 requests; it must not be cached", m)
 	}
 	st := ts.Stats()
 	if st.EdgeHits != 6 || st.EdgeStored != 2 || st.EdgeIntegrityFailures != 2 || st.EdgeObjects != 2 || st.EdgeOriginBytes < 100<<20 || st.EdgeBytes < 100<<20 {
@@ -275,5 +292,103 @@ func TestEdgeCachePurge(t *testing.T) {
 	}
 	if cs := get("/n/c"); cs != "engine; hit" {
 		t.Fatalf("/n/c after refused purges: Cache-Status %q", cs)
+	}
+}
+
+// TestEdgeCacheCollapse: 50 clients of a cold object that the origin
+// sends slowly: the origin is asked once, every client streams the bytes
+// as they land and gets them all, byte-exact. When the bytes turn out
+// not to match the digest the origin stated, every client that streamed
+// them sees its response cut, none a clean end, and nothing is stored.
+func TestEdgeCacheCollapse(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	os.MkdirAll(root+"/slow", 0o755)
+	os.MkdirAll(root+"/lie", 0o755)
+	body := make([]byte, 24<<20)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	writeFile(t, root+"/slow/obj.bin", string(body))
+	writeFile(t, root+"/lie/obj.bin", string(body))
+	sum := sha256.Sum256(body)
+	wrong := sha256.Sum256([]byte("not these bytes"))
+	status := freeAddr(t)
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    sendfile on;
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location /slow/ { expires 1h; limit_rate 12m; }
+        location /lie/ { expires 1h; limit_rate 12m; add_header Repr-Digest "sha-256=:%[3]s:"; }
+    }
+    server {
+        listen %[2]s;
+        location = /_status { stub_status; }
+    }`, root, status, base64.StdEncoding.EncodeToString(wrong[:])))
+	asked := 0
+	origin := func() int { return originRequests(t, status, &asked) }
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\nread_timeout = \"30s\"\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
+
+	run := func(path string) (results []string) {
+		results = make([]string, 50)
+		done := make(chan int, 50)
+		fetch := func(i int) {
+			defer func() { done <- i }()
+			resp, err := http.Get(ts.url + path)
+			if err != nil {
+				results[i] = "error " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			h := sha256.New()
+			n, err := io.Copy(h, resp.Body)
+			switch {
+			case err != nil:
+				results[i] = fmt.Sprintf("cut after %d bytes (%v)", n, err)
+			case !bytes.Equal(h.Sum(nil), sum[:]):
+				results[i] = fmt.Sprintf("%d wrong bytes", n)
+			default:
+				results[i] = "whole " + resp.Header.Get("Cache-Status")
+			}
+		}
+		t0 := time.Now()
+		go fetch(0)
+		time.Sleep(300 * time.Millisecond) // the first one's fill is under way
+		for i := 1; i < 50; i++ {
+			go fetch(i)
+		}
+		for range 50 {
+			<-done
+		}
+		t.Logf("%s: %v", path, time.Since(t0))
+		return results
+	}
+	n := origin()
+	res := run("/slow/obj.bin")
+	collapsed := 0
+	for i, r := range res {
+		if !strings.HasPrefix(r, "whole") {
+			t.Fatalf("client %d: %s", i, r)
+		}
+		if strings.Contains(r, "collapsed") {
+			collapsed++
+		}
+	}
+	if m := origin() - n; m != 1 || collapsed != 49 {
+		t.Fatalf("50 clients of a cold object: the origin was asked %d times, %d clients read the first one's fill; want 1 and 49", m, collapsed)
+	}
+	if resp, _ := http.Get(ts.url + "/slow/obj.bin"); resp.Header.Get("Cache-Status") != "engine; hit" {
+		t.Fatalf("after the fill: Cache-Status %q", resp.Header.Get("Cache-Status"))
+	}
+
+	res = run("/lie/obj.bin")
+	for i, r := range res {
+		if !strings.HasPrefix(r, "cut") {
+			t.Fatalf("client %d of an object that does not match its digest: %s; want its response cut", i, r)
+		}
+	}
+	if st := ts.Stats(); st.EdgeIntegrityFailures != 1 || st.EdgeStored != 1 {
+		t.Fatalf("%d integrity failures, %d stored; want 1 and 1", st.EdgeIntegrityFailures, st.EdgeStored)
 	}
 }

@@ -342,7 +342,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case d.route != nil && d.status == 0:
 		sc.rec.SetSite(srv.siteProxy(), d.route.Cfg.Domain)
-		status, sent := hh.serveProxyH3(w, r, d.route, &d.pr, path, query, &sc.rec, srv.edgeTap(&d))
+		status, sent := hh.serveProxyH3(w, r, d.route, &d.pr, path, query, &sc.rec, srv.edgePrepare(&d))
 		hh.logRequest(status, sent, sc)
 		return
 	case d.status != 0:

@@ -63,8 +63,8 @@ func (h *h1Handler) startProxy(c *reactor.Conn, st *h1Conn, d *decision, n int) 
 		Fields: r.Headers, Connection: r.Get("connection"), Via: via, Peer: c.Peer().Addr(),
 		TLS: st.s.Session() != nil, ContentLength: r.ContentLength, Chunked: r.Chunked, Upstream: rt.DefaultHost()}, h.srv.proxy.Trusted)
 	ex.SetRequest(head, r.Chunked, r.HasBody() && r.Minor == 1 && h1.EqualFold(r.Get("expect"), "100-continue"))
-	if tap := h.srv.edgeTap(d); tap != nil {
-		ex.SetTap(tap)
+	if prep := h.srv.edgePrepare(d); prep != nil {
+		prep(ex)
 	}
 	ex.Start()
 }

@@ -65,8 +65,8 @@ func (hc *h2Conn) startProxyH2(hs *h2Strm, rt *routing.Route) {
 	ex.SetRequest(reframe.Head(&reframe.Request{Method: r.Method, Path: path, Query: query, Host: r.Get("host"),
 		Fields: fields, Via: "2", Peer: hc.c.Peer().Addr(), TLS: hc.s.Session() != nil,
 		ContentLength: r.ContentLength, Chunked: chunked, Upstream: rt.DefaultHost()}, hh.srv.proxy.Trusted), chunked, false)
-	if tap := hh.srv.edgeTap(&hs.d); tap != nil {
-		ex.SetTap(tap)
+	if prep := hh.srv.edgePrepare(&hs.d); prep != nil {
+		prep(ex)
 	}
 	hc.conn.MarkBusy(st)
 	ex.Start()

@@ -98,7 +98,7 @@ func (s *Server) nextLoop() *loopCtx {
 
 // serveProxyH3 proxies one HTTP/3 request on route rt, on the request's
 // goroutine, until the response is sent or abandoned.
-func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, pr *policy.Resp, path, query []byte, rec *accesslog.Record, tap proxy.Tap) (int, int64) {
+func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *routing.Route, pr *policy.Resp, path, query []byte, rec *accesslog.Record, prep func(*proxy.Exchange)) (int, int64) {
 	srv := hh.srv
 	lc := srv.nextLoop()
 	cl := &h3Client{lc: lc, pr: pr, events: make(chan h3Event, h3ProxyChunks+4), more: make(chan struct{}, 1)}
@@ -144,8 +144,8 @@ func (hh *h3Handler) serveProxyH3(w http.ResponseWriter, r *http.Request, rt *ro
 		Fields: fields, Via: "3", Peer: peer.Addr(), TLS: true, ContentLength: reqLen, Chunked: hasBody && r.ContentLength < 0, Upstream: rt.DefaultHost()}, srv.proxy.Trusted)
 	ex, tooLarge := lc.proxy.NewExchange(cl, peer, rt, []byte(r.Method), path, hasBody, r.ContentLength)
 	ex.SetRequest(head, hasBody && r.ContentLength < 0, false)
-	if tap != nil {
-		ex.SetTap(tap)
+	if prep != nil {
+		prep(ex)
 	}
 	if tooLarge {
 		lc.loop.Post(func() { ex.Fail(413, "request body over max_body", nil) })

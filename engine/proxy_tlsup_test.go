@@ -1,10 +1,13 @@
 package engine_test
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -15,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -199,6 +203,164 @@ func TestProxyUpstreamTLS(t *testing.T) {
 		ts := start(t, route(freeAddr(t), fmt.Sprintf("ca = %q\n", up.caFile)))
 		if st, _ := get(ts, "/small.txt"); st != 502 {
 			t.Fatalf("status %d with nothing listening; want 502", st)
+		}
+	})
+}
+
+// hostileTLS serves TLS on loopback with up's certificate, handing each
+// connection (its request head read) to serve; clientCAs, when set,
+// requires a client certificate it signs.
+func hostileTLS(t *testing.T, up *testPKI, clientCAs *x509.CertPool, serve func(c *tls.Conn, raw *net.TCPConn)) string {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(up.certFile, up.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
+	if clientCAs != nil {
+		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, clientCAs
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			raw, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { raw.Close() })
+			go func() {
+				c := tls.Server(raw, cfg)
+				if c.Handshake() != nil {
+					raw.Close()
+					return
+				}
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						raw.Close()
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				serve(c, raw.(*net.TCPConn))
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestProxyUpstreamTLSHostile: what a broken or hostile TLS upstream does
+// reaches the client as what it is. A response cut by a reset (or a bad
+// record) is a cut, never a whole response; an upstream that stops
+// reading holds nothing after the client's 504 (no goroutine, socket or
+// buffer left behind); a TLS 1.3 upstream that refuses the engine's
+// (missing) client certificate after the handshake is a failed upstream:
+// the next one answers.
+func TestProxyUpstreamTLSHostile(t *testing.T) {
+	dir := t.TempDir()
+	up := newPKI(t, dir, "origin.test")
+	route := func(extra string, upstreams ...string) string {
+		return proxyConfig(t, "/", fmt.Sprintf("upstream_tls = true\nca = %q\ntls_server_name = \"origin.test\"\n%s", up.caFile, extra), upstreams...)
+	}
+	t.Run("cut by a reset", func(t *testing.T) {
+		addr := hostileTLS(t, up, nil, func(c *tls.Conn, raw *net.TCPConn) {
+			c.Write([]byte("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"))
+			c.Write(bytes.Repeat([]byte("x"), 100000))
+			raw.SetLinger(0)
+			raw.Close()
+		})
+		ts := start(t, route("", addr))
+		resp, err := http.Get(ts.url + "/a")
+		if err == nil {
+			var n int64
+			n, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Fatalf("a response the upstream's reset cut ended cleanly after %d bytes", n)
+			}
+		}
+	})
+	t.Run("stops reading", func(t *testing.T) {
+		hold := make(chan struct{})
+		defer close(hold)
+		addr := hostileTLS(t, up, nil, func(c *tls.Conn, raw *net.TCPConn) { <-hold })
+		ts := start(t, route("response_timeout = \"1s\"\nread_timeout = \"1s\"\n", addr))
+		base := runtime.NumGoroutine()
+		for range 5 {
+			resp, err := http.Post(ts.url+"/up", "application/octet-stream", bytes.NewReader(make([]byte, 8<<20)))
+			if err != nil {
+				continue // the engine may close before the body is all sent
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 504 {
+				t.Fatalf("status %d from an upstream that stopped reading; want 504", resp.StatusCode)
+			}
+		}
+		// The upstream's own 5 handlers stay (blocked until the test
+		// ends); the engine's two per bridge must not.
+		if !waitFor(10*time.Second, func() bool { return runtime.NumGoroutine() <= base+5+4 }) {
+			t.Fatalf("%d goroutines 10 s after the 504s (%d before): the bridges to an upstream that stopped reading were left behind", runtime.NumGoroutine(), base)
+		}
+	})
+	t.Run("closes before the response", func(t *testing.T) {
+		addr := hostileTLS(t, up, nil, func(c *tls.Conn, raw *net.TCPConn) { c.Close() })
+		ts := start(t, route("", addr))
+		fds := func() int { ents, _ := os.ReadDir("/proc/self/fd"); return len(ents) }
+		base := fds()
+		for range 20 {
+			resp, err := http.Get(ts.url + "/a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 502 {
+				t.Fatalf("status %d; want 502", resp.StatusCode)
+			}
+		}
+		http.DefaultClient.CloseIdleConnections()
+		// The engine's upstream sockets go with each 502, not at
+		// response_timeout (60 s).
+		if !waitFor(3*time.Second, func() bool { return fds() <= base+4 }) {
+			t.Fatalf("%d descriptors open after 20 upstream closes (%d before): the upstream connections were left open", fds(), base)
+		}
+	})
+	t.Run("client certificate refused after the handshake", func(t *testing.T) {
+		clientCA, _, _ := clientPKI(t, t.TempDir())
+		pem, _ := os.ReadFile(clientCA)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		refusing := hostileTLS(t, up, pool, func(c *tls.Conn, raw *net.TCPConn) {
+			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nrefused"))
+			c.Close()
+		})
+		good := hostileTLS(t, up, nil, func(c *tls.Conn, raw *net.TCPConn) {
+			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"))
+			c.Close()
+		})
+		var log syncBuffer
+		ts := startLog(t, route("", refusing, good), &log)
+		for i := range 8 {
+			resp, err := http.Get(ts.url + "/a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "ok" {
+				t.Fatalf("request %d: %d %q; want the upstream that accepts the engine to answer", i, resp.StatusCode, b)
+			}
+		}
+		if ts.Stats().ProxyFailed == 0 || !strings.Contains(log.String(), "certificate") {
+			t.Fatalf("the refusing upstream was not counted failed, or the log does not say why:\n%s", log.String())
 		}
 	})
 }

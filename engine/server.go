@@ -103,7 +103,7 @@ type serverCounters struct {
 	h3Bytes                        atomic.Int64
 
 	// The edge cache (cached proxy routes).
-	EdgeHits, EdgeMisses, EdgeStored, EdgeIntegrityFailures, EdgeOriginBytes atomic.Int64
+	EdgeHits, EdgeMisses, EdgeStored, EdgeIntegrityFailures, EdgeOriginBytes, EdgeCollapsed atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters. Each counter is
@@ -195,6 +195,7 @@ type Stats struct {
 	EdgeStored            int64 `metric:"cache_stored_total" help:"Objects stored in the edge cache." when:"cache"`
 	EdgeIntegrityFailures int64 `metric:"cache_integrity_failures_total" help:"Origin responses whose bytes did not match the digest the origin stated: never stored." when:"cache"`
 	EdgeOriginBytes       int64 `metric:"cache_origin_bytes_total" help:"Bytes taken from origins into the edge cache." when:"cache"`
+	EdgeCollapsed         int64 `metric:"cache_collapsed_total" help:"Misses answered from another request's fetch of the same object, as it lands." when:"cache"`
 	EdgeObjects           int64 `metric:"cache_objects,gauge" help:"Objects in the edge cache." when:"cache"`
 	EdgeBytes             int64 `metric:"cache_bytes,gauge" help:"Bytes of the objects in the edge cache." when:"cache"`
 	EdgeEvictions         int64 `metric:"cache_evictions_total" help:"Objects removed from the edge cache to keep max_size or min_free." when:"cache"`

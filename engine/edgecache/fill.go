@@ -38,6 +38,41 @@ type Fill struct {
 	stored  *Object       // guarded by mu: the object it became, when stored
 	more    chan struct{} // guarded by mu: closed (and replaced) when written grows or done is set
 	holders int           // guarded by mu: the leader and the readers not yet released
+	head    []byte        // guarded by mu: the response head readers answer with (SetHead); nil until set
+}
+
+// SetHead gives the fill the response head its readers answer with (the
+// caller's bytes; the leader's, once it knows them). Join finds only a
+// fill with a head.
+func (f *Fill) SetHead(head []byte) {
+	f.mu.Lock()
+	f.head = head
+	f.mu.Unlock()
+}
+
+// Head is what SetHead gave.
+func (f *Fill) Head() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.head
+}
+
+// Join returns the fill under way for key, held by the caller (who
+// Releases it), once its leader has set its head; nil otherwise.
+func (s *Store) Join(key string) *Fill {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fills[key]
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.head == nil || f.done {
+		return nil
+	}
+	f.holders++
+	return f
 }
 
 // Begin returns the fill of key: the one under way (leader false), or a

@@ -71,29 +71,41 @@ type UpstreamHead struct {
 // stores what it takes. Head decides, from the parsed head, whether the
 // body is taken (and then it is not spliced past the tap) and what
 // Cache-Status the client is told; Body gets the de-framed body bytes;
-// End the clean end of the whole response, Abort any other.
+// End the clean end of the whole response (an error from it, bytes that
+// are not what the origin said they are, resets the client's response
+// instead of ending it), Abort any other.
 type Tap interface {
 	Head(r *h1.Response, bodyLen int64) (take bool, cacheStatus string)
 	Body(p []byte)
-	End()
+	End() error
 	Abort()
 }
+
+// Source makes the connection an exchange reads its response from, in
+// place of one to the route's upstreams: an HTTP/1.1 response that the
+// source writes and ends with a close (the edge cache's fill, read by a
+// request that joined it).
+type Source func(l *reactor.Loop, timeout time.Duration, h reactor.Handler) (*reactor.Conn, error)
+
+// SetSource has the exchange take its response from src. Call it before
+// Start.
+func (ex *Exchange) SetSource(src Source) { ex.source = src }
 
 // SetTap has t see the response. Call it before Start.
 func (ex *Exchange) SetTap(t Tap) { ex.tap = t }
 
 // tapEnd ends the tap once: End after a whole response, Abort otherwise.
-func (ex *Exchange) tapEnd(ok bool) {
+func (ex *Exchange) tapEnd(ok bool) error {
 	t := ex.tap
 	if t == nil {
-		return
+		return nil
 	}
 	ex.tap, ex.tapping = nil, false
 	if ok {
-		t.End()
-	} else {
-		t.Abort()
+		return t.End()
 	}
+	t.Abort()
+	return nil
 }
 
 // ErrClientGone is a request body that ended early: the client closed
@@ -135,9 +147,10 @@ type Exchange struct {
 	early    bool
 	respBody h1.BodyReader
 	respDone bool
-	splicing bool // the rest of the body moves by splice (SpliceClient)
-	tap      Tap  // sees the response (SetTap); nil once ended
-	tapping  bool // tap takes the body: no splice
+	splicing bool   // the rest of the body moves by splice (SpliceClient)
+	tap      Tap    // sees the response (SetTap); nil once ended
+	source   Source // where the response comes from instead of an upstream (SetSource)
+	tapping  bool   // tap takes the body: no splice
 	done     bool
 	// The client went away with the request sent: the response is read
 	// and dropped (up to drainMax body bytes) so that the connection can
@@ -237,6 +250,23 @@ func (ex *Exchange) connect(fresh bool) bool {
 	pool := ex.l
 	now := time.Now().UnixNano()
 	for {
+		if ex.source != nil {
+			// Not the upstream's: a connection of the source's own, never
+			// pooled (its response closes it), outside max_conns, whether
+			// the upstreams answer or not. It is counted as the route's
+			// first upstream's.
+			u := ex.r.Ups[0]
+			uc := &upConn{up: u, pool: pool, ex: ex}
+			if _, err := ex.source(ex.l.rl, ex.r.Cfg.ConnectTimeout.D(), uc); err != nil {
+				ex.Fail(502, "the response's source failed", err)
+				return false
+			}
+			pool.open[u]++
+			uc.used++
+			ex.holdUp(uc)
+			uc.c.SetSendTimeout(ex.r.Cfg.ReadTimeout.D())
+			return true
+		}
 		u := ex.r.Pick(now) // one that failed for this request backs off: not picked again
 		if u == nil {
 			ex.Fail(502, "no upstream available (every one failed recently)", nil)
@@ -263,7 +293,10 @@ func (ex *Exchange) connect(fresh bool) bool {
 			dial := ex.l.rl.Dial
 			if u.TLS != nil {
 				dial = func(a reactor.Addr, timeout time.Duration, h reactor.Handler) (*reactor.Conn, error) {
-					return dialTLS(ex.l.rl, u, timeout, h)
+					// Past the exchange's own timeouts (its 504 comes first): the
+					// bridge then only cleans up after an upstream that stopped reading.
+					stall := 2 * max(ex.r.Cfg.ReadTimeout.D(), ex.r.Cfg.ResponseTimeout.D())
+					return dialTLS(ex.l.rl, u, timeout, stall, h, ex.l.lim.Note)
 				}
 			}
 			if _, err := dial(u.Addr, ex.r.Cfg.ConnectTimeout.D(), uc); err != nil {
@@ -565,7 +598,12 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			ex.respDone = true
 		}
 	}
-	ex.tapEnd(true)
+	if err := ex.tapEnd(true); err != nil {
+		ex.l.lim.Note("a response's bytes are not what its origin said (its digest); resetting the client's response",
+			"route", ex.r.Key, "upstream", ex.up.up.Name, "err", err)
+		ex.abort("digest mismatch")
+		return
+	}
 	ex.cl.End(ex.respBody.Trailers())
 	ex.finish()
 }
@@ -619,13 +657,19 @@ func (ex *Exchange) upstreamClosed() {
 	}
 	ex.dropUp()
 	uc.ex = nil
+	uc.c.Close() // half closed (its end read), or closed already: not left open until a timeout
 	switch {
-	case uc.c.DialErr() != nil:
+	case uc.c.DialErr() != nil && ex.reqSent == 0:
 		ex.upstreamFailed(uc.up, uc.c.DialErr())
 		ex.headSent, ex.waitingResp = false, false
 		if ex.connect(true) {
 			ex.Pump()
 		}
+	case uc.c.DialErr() != nil:
+		// Refused after part of the body went up (a TLS upstream's late
+		// alert): the body cannot be sent again.
+		ex.upstreamFailed(uc.up, uc.c.DialErr())
+		ex.Fail(502, "upstream refused the connection after the request body went up", nil)
 	case uc.c.TimedOut() && ex.awaitClient:
 		ex.Fail(408, "the client's request body stopped (body_timeout)", nil)
 	case uc.c.TimedOut() && ex.waitingResp:

@@ -319,6 +319,20 @@ func (c *Conn) Close() { c.loop.closeConn(c, false) }
 // than a clean end.
 func (c *Conn) Abort() { c.loop.closeConn(c, true) }
 
+// Fail closes an outbound connection as one that failed before it was of
+// use (DialErr reports err): for a DialVia connection whose goroutine
+// learned only after Established that the other side refused it (a TLS
+// 1.3 server's alert after the handshake). Call it on the loop.
+func (c *Conn) Fail(err error) {
+	if c.closed {
+		return
+	}
+	if c.dialErr == nil {
+		c.dialErr = err
+	}
+	c.loop.closeConn(c, true)
+}
+
 // CloseAfterFlush closes the connection once queued output is written:
 // the write side is shut, and input is read and discarded for a short
 // while so the client can read the answer before the socket goes away.
