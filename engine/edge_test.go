@@ -311,6 +311,7 @@ func TestEdgeCacheCollapse(t *testing.T) {
 	}
 	writeFile(t, root+"/slow/obj.bin", string(body))
 	writeFile(t, root+"/lie/obj.bin", string(body))
+	writeFile(t, root+"/slow/left.bin", string(body))
 	sum := sha256.Sum256(body)
 	wrong := sha256.Sum256([]byte("not these bytes"))
 	status := freeAddr(t)
@@ -382,13 +383,49 @@ func TestEdgeCacheCollapse(t *testing.T) {
 		t.Fatalf("after the fill: Cache-Status %q", resp.Header.Get("Cache-Status"))
 	}
 
+	// The first client goes away after 1 MiB: the fill goes on, for the
+	// client that joined it and for the cache.
+	resp, err := http.Get(ts.url + "/slow/left.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.CopyN(io.Discard, resp.Body, 1<<20)
+	joined := make(chan string, 1)
+	go func() {
+		r, err := http.Get(ts.url + "/slow/left.bin")
+		if err != nil {
+			joined <- err.Error()
+			return
+		}
+		defer r.Body.Close()
+		h := sha256.New()
+		_, err = io.Copy(h, r.Body)
+		joined <- fmt.Sprintf("%v %v %s", err, bytes.Equal(h.Sum(nil), sum[:]), r.Header.Get("Cache-Status"))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	resp.Body.Close()
+	if got := <-joined; got != "<nil> true engine; fwd=uri-miss; collapsed" {
+		t.Fatalf("the client that joined a fill whose first client left: %s", got)
+	}
+	if !waitFor(10*time.Second, func() bool {
+		r, err := http.Get(ts.url + "/slow/left.bin")
+		if err != nil {
+			return false
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		return r.Header.Get("Cache-Status") == "engine; hit"
+	}) {
+		t.Fatal("the object whose first client left was not stored")
+	}
+
 	res = run("/lie/obj.bin")
 	for i, r := range res {
 		if !strings.HasPrefix(r, "cut") {
 			t.Fatalf("client %d of an object that does not match its digest: %s; want its response cut", i, r)
 		}
 	}
-	if st := ts.Stats(); st.EdgeIntegrityFailures != 1 || st.EdgeStored != 1 {
-		t.Fatalf("%d integrity failures, %d stored; want 1 and 1", st.EdgeIntegrityFailures, st.EdgeStored)
+	if st := ts.Stats(); st.EdgeIntegrityFailures != 1 || st.EdgeStored != 2 {
+		t.Fatalf("%d integrity failures, %d stored; want 1 and 2", st.EdgeIntegrityFailures, st.EdgeStored)
 	}
 }

@@ -150,6 +150,7 @@ type Exchange struct {
 	splicing bool   // the rest of the body moves by splice (SpliceClient)
 	tap      Tap    // sees the response (SetTap); nil once ended
 	source   Source // where the response comes from instead of an upstream (SetSource)
+	filling  bool   // draining a response the tap takes, to its end (its client went away)
 	tapping  bool   // tap takes the body: no splice
 	done     bool
 	// The client went away with the request sent: the response is read
@@ -585,7 +586,7 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			wake = true
 		}
 		if ex.draining {
-			if ex.drained += int64(len(data)); ex.drained > drainMax {
+			if ex.drained += int64(len(data)); ex.drained > drainMax && !ex.filling {
 				ex.done = true
 				ex.tapEnd(false)
 				ex.release(false)
@@ -765,6 +766,16 @@ func (ex *Exchange) ClientGone() {
 		return
 	}
 	ex.cl = drainClient{}
+	if ex.up != nil && ex.tapping && ex.respBody.ContentLeft() >= 0 {
+		// The edge cache takes this response: it is read to its end
+		// for the cache and the requests reading its fill, each read
+		// within read_timeout, though its client went away (nginx's
+		// proxy_ignore_client_abort, for a cache fill).
+		ex.draining, ex.filling = true, true
+		ex.readDeadline(ex.r.Cfg.ReadTimeout.D())
+		ex.up.c.Wake()
+		return
+	}
 	if ex.up != nil && ex.reqDone && !ex.early && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
@@ -786,7 +797,7 @@ func (ex *Exchange) ClientGone() {
 // readDeadline sets the upstream connection's read deadline d from now
 // (0: none), never past the end of a drain.
 func (ex *Exchange) readDeadline(d time.Duration) {
-	if ex.draining {
+	if ex.draining && !ex.filling {
 		left := max(time.Until(ex.drainUntil), time.Millisecond)
 		if d == 0 || d > left {
 			d = left
