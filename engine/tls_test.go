@@ -44,8 +44,14 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	}
 }
 
-// newPKI makes a CA and a leaf for the given names in dir.
+// newPKI makes a CA and a server's leaf for the given names in dir.
 func newPKI(t testing.TB, dir string, names ...string) *testPKI {
+	t.Helper()
+	return newPKIFor(t, dir, x509.ExtKeyUsageServerAuth, names...)
+}
+
+// newPKIFor is newPKI with the leaf's use: a server's or a client's.
+func newPKIFor(t testing.TB, dir string, use x509.ExtKeyUsage, names ...string) *testPKI {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "engine test CA"},
@@ -60,7 +66,7 @@ func newPKI(t testing.TB, dir string, names ...string) *testPKI {
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]},
 		DNSNames: names, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{use}}
 	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)

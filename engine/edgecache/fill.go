@@ -36,7 +36,8 @@ type Fill struct {
 	done    bool          // guarded by mu: no more bytes will come
 	err     error         // guarded by mu: why the fill failed (when done)
 	stored  *Object       // guarded by mu: the object it became, when stored
-	more    chan struct{} // guarded by mu: closed (and replaced) when written grows or done is set
+	more    chan struct{} // guarded by mu: closed (and replaced) when written grows or done is set, if waited
+	waited  bool          // guarded by mu: Wait handed out more since it was last closed
 	holders int           // guarded by mu: the leader and the readers not yet released
 	head    []byte        // guarded by mu: the response head readers answer with (SetHead); nil until set
 }
@@ -126,9 +127,14 @@ func (f *Fill) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// wakeLocked wakes the waiters, if any: a write nobody waits for
+// (the leader's, on a loop) makes no channel.
 func (f *Fill) wakeLocked() {
+	if !f.waited {
+		return
+	}
 	close(f.more)
-	f.more = make(chan struct{})
+	f.more, f.waited = make(chan struct{}), false
 }
 
 // Written is the bytes that have landed.
@@ -153,12 +159,15 @@ func (f *Fill) Wait(off int64) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.written > off || f.done {
-		c := make(chan struct{})
-		close(c)
-		return c
+		return closed
 	}
+	f.waited = true
 	return f.more
 }
+
+// closed is a channel closed for good: Wait's answer when it need not
+// wait.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // ReadAt reads landed bytes at off: 0 and nil when none has landed there
 // yet (Wait), io.EOF past the end of a complete fill, the fill's error

@@ -588,7 +588,6 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 		if ex.draining {
 			if ex.drained += int64(len(data)); ex.drained > drainMax && !ex.filling {
 				ex.done = true
-				ex.tapEnd(false)
 				ex.release(false)
 				return
 			}
@@ -642,7 +641,6 @@ func (ex *Exchange) upstreamClosed() {
 	if ex.draining {
 		// Nobody waits for the answer: no retry, no error page.
 		ex.done = true
-		ex.tapEnd(false)
 		ex.release(false)
 		return
 	}
@@ -694,8 +692,10 @@ func (ex *Exchange) upstreamClosed() {
 }
 
 // release drops the exchange's upstream connection: closed, or reset
-// when abort is set. It returns the upstream's name.
+// when abort is set; a tap still on the response is aborted. It returns
+// the upstream's name.
 func (ex *Exchange) release(abort bool) string {
+	ex.tapEnd(false)
 	uc := ex.dropUp()
 	if uc == nil {
 		return ""
@@ -721,7 +721,6 @@ func (ex *Exchange) Fail(status int, cause string, err error) {
 	}
 	l := ex.l
 	ex.done = true
-	ex.tapEnd(false)
 	up := ex.release(false)
 	args := []any{"status", status, "route", ex.r.Key, "path", ex.path, "peer", ex.peer}
 	if up != "" {
@@ -747,7 +746,6 @@ func (ex *Exchange) abort(cause string) {
 		return
 	}
 	ex.done = true
-	ex.tapEnd(false)
 	ex.release(true)
 	ex.l.log.Debug("proxy exchange aborted", "route", ex.r.Key, "cause", cause, "peer", ex.peer)
 	ex.cl.Abort()
@@ -790,7 +788,6 @@ func (ex *Exchange) ClientGone() {
 		return
 	}
 	ex.done = true
-	ex.tapEnd(false)
 	ex.release(false)
 }
 

@@ -669,20 +669,9 @@ func (l *Loop) Dial(addr Addr, timeout time.Duration, h Handler) (*Conn, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := l.newConn(fd, addr)
-	c.h, c.outbound, c.connecting = h, true, true
-	if err := epollAdd(l.epfd, fd, c.slot); err != nil {
-		l.freeConn(c)
-		closeFd(fd)
-		return nil, err
-	}
-	l.outbound++
-	l.asleep = false
-	c.deadline = l.now + int64(timeout)
-	h.Open(c)
 	// No Serve until EPOLLOUT says the connect finished; epoll reports it
 	// even if it finished before the registration.
-	return c, nil
+	return l.outboundConn(fd, addr, timeout, h, false)
 }
 
 // DialVia is Dial for a connection another goroutine establishes: fd is
@@ -697,8 +686,13 @@ func (l *Loop) DialVia(fd int, addr Addr, timeout time.Duration, h Handler) (*Co
 		closeFd(fd)
 		return nil, errors.New("reactor: loop is shutting down")
 	}
+	return l.outboundConn(fd, addr, timeout, h, true)
+}
+
+// outboundConn registers fd, a connection being established, served by h.
+func (l *Loop) outboundConn(fd int, addr Addr, timeout time.Duration, h Handler, via bool) (*Conn, error) {
 	c := l.newConn(fd, addr)
-	c.h, c.outbound, c.connecting, c.via = h, true, true, true
+	c.h, c.outbound, c.connecting, c.via = h, true, true, via
 	if err := epollAdd(l.epfd, fd, c.slot); err != nil {
 		l.freeConn(c)
 		closeFd(fd)
