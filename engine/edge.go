@@ -75,7 +75,7 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 	s.sites.edge.Touch(o)
 	d.route, d.site = nil, s.sites.edgeSite
 	d.filePath = []byte("/" + o.Rel())
-	d.pr.CacheStatus = "engine; hit"
+	d.pr.CacheStatus, d.pr.Hit = "engine; hit", true
 	d.pr.StoredType = ""
 	d.pr.Stored = d.pr.Stored[:0]
 	for _, h := range o.Meta.Header {

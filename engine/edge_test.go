@@ -122,6 +122,9 @@ func TestEdgeCache(t *testing.T) {
 		}
 	}
 	resp, got = get(ts, "/fresh/a.json")
+	if l := resp.Header.Values("Link"); len(l) != 0 {
+		t.Fatalf("a hit links %q: the object's tree is at a path of the cache's, not the client's", l)
+	}
 	if got != hexOf(`{"model":"a"}`) || resp.Header.Get("Content-Type") != "application/json" || !strings.HasPrefix(resp.Header.Get("Cache-Control"), "max-age=") {
 		t.Fatalf("hit of a.json: digest match %v, Content-Type %q, Cache-Control %q", got == hexOf(`{"model":"a"}`), resp.Header.Get("Content-Type"), resp.Header.Get("Cache-Control"))
 	}

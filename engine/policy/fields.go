@@ -32,6 +32,10 @@ type Resp struct {
 	CacheStatus string
 	Stored      [][3]string
 	StoredType  string
+	// Hit: the response is an edge cache object's file, whose own Link
+	// (to its tree, at a path of the cache's that clients are not
+	// served) is left out.
+	Hit bool
 	// SigQuery is a signed request's signature parameters (Verdict's):
 	// they go with the Link to the file's outboard tree.
 	SigQuery []byte
@@ -68,7 +72,13 @@ func (r *Resp) Link(link []byte) []byte {
 // Content-Type, ...) is left out of a response of status: the policy
 // removes it, or sets it on such a response.
 func (r *Resp) Omits(lower string, status int) bool {
-	if r == nil || r.Path == nil {
+	if r == nil {
+		return false
+	}
+	if r.Hit && lower == "link" {
+		return true
+	}
+	if r.Path == nil {
 		return false
 	}
 	p := r.Path
