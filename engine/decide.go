@@ -80,7 +80,9 @@ type decision struct {
 	// route's miss: the key its response is stored under.
 	filePath  []byte
 	cacheKey  string
-	cacheMiss string // a miss's Cache-Status, for the tap that stores it
+	cacheMiss string  // a miss's Cache-Status
+	edgeQ     edgeReq // a miss's request for the origin, when it reads a fill
+	edgePass  bool    // the cache's client relays the request (an S3 origin's)
 	pr        policy.Resp
 	refused   string
 	detail    error

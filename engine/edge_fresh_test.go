@@ -1,46 +1,55 @@
 package engine
 
 import (
+	"net/http"
 	"testing"
 	"time"
-
-	"github.com/mediaship/engine/h1"
 )
 
 func TestEdgeFreshness(t *testing.T) {
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	date := "Sat, 05 Dec 2026 11:00:00 GMT" // the origin's clock an hour behind
+	etag := []string{"ETag", `"v1"`}
 	for _, tc := range []struct {
-		name   string
-		status int
-		fields []string
-		def    time.Duration
-		life   time.Duration
-		ok     bool
+		name     string
+		status   int
+		fields   []string
+		def      time.Duration
+		life     time.Duration
+		store    bool
+		private  bool
+		swr, sie time.Duration
 	}{
-		{"max-age", 200, []string{"Cache-Control", "public, max-age=60"}, 0, time.Minute, true},
-		{"s-maxage wins", 200, []string{"Cache-Control", "max-age=60, s-maxage=600"}, 0, 10 * time.Minute, true},
-		{"two lines", 200, []string{"Cache-Control", "max-age=60", "Cache-Control", "no-store"}, 0, 0, false},
-		{"max-age=0", 200, []string{"Cache-Control", "max-age=0"}, time.Hour, 0, false},
-		{"private", 200, []string{"Cache-Control", "private, max-age=60"}, 0, 0, false},
-		{"no-cache", 200, []string{"Cache-Control", "no-cache"}, time.Hour, 0, false},
-		{"Expires less Date", 200, []string{"Date", date, "Expires", "Sat, 05 Dec 2026 11:30:00 GMT"}, 0, 30 * time.Minute, true},
-		{"Expires past", 200, []string{"Date", date, "Expires", "Sat, 05 Dec 2026 10:00:00 GMT"}, time.Hour, 0, false},
-		{"Expires invalid", 200, []string{"Expires", "0"}, time.Hour, 0, false},
-		{"default", 200, nil, time.Hour, time.Hour, true},
-		{"no default", 200, nil, 0, 0, false},
-		{"206", 206, []string{"Cache-Control", "max-age=60"}, 0, 0, false},
-		{"Vary", 200, []string{"Cache-Control", "max-age=60", "Vary", "Accept-Encoding"}, 0, 0, false},
-		{"Set-Cookie", 200, []string{"Cache-Control", "max-age=60", "Set-Cookie", "a=b"}, 0, 0, false},
-		{"bad max-age", 200, []string{"Cache-Control", "max-age=x"}, 0, 0, false},
+		{name: "max-age", status: 200, fields: []string{"Cache-Control", "public, max-age=60"}, life: time.Minute, store: true},
+		{name: "s-maxage wins", status: 200, fields: []string{"Cache-Control", "max-age=60, s-maxage=600"}, life: 10 * time.Minute, store: true},
+		{name: "two lines", status: 200, fields: []string{"Cache-Control", "max-age=60", "Cache-Control", "no-store"}, private: true},
+		{name: "max-age=0", status: 200, fields: []string{"Cache-Control", "max-age=0"}, def: time.Hour},
+		{name: "max-age=0 with a validator", status: 200, fields: append([]string{"Cache-Control", "max-age=0"}, etag...), def: time.Hour, store: true},
+		{name: "private", status: 200, fields: []string{"Cache-Control", "private, max-age=60"}, private: true},
+		{name: "no-cache", status: 200, fields: []string{"Cache-Control", "no-cache"}, def: time.Hour},
+		{name: "no-cache with a validator", status: 200, fields: append([]string{"Cache-Control", "no-cache, max-age=60"}, etag...), store: true},
+		{name: "Expires less Date", status: 200, fields: []string{"Date", date, "Expires", "Sat, 05 Dec 2026 11:30:00 GMT"}, life: 30 * time.Minute, store: true},
+		{name: "Expires past", status: 200, fields: []string{"Date", date, "Expires", "Sat, 05 Dec 2026 10:00:00 GMT"}, def: time.Hour},
+		{name: "Expires invalid", status: 200, fields: []string{"Expires", "0"}, def: time.Hour},
+		{name: "default", status: 200, def: time.Hour, life: time.Hour, store: true},
+		{name: "no default", status: 200},
+		{name: "206", status: 206, fields: []string{"Cache-Control", "max-age=60"}},
+		{name: "Vary Accept-Encoding", status: 200, fields: []string{"Cache-Control", "max-age=60", "Vary", "Accept-Encoding"}, life: time.Minute, store: true},
+		{name: "Vary Cookie", status: 200, fields: []string{"Cache-Control", "max-age=60", "Vary", "accept-encoding, Cookie"}, private: true},
+		{name: "Content-Encoding", status: 200, fields: []string{"Cache-Control", "max-age=60", "Content-Encoding", "gzip"}},
+		{name: "Set-Cookie", status: 200, fields: []string{"Cache-Control", "max-age=60", "Set-Cookie", "a=b"}, private: true},
+		{name: "bad max-age", status: 200, fields: []string{"Cache-Control", "max-age=x"}},
+		{name: "stale-while-revalidate", status: 200, fields: []string{"Cache-Control", "max-age=60, stale-while-revalidate=30, stale-if-error=600"}, life: time.Minute, store: true, swr: 30 * time.Second, sie: 10 * time.Minute},
+		{name: "must-revalidate", status: 200, fields: []string{"Cache-Control", "max-age=60, stale-if-error=600, must-revalidate"}, life: time.Minute, store: true},
 	} {
-		r := &h1.Response{Status: tc.status}
+		h := http.Header{}
 		for i := 0; i+1 < len(tc.fields); i += 2 {
-			r.Headers = append(r.Headers, h1.Header{Name: []byte(tc.fields[i]), Value: []byte(tc.fields[i+1])})
+			h.Add(tc.fields[i], tc.fields[i+1])
 		}
-		until, ok := edgeFreshness(r, now, tc.def)
-		if ok != tc.ok || ok && until.Sub(now) != tc.life {
-			t.Errorf("%s: fresh for %v (stored %v), want %v (%v)", tc.name, until.Sub(now), ok, tc.life, tc.ok)
+		fr := edgeFreshness(tc.status, h, now, tc.def)
+		if fr.store != tc.store || fr.private != tc.private || fr.store && fr.until.Sub(now) != tc.life || fr.store && (fr.swr != tc.swr || fr.sie != tc.sie) {
+			t.Errorf("%s: stored %v for %v (private %v, swr %v, sie %v), want %v for %v (%v, %v, %v)", tc.name,
+				fr.store, fr.until.Sub(now), fr.private, fr.swr, fr.sie, tc.store, tc.life, tc.private, tc.swr, tc.sie)
 		}
 	}
 }

@@ -110,7 +110,7 @@ func TestEdgeCache(t *testing.T) {
 
 	// A miss, stored as it streams; then hits, with no origin request.
 	resp, got := get(ts, "/fresh/big.bin")
-	if resp.StatusCode != 200 || got != sum || !strings.Contains(resp.Header.Get("Cache-Status"), "fwd=uri-miss; stored") {
+	if resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; fwd-status=200; stored" {
 		t.Fatalf("miss: status %d, digest match %v, Cache-Status %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"))
 	}
 	get(ts, "/fresh/a.json")
@@ -213,7 +213,7 @@ func TestEdgeCache(t *testing.T) {
 		r.Body.Close()
 		want := "engine; hit"
 		if i == 0 {
-			want = "engine; fwd=uri-miss; stored"
+			want = "engine; fwd=uri-miss; fwd-status=200; stored"
 		}
 		if r.StatusCode != 200 || hex.EncodeToString(h.Sum(nil)) != sum || r.Header.Get("Cache-Status") != want {
 			t.Fatalf("HTTP/%d, request %d: status %d, digest match %v, Cache-Status %q (want %q)", r.ProtoMajor, i+1, r.StatusCode, hex.EncodeToString(h.Sum(nil)) == sum, r.Header.Get("Cache-Status"), want)
@@ -382,7 +382,9 @@ func TestEdgeCacheCollapse(t *testing.T) {
 	if m := origin() - n; m != 1 || collapsed != 49 {
 		t.Fatalf("50 clients of a cold object: the origin was asked %d times, %d clients read the first one's fill; want 1 and 49", m, collapsed)
 	}
-	if resp, _ := http.Get(ts.url + "/slow/obj.bin"); resp.Header.Get("Cache-Status") != "engine; hit" {
+	if resp, err := http.Get(ts.url + "/slow/obj.bin"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.Header.Get("Cache-Status") != "engine; hit" {
 		t.Fatalf("after the fill: Cache-Status %q", resp.Header.Get("Cache-Status"))
 	}
 
@@ -407,7 +409,7 @@ func TestEdgeCacheCollapse(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond)
 	resp.Body.Close()
-	if got := <-joined; got != "<nil> true engine; fwd=uri-miss; collapsed" {
+	if got := <-joined; got != "<nil> true engine; fwd=uri-miss; collapsed; fwd-status=200; stored" {
 		t.Fatalf("the client that joined a fill whose first client left: %s", got)
 	}
 	if !waitFor(10*time.Second, func() bool {

@@ -129,9 +129,6 @@ func (cl *h1Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 	w := h1Fields{b}
 	cl.pr.WriteProxied(&w, r.Status)
-	if up.CacheStatus != "" {
-		w.Field("cache-status", "Cache-Status", up.CacheStatus)
-	}
 	b = w.b
 	if hasBody {
 		switch {

@@ -119,9 +119,6 @@ func (cl *h2Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 	}
 	w := hpackFields{f}
 	cl.pr.WriteProxied(&w, r.Status)
-	if up.CacheStatus != "" {
-		w.Field("cache-status", "Cache-Status", up.CacheStatus)
-	}
 	f = w.f
 	if hasBody && bodyLen >= 0 {
 		f = append(f, hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(bodyLen, 10)})

@@ -376,9 +376,6 @@ func (cl *h3Client) WriteHead(r *h1.Response, conn []byte, bodyLen int64, hasBod
 		hdr[k] = append(hdr[k], strings.Clone(string(f.Value)))
 	}
 	cl.pr.WriteProxied(headerFields(hdr), r.Status)
-	if up.CacheStatus != "" {
-		hdr["Cache-Status"] = []string{up.CacheStatus}
-	}
 	if hasBody && bodyLen >= 0 {
 		hdr["Content-Length"] = []string{strconv.FormatInt(bodyLen, 10)}
 	}

@@ -104,6 +104,7 @@ type serverCounters struct {
 
 	// The edge cache (cached proxy routes).
 	EdgeHits, EdgeMisses, EdgeStored, EdgeIntegrityFailures, EdgeOriginBytes, EdgeCollapsed atomic.Int64
+	EdgeRevalidated, EdgeStale, EdgePasses                                                  atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters. Each counter is
@@ -196,6 +197,9 @@ type Stats struct {
 	EdgeIntegrityFailures int64 `metric:"cache_integrity_failures_total" help:"Origin responses whose bytes did not match the digest the origin stated: never stored." when:"cache"`
 	EdgeOriginBytes       int64 `metric:"cache_origin_bytes_total" help:"Bytes taken from origins into the edge cache." when:"cache"`
 	EdgeCollapsed         int64 `metric:"cache_collapsed_total" help:"Misses answered from another request's fetch of the same object, as it lands." when:"cache"`
+	EdgeRevalidated       int64 `metric:"cache_revalidated_total" help:"Stale objects the origin said were unchanged (304): fresh again without their bytes." when:"cache"`
+	EdgeStale             int64 `metric:"cache_stale_served_total" help:"Stale objects served: while revalidated (stale-while-revalidate) or after the origin failed (stale-if-error)." when:"cache"`
+	EdgePasses            int64 `metric:"cache_passes_total" help:"Requests of cached routes relayed to the origin one by one: not cacheable, a range ahead of its object's fetch, no room, an S3 origin's HEAD." when:"cache"`
 	EdgeObjects           int64 `metric:"cache_objects,gauge" help:"Objects in the edge cache." when:"cache"`
 	EdgeBytes             int64 `metric:"cache_bytes,gauge" help:"Bytes of the objects in the edge cache." when:"cache"`
 	EdgeEvictions         int64 `metric:"cache_evictions_total" help:"Objects removed from the edge cache to keep max_size or min_free." when:"cache"`

@@ -63,7 +63,9 @@ func (c *Config) validateCache(errs *Errors) {
 			}
 		}
 	}
-	for i, r := range c.ReverseProxy.Routes {
+	for i := range c.ReverseProxy.Routes {
+		r := &c.ReverseProxy.Routes[i]
+		c.validateOrigin(fmt.Sprintf("reverse_proxy.routes[%d]", i), r, errs)
 		if !r.Cache {
 			continue
 		}
@@ -75,4 +77,64 @@ func (c *Config) validateCache(errs *Errors) {
 			errs.add(c.errAt(key, "true, but [cache] path is not set; set it to the directory for the cached objects (such as \"/var/cache/engine\")"))
 		}
 	}
+}
+
+// validateOrigin checks a route's origin keys: an S3 origin's bucket,
+// region and credentials.
+func (c *Config) validateOrigin(key string, r *Route, errs *Errors) {
+	switch r.Origin {
+	case "", "http":
+		for _, k := range []struct{ name, v string }{{"s3_bucket", r.S3Bucket}, {"s3_region", r.S3Region}, {"s3_credentials", r.S3Credentials}} {
+			if k.v != "" {
+				errs.add(c.errAt(key+"."+k.name, "is for an S3 origin; set origin = \"s3\" too, or remove it"))
+			}
+		}
+		return
+	case "s3":
+	default:
+		errs.add(c.errAt(key+".origin", "unknown origin %q; expected \"http\" (web servers, the default) or \"s3\" (an S3-compatible object store)", r.Origin))
+		return
+	}
+	switch {
+	case r.Passthrough:
+		errs.add(c.errAt(key+".origin", "\"s3\" has no meaning on a passthrough route (tls_termination = false)"))
+	case !r.Cache:
+		errs.add(c.errAt(key+".origin", "\"s3\" needs cache = true on the route: the engine reaches an object store through the edge cache, which signs its requests"))
+	}
+	if !validBucket(r.S3Bucket) {
+		errs.add(c.errAt(key+".s3_bucket", "%q is not a bucket name: 3 to 63 lower-case letters, digits, dots and hyphens, such as \"models\"", r.S3Bucket))
+	}
+	if r.S3Region == "" {
+		r.S3Region = "us-east-1"
+	}
+	if r.S3Credentials != "" {
+		r.S3Credentials = c.resolvePath(key+".s3_credentials", r.S3Credentials)
+		if fi, err := os.Stat(r.S3Credentials); err != nil {
+			errs.add(c.errAt(key+".s3_credentials", "cannot read %q: %v", r.S3Credentials, unwrapPathError(err)))
+		} else if fi.Mode().Perm()&0o077 != 0 {
+			errs.add(c.errAt(key+".s3_credentials", "%q can be read by other users (mode %04o); it holds a secret key: chmod 600 it", r.S3Credentials, fi.Mode().Perm()))
+		}
+	} else if os.Getenv("AWS_ACCESS_KEY_ID") == "" || os.Getenv("AWS_SECRET_ACCESS_KEY") == "" {
+		errs.add(c.errAt(key+".origin", "\"s3\" without s3_credentials takes its keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and they are not set; set them, or name a credentials file in s3_credentials"))
+	}
+}
+
+// validBucket reports whether b is an S3 bucket name that works in a
+// path-style URL.
+func validBucket(b string) bool {
+	if len(b) < 3 || len(b) > 63 {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '.' || c == '-':
+			if i == 0 || i == len(b)-1 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -117,6 +117,22 @@ type Route struct {
 	// cache ([cache]): stored when the origin's freshness allows, served
 	// as files while fresh.
 	Cache bool `toml:"cache"`
+	// Origin is "http" (the zero value: the upstreams are web servers)
+	// or "s3": the upstreams are an S3-compatible object store's
+	// endpoint, its objects in S3Bucket, the requests signed (AWS
+	// Signature V4). An S3 origin is reached through the edge cache
+	// (cache = true).
+	Origin string `toml:"origin"`
+	// S3Bucket is the bucket a request's path names an object of:
+	// /models/a.bin is the object "models/a.bin" of the bucket.
+	S3Bucket string `toml:"s3_bucket"`
+	// S3Region is the region requests are signed for. Zero means
+	// "us-east-1".
+	S3Region string `toml:"s3_region"`
+	// S3Credentials is an AWS shared credentials file (its profile
+	// AWS_PROFILE, or "default"); zero means the environment's
+	// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
+	S3Credentials string `toml:"s3_credentials"`
 	// Policy: auth, address rules and response fields for the route's
 	// requests, as a site's [[sites.paths]] take them.
 	Policy

@@ -22,7 +22,7 @@ type Fill struct {
 	// Immutable after Begin.
 	s    *Store
 	key  string
-	f    *os.File // the partial data file; closed when the last holder releases
+	f    *os.File // the partial data file (Open); closed when the last holder releases
 	path string   // its name in the partial directory
 	data string   // the name it takes among the objects
 
@@ -39,27 +39,57 @@ type Fill struct {
 	more    chan struct{} // guarded by mu: closed (and replaced) when written grows or done is set, if waited
 	waited  bool          // guarded by mu: Wait handed out more since it was last closed
 	holders int           // guarded by mu: the leader and the readers not yet released
-	head    []byte        // guarded by mu: the response head readers answer with (SetHead); nil until set
+	ready   chan struct{} // closed by SetHead, Settle, or the fill's end
+	told    bool          // guarded by mu: ready is closed
+	answer  any           // guarded by mu: the caller's account of the answer (SetHead, Settle)
+	bytes   bool          // guarded by mu: SetHead (bytes follow), not Settle
+	size    int64         // guarded by mu: the body's length SetHead gave (-1: unknown)
 }
 
-// SetHead gives the fill the response head its readers answer with (the
-// caller's bytes; the leader's, once it knows them). Join finds only a
-// fill with a head.
-func (f *Fill) SetHead(head []byte) {
+// Ready is closed once the leader has said how the fill's readers are
+// answered (SetHead or Settle).
+func (f *Fill) Ready() <-chan struct{} { return f.ready }
+
+// SetHead says the object's bytes follow: v is the caller's account of
+// the response (its status and fields), size the body's length (-1 when
+// only its end will tell). The leader calls it once, after Open.
+func (f *Fill) SetHead(v any, size int64) {
 	f.mu.Lock()
-	f.head = head
+	f.answer, f.bytes, f.size = v, true, size
+	f.tellLocked()
 	f.mu.Unlock()
 }
 
-// Head is what SetHead gave.
-func (f *Fill) Head() []byte {
+// tellLocked closes ready, once.
+func (f *Fill) tellLocked() {
+	if !f.told {
+		f.told = true
+		close(f.ready)
+	}
+}
+
+// Settle ends a fill that brings no bytes: v is the caller's account of
+// what its readers answer instead (another object, an error, the
+// origin's own answer to each of them).
+func (f *Fill) Settle(v any) {
+	f.mu.Lock()
+	f.answer = v
+	f.tellLocked()
+	f.mu.Unlock()
+	f.finish(nil, nil)
+}
+
+// Answer is what SetHead or Settle gave, once Ready: v, whether bytes
+// follow, and their length. A fill that ended before either (its leader
+// gave up) answers nil, false.
+func (f *Fill) Answer() (v any, bytes bool, size int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.head
+	return f.answer, f.bytes, f.size
 }
 
 // Join returns the fill under way for key, held by the caller (who
-// Releases it), once its leader has set its head; nil otherwise.
+// Releases it); nil when there is none.
 func (s *Store) Join(key string) *Fill {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -69,7 +99,7 @@ func (s *Store) Join(key string) *Fill {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.head == nil || f.done {
+	if f.done {
 		return nil
 	}
 	f.holders++
@@ -77,25 +107,40 @@ func (s *Store) Join(key string) *Fill {
 }
 
 // Begin returns the fill of key: the one under way (leader false), or a
-// new one whose leader the caller is. Every caller Releases it.
-func (s *Store) Begin(key string) (f *Fill, leader bool, err error) {
+// new one whose leader the caller is. Every caller Releases it. It
+// touches no file (a loop may call it): the leader Opens the fill.
+func (s *Store) Begin(key string) (f *Fill, leader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.fills[key]; f != nil {
 		f.mu.Lock()
 		f.holders++
 		f.mu.Unlock()
-		return f, false, nil
+		return f, false
 	}
 	name := randomName()
-	p := filepath.Join(s.partialDir(), name)
-	file, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, false, fmt.Errorf("edgecache: %w", err)
-	}
-	f = &Fill{s: s, key: key, f: file, path: p, data: name, b3: blake3.New(), more: make(chan struct{}), holders: 1}
+	f = &Fill{s: s, key: key, path: filepath.Join(s.partialDir(), name), data: name, b3: blake3.New(),
+		more: make(chan struct{}), ready: make(chan struct{}), holders: 1}
 	s.fills[key] = f
-	return f, true, nil
+	return f, true
+}
+
+// Hold adds a holder to a fill the caller holds (the leader's, for a
+// reader of its own); it too Releases it.
+func (f *Fill) Hold() {
+	f.mu.Lock()
+	f.holders++
+	f.mu.Unlock()
+}
+
+// Open creates the fill's data file (the leader's, before SetHead).
+func (f *Fill) Open() error {
+	file, err := os.OpenFile(f.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("edgecache: %w", err)
+	}
+	f.f = file
+	return nil
 }
 
 // Expect has Commit check the bytes against a digest the origin stated:
@@ -110,7 +155,7 @@ func (f *Fill) Expect(alg string, sum []byte) {
 	}
 }
 
-// Write appends p (the leader's).
+// Write appends p (the leader's, after Open).
 func (f *Fill) Write(p []byte) (int, error) {
 	n, err := f.f.Write(p)
 	f.b3.Write(p[:n])
@@ -308,6 +353,7 @@ func (f *Fill) finish(err error, o *Object) {
 	}
 	f.done, f.err, f.stored = true, err, o
 	f.wakeLocked()
+	f.tellLocked()
 	f.mu.Unlock()
 	s := f.s
 	s.mu.Lock()
@@ -336,7 +382,7 @@ func (f *Fill) Release(leader bool) {
 	f.holders--
 	last := f.holders == 0
 	f.mu.Unlock()
-	if last {
+	if last && f.f != nil {
 		f.f.Close()
 	}
 }

@@ -26,6 +26,14 @@ type Meta struct {
 	Header   [][2]string `json:"header"` // fields to give again, in order
 	StoredAt time.Time   `json:"stored_at"`
 	Until    time.Time   `json:"until"` // fresh until then (the caller's rule)
+	// The origin's validators, for revalidation.
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
+	// How long past Until the object may still be served while it is
+	// revalidated (stale-while-revalidate) and when the origin fails
+	// (stale-if-error), RFC 5861.
+	StaleWhileRevalidate time.Duration `json:"stale_while_revalidate,omitempty"`
+	StaleIfError         time.Duration `json:"stale_if_error,omitempty"`
 	// Filled by the store at Commit.
 	Size   int64  `json:"size"`
 	BLAKE3 string `json:"blake3"` // hex, of the bytes stored
@@ -73,10 +81,11 @@ type Store struct {
 	free func(dir string) (int64, error) // the file system's free bytes
 
 	mu      sync.Mutex
-	objects map[string]*Object // guarded by mu: complete objects by key
-	lru     *list.List         // guarded by mu: of *Object, most recently used first
-	size    int64              // guarded by mu: bytes of complete objects
-	fills   map[string]*Fill   // guarded by mu: fills under way by key
+	objects map[string]*Object   // guarded by mu: complete objects by key
+	lru     *list.List           // guarded by mu: of *Object, most recently used first
+	size    int64                // guarded by mu: bytes of complete objects
+	fills   map[string]*Fill     // guarded by mu: fills under way by key
+	passes  map[string]time.Time // guarded by mu: keys not to collapse until then (MarkPass)
 
 	// Evictions counts objects removed to keep MaxSize and MinFree.
 	Evictions atomic.Int64
@@ -96,7 +105,7 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, free: freeBytes, objects: map[string]*Object{}, lru: list.New(), fills: map[string]*Fill{}}
+	s := &Store{cfg: cfg, log: cfg.Logger, free: freeBytes, objects: map[string]*Object{}, lru: list.New(), fills: map[string]*Fill{}, passes: map[string]time.Time{}}
 	for _, d := range []string{s.partialDir(), s.objectsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("edgecache: %w", err)
@@ -212,6 +221,98 @@ func (s *Store) Lookup(key string) *Object {
 		s.lru.MoveToFront(o.elem)
 	}
 	return o
+}
+
+// Peek returns the complete object of key without counting a use.
+func (s *Store) Peek(key string) *Object {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.objects[key]
+}
+
+// CanFit reports whether an object of n bytes could be stored at all:
+// within MaxSize, and leaving MinFree once every other object went.
+func (s *Store) CanFit(n int64) bool {
+	if s.cfg.MaxSize > 0 && n > s.cfg.MaxSize {
+		return false
+	}
+	if s.cfg.MinFree > 0 {
+		s.mu.Lock()
+		size := s.size
+		s.mu.Unlock()
+		free, err := s.free(s.cfg.Dir)
+		return err == nil && free+size-n >= s.cfg.MinFree
+	}
+	return true
+}
+
+// Refresh gives object o new metadata (a revalidation's: its freshness
+// and fields; the bytes, size and digests stay o's) and returns the
+// object as it now is. The metadata is replaced by a rename: a crash
+// leaves the old or the new, whole.
+func (s *Store) Refresh(o *Object, meta Meta) (*Object, error) {
+	m := o.Meta
+	m.Status, m.Header, m.StoredAt, m.Until = meta.Status, meta.Header, meta.StoredAt, meta.Until
+	m.ETag, m.LastModified = meta.ETag, meta.LastModified
+	m.StaleWhileRevalidate, m.StaleIfError = meta.StaleWhileRevalidate, meta.StaleIfError
+	b, err := json.Marshal(&m)
+	if err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(s.partialDir(), randomName()+".meta")
+	if err := writeSynced(tmp, b); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.objects[m.Key] != o {
+		os.Remove(tmp)
+		return nil, errors.New("edgecache: the object was replaced or removed while it was revalidated")
+	}
+	dir, name := s.name(m.Key)
+	if err := os.Rename(tmp, filepath.Join(dir, name+".meta")); err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
+	n := &Object{Meta: m, Path: o.Path, elem: o.elem}
+	n.elem.Value = n
+	s.objects[m.Key] = n
+	return n, nil
+}
+
+// maxPasses bounds the keys MarkPass remembers.
+const maxPasses = 1 << 16
+
+// MarkPass has requests of key go to the origin one by one, not
+// collapsed into one fetch, until then: the origin said its response to
+// one client is not for others (Varnish's hit-for-miss).
+func (s *Store) MarkPass(key string, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.passes) >= maxPasses {
+		now := time.Now()
+		for k, t := range s.passes {
+			if !now.Before(t) {
+				delete(s.passes, k)
+			}
+		}
+		if len(s.passes) >= maxPasses {
+			clear(s.passes) // they come back, one fetch each
+		}
+	}
+	s.passes[key] = until
+}
+
+// Passing reports whether key is marked by MarkPass at now.
+func (s *Store) Passing(key string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.passes[key]
+	if ok && !now.Before(t) {
+		delete(s.passes, key)
+		return false
+	}
+	return ok
 }
 
 // Touch records that o was used, on disk, for the order of eviction

@@ -64,7 +64,7 @@ func readAll(f *Fill) ([]byte, error) {
 // fill writes body in chunks as the leader, then commits.
 func fill(t *testing.T, s *Store, key string, body []byte) *Object {
 	t.Helper()
-	f, leader, err := s.Begin(key)
+	f, leader, err := begin(s, key)
 	if err != nil || !leader {
 		t.Fatalf("Begin(%q): leader %v, %v", key, leader, err)
 	}
@@ -82,7 +82,7 @@ func fill(t *testing.T, s *Store, key string, body []byte) *Object {
 func TestFillReaders(t *testing.T) {
 	s := open(t, t.TempDir(), 0)
 	body := payload(10<<20, 1)
-	f, leader, err := s.Begin("GET models/a.bin")
+	f, leader, err := begin(s, "GET models/a.bin")
 	if err != nil || !leader {
 		t.Fatalf("Begin: leader %v, %v", leader, err)
 	}
@@ -90,7 +90,7 @@ func TestFillReaders(t *testing.T) {
 	results := make([][]byte, 5)
 	errs := make([]error, 5)
 	join := func(i int) {
-		g, leader, err := s.Begin("GET models/a.bin")
+		g, leader, err := begin(s, "GET models/a.bin")
 		if err != nil || leader || g != f {
 			t.Errorf("reader %d: leader %v, same fill %v, %v", i, leader, g == f, err)
 			return
@@ -132,7 +132,7 @@ func TestFillReaders(t *testing.T) {
 		t.Fatal("the object's data file is not the body")
 	}
 	// The next Begin for the key starts a new fill (a revalidation's).
-	g, leader, _ := s.Begin("GET models/a.bin")
+	g, leader, _ := begin(s, "GET models/a.bin")
 	if !leader || g == f {
 		t.Fatal("Begin after Commit joined the old fill")
 	}
@@ -157,9 +157,9 @@ func TestFillDigest(t *testing.T) {
 	}{{"match", good[:], nil}, {"mismatch", bad[:], ErrDigestMismatch}} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "GET " + tc.name
-			f, _, _ := s.Begin(key)
+			f, _, _ := begin(s, key)
 			f.Expect("sha-256", tc.want)
-			r, _, _ := s.Begin(key)
+			r, _, _ := begin(s, key)
 			done := make(chan error, 1)
 			go func() {
 				defer r.Release(false)
@@ -203,7 +203,7 @@ func TestEvict(t *testing.T) {
 			s.Lookup("GET /m/1") != nil, s.Lookup("GET /m/0") != nil, s.Len(), s.Size())
 	}
 	// Too big for the bound: not kept, and nothing else lost for it.
-	f, _, _ := s.Begin("GET /huge")
+	f, _, _ := begin(s, "GET /huge")
 	f.Write(payload(4<<20, 9))
 	if _, err := f.Commit(Meta{}); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("4 MiB under a 3 MiB bound: %v, want ErrNoRoom", err)
@@ -244,7 +244,7 @@ func TestReopen(t *testing.T) {
 		os.Chtimes(filepath.Join(dir, name+".meta"), at, at)
 	}
 	// The states a crash can leave.
-	f, _, _ := s.Begin("GET /cut")
+	f, _, _ := begin(s, "GET /cut")
 	f.Write(payload(50, 4))                                                   // a fill cut short
 	os.WriteFile(filepath.Join(filepath.Dir(a.Path), "0123abcd"), nil, 0o600) // data no metadata names
 	os.Remove(b.Path)                                                         // metadata whose data is gone
@@ -308,7 +308,7 @@ func filler(dir string) {
 		panic(err)
 	}
 	for i := 0; ; i++ {
-		f, leader, err := s.Begin("GET /k/" + strconv.Itoa(i%40))
+		f, leader, err := begin(s, "GET /k/" + strconv.Itoa(i%40))
 		if err != nil || !leader {
 			panic(fmt.Sprint(leader, err))
 		}
@@ -319,4 +319,15 @@ func filler(dir string) {
 		f.Commit(Meta{Status: 200})
 		f.Release(true)
 	}
+}
+
+// begin is Begin with the leader's Open.
+func begin(s *Store, key string) (*Fill, bool, error) {
+	f, leader := s.Begin(key)
+	if leader {
+		if err := f.Open(); err != nil {
+			return nil, false, err
+		}
+	}
+	return f, leader, nil
 }

@@ -162,3 +162,20 @@ func AppendContentRange(dst []byte, r Range, size int64) []byte {
 	dst = append(dst, '/')
 	return strconv.AppendInt(dst, size, 10)
 }
+
+// OneRange is ParseRange for a reader that answers one range or none: r
+// is the range when v asks for exactly one satisfiable range (after
+// coalescing), unsat is true when v asks for none that is satisfiable
+// (416), and ok is false for every other case (the whole representation
+// is served).
+func OneRange(v []byte, size int64) (r Range, ok, unsat bool) {
+	var buf [1]Range
+	rs, res := ParseRange(v, size, buf[:0])
+	switch {
+	case res == rangeUnsatisfiable:
+		return Range{}, false, true
+	case res == rangeOK && len(rs) == 1:
+		return rs[0], true, false
+	}
+	return Range{}, false, false
+}

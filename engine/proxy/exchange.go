@@ -62,23 +62,6 @@ type Client interface {
 type UpstreamHead struct {
 	Addr netip.AddrPort
 	Time time.Duration
-	// CacheStatus is the Cache-Status field (RFC 9211) of a response on a
-	// cached route; "" elsewhere.
-	CacheStatus string
-}
-
-// Tap sees an exchange's response as the client does: the edge cache
-// stores what it takes. Head decides, from the parsed head, whether the
-// body is taken (and then it is not spliced past the tap) and what
-// Cache-Status the client is told; Body gets the de-framed body bytes;
-// End the clean end of the whole response (an error from it, bytes that
-// are not what the origin said they are, resets the client's response
-// instead of ending it), Abort any other.
-type Tap interface {
-	Head(r *h1.Response, bodyLen int64) (take bool, cacheStatus string)
-	Body(p []byte)
-	End() error
-	Abort()
 }
 
 // Source makes the connection an exchange reads its response from, in
@@ -90,23 +73,6 @@ type Source func(l *reactor.Loop, timeout time.Duration, h reactor.Handler) (*re
 // SetSource has the exchange take its response from src. Call it before
 // Start.
 func (ex *Exchange) SetSource(src Source) { ex.source = src }
-
-// SetTap has t see the response. Call it before Start.
-func (ex *Exchange) SetTap(t Tap) { ex.tap = t }
-
-// tapEnd ends the tap once: End after a whole response, Abort otherwise.
-func (ex *Exchange) tapEnd(ok bool) error {
-	t := ex.tap
-	if t == nil {
-		return nil
-	}
-	ex.tap, ex.tapping = nil, false
-	if ok {
-		return t.End()
-	}
-	t.Abort()
-	return nil
-}
 
 // ErrClientGone is a request body that ended early: the client closed
 // or reset it.
@@ -148,10 +114,7 @@ type Exchange struct {
 	respBody h1.BodyReader
 	respDone bool
 	splicing bool   // the rest of the body moves by splice (SpliceClient)
-	tap      Tap    // sees the response (SetTap); nil once ended
 	source   Source // where the response comes from instead of an upstream (SetSource)
-	filling  bool   // draining a response the tap takes, to its end (its client went away)
-	tapping  bool   // tap takes the body: no splice
 	done     bool
 	// The client went away with the request sent: the response is read
 	// and dropped (up to drainMax body bytes) so that the connection can
@@ -487,12 +450,6 @@ func (ex *Exchange) readHead() bool {
 		}
 		ex.l.requests.Add(1)
 		uh := UpstreamHead{Addr: ex.up.up.Addr, Time: time.Since(ex.started)}
-		if ex.tap != nil {
-			ex.tapping, uh.CacheStatus = ex.tap.Head(r, bodyLen)
-			if !ex.tapping {
-				ex.tapEnd(false)
-			}
-		}
 		ex.cl.WriteHead(r, r.Get("connection"), bodyLen, hasBody, uh)
 		ex.respHead = true
 		ex.readDeadline(0)
@@ -532,7 +489,7 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			ex.respDone = true
 			break
 		}
-		if left := ex.respBody.ContentLeft(); left >= spliceMin && len(uc.Input()) == 0 && !ex.tapping {
+		if left := ex.respBody.ContentLeft(); left >= spliceMin && len(uc.Input()) == 0 {
 			if sp, ok := ex.cl.(SpliceClient); ok && ex.cl.Room() && sp.Splice(uc, left) {
 				ex.respBody.Advance(left)
 				ex.splicing = true
@@ -578,15 +535,12 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 			return
 		}
 		if len(data) > 0 {
-			if ex.tapping {
-				ex.tap.Body(data)
-			}
 			ex.cl.Body(data)
 			ex.moved += int64(len(data))
 			wake = true
 		}
 		if ex.draining {
-			if ex.drained += int64(len(data)); ex.drained > drainMax && !ex.filling {
+			if ex.drained += int64(len(data)); ex.drained > drainMax {
 				ex.done = true
 				ex.release(false)
 				return
@@ -597,12 +551,6 @@ func (ex *Exchange) pumpResponse(headNow bool) {
 		if ex.respBody.Done() {
 			ex.respDone = true
 		}
-	}
-	if err := ex.tapEnd(true); err != nil {
-		ex.l.lim.Note("a response's bytes are not what its origin said (its digest); resetting the client's response",
-			"route", ex.r.Key, "upstream", ex.up.up.Name, "err", err)
-		ex.abort("digest mismatch")
-		return
 	}
 	ex.cl.End(ex.respBody.Trailers())
 	ex.finish()
@@ -692,10 +640,8 @@ func (ex *Exchange) upstreamClosed() {
 }
 
 // release drops the exchange's upstream connection: closed, or reset
-// when abort is set; a tap still on the response is aborted. It returns
-// the upstream's name.
+// when abort is set. It returns the upstream's name.
 func (ex *Exchange) release(abort bool) string {
-	ex.tapEnd(false)
 	uc := ex.dropUp()
 	if uc == nil {
 		return ""
@@ -764,16 +710,6 @@ func (ex *Exchange) ClientGone() {
 		return
 	}
 	ex.cl = drainClient{}
-	if ex.up != nil && ex.tapping && ex.respBody.ContentLeft() >= 0 {
-		// The edge cache takes this response: it is read to its end
-		// for the cache and the requests reading its fill, each read
-		// within read_timeout, though its client went away (nginx's
-		// proxy_ignore_client_abort, for a cache fill).
-		ex.draining, ex.filling = true, true
-		ex.readDeadline(ex.r.Cfg.ReadTimeout.D())
-		ex.up.c.Wake()
-		return
-	}
 	if ex.up != nil && ex.reqDone && !ex.early && !ex.splicing && !ex.resp.Close && (!ex.respHead || ex.respDone ||
 		ex.respBody.ContentLeft() >= 0 && ex.respBody.ContentLeft() <= drainMax) {
 		ex.draining = true
@@ -794,7 +730,7 @@ func (ex *Exchange) ClientGone() {
 // readDeadline sets the upstream connection's read deadline d from now
 // (0: none), never past the end of a drain.
 func (ex *Exchange) readDeadline(d time.Duration) {
-	if ex.draining && !ex.filling {
+	if ex.draining {
 		left := max(time.Until(ex.drainUntil), time.Millisecond)
 		if d == 0 || d > left {
 			d = left

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,17 @@ type Route struct {
 	// Policy is the route's auth, address rules and response fields.
 	Policy *policy.Path
 	next   atomic.Uint32 // round robin
+
+	attachOnce sync.Once
+	attached   any // Attach's, made once
+}
+
+// Attach returns the value make gives, made on the first call: state
+// another package keeps per route (the edge cache's client of the
+// route's origin) and that goes with the route at a reload.
+func (r *Route) Attach(make func() any) any {
+	r.attachOnce.Do(func() { r.attached = make() })
+	return r.attached
 }
 
 // Upstream is one upstream address. Its pooled connections belong to
