@@ -83,6 +83,7 @@ type decision struct {
 	cacheMiss string  // a miss's Cache-Status
 	edgeQ     edgeReq // a miss's request for the origin, when it reads a fill
 	edgePass  bool    // the cache's client relays the request (an S3 origin's)
+	edgeStale bool    // a hit served stale while it is revalidated
 	pr        policy.Resp
 	refused   string
 	detail    error
@@ -421,6 +422,9 @@ func (s *Server) outcome(log *slog.Logger, lim *loglimit.Limiter, d *decision, s
 	}
 	if d != nil && d.filePath != nil {
 		s.stats.EdgeHits.Add(1) // here, once per response: decide may run twice for one request
+		if d.edgeStale {
+			s.stats.EdgeStale.Add(1)
+		}
 	}
 	s.stats.Requests.Add(1)
 }

@@ -63,8 +63,7 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 	if o != nil && !fresh && now.Before(o.Meta.Until.Add(o.Meta.StaleWhileRevalidate)) {
 		// Served stale, once more, while one fetch revalidates it.
 		s.edgeBegin(d, key, host, f.path, f.query)
-		d.pr.CacheStatus = "engine; hit; detail=stale-while-revalidate"
-		s.stats.EdgeStale.Add(1)
+		d.pr.CacheStatus, d.edgeStale = "engine; hit; detail=stale-while-revalidate", true
 	} else if !fresh {
 		d.cacheMiss = "engine; fwd=uri-miss"
 		if o != nil {
@@ -113,7 +112,8 @@ func (s *Server) edgeBegin(d *decision, key string, host, path, query []byte) {
 		qs := string(query)
 		q.query = &qs
 	}
-	go s.edgeFetch(s.edgeOrigin(d.route), f, q, nil, nil)
+	o := s.edgeOrigin(d.route)
+	s.edgeGo(func() { s.edgeFetch(o, f, q, nil, nil) })
 }
 
 // edgePrepare readies the exchange of a cached route's request that the
@@ -147,7 +147,11 @@ func (s *Server) edgePrepare(d *decision) func(*proxy.Exchange) {
 				cs += "; collapsed"
 			}
 		}
-		ex.SetSource(proxy.PipeSource(func(side *net.UnixConn) { s.edgeRead(o, f, lead, cs, side) }))
+		ex.SetSource(proxy.PipeSource(func(side *net.UnixConn) {
+			s.edge.enter()
+			defer s.edge.exit()
+			s.edgeRead(o, f, lead, cs, side)
+		}))
 	}
 }
 

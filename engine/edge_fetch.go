@@ -1,8 +1,8 @@
 package engine
 
 import (
-	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/edgecache"
+	"github.com/mediaship/engine/integrity"
 )
 
 // edgeReq is what a cached route's miss asks its origin for.
@@ -34,9 +35,10 @@ type edgeHead struct {
 type edgeSettled struct {
 	obj         *edgecache.Object // serve this object: revalidated, or stale after an origin error
 	cacheStatus string            // obj's Cache-Status
-	raw         []byte            // the origin's whole response (small, not stored), for every reader
-	pass        bool              // each reader asks the origin on its own
-	err         error             // the origin could not be asked
+	rawHead     *edgeHead         // the origin's whole response (small, not stored), for every reader
+	rawBody     []byte
+	pass        bool  // each reader asks the origin on its own
+	err         error // the origin could not be asked
 }
 
 // Fetch limits.
@@ -83,8 +85,9 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 			h["If-Modified-Since"] = []string{stale.Meta.LastModified}
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	// The server's context, not one of the fetch's own: a response not
+	// stored is read on by the request it is handed to.
+	ctx := s.edge.ctx
 	resp, err := o.do(ctx, "GET", q.path, q.query, q.host, h)
 	now := time.Now()
 	if err != nil || resp.StatusCode >= 500 {
@@ -136,7 +139,7 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		if !fr.private && resp.ContentLength >= 0 && resp.ContentLength <= edgeRawMax {
 			body, err := io.ReadAll(io.LimitReader(resp.Body, edgeRawMax+1))
 			if err == nil && int64(len(body)) == resp.ContentLength {
-				f.Settle(&edgeSettled{raw: appendRaw(resp, body)})
+				f.Settle(&edgeSettled{rawHead: &edgeHead{status: resp.StatusCode, fields: originFields(resp.Header)}, rawBody: body})
 				return
 			}
 			f.Settle(&edgeSettled{pass: true}) // its body is spent
@@ -159,6 +162,9 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 	if alg, sum := originDigest(resp.Header); alg != "" {
 		f.Expect(alg, sum)
 	}
+	if s.digests.WantsSHA256() {
+		f.AlsoSHA256()
+	}
 	f.SetHead(&edgeHead{status: resp.StatusCode, fields: originFields(resp.Header)}, size)
 	bp := edgeBufs.Get().(*[]byte)
 	defer edgeBufs.Put(bp)
@@ -175,6 +181,11 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		}
 		if rerr == io.EOF {
 			break
+		}
+		if rerr != nil && ctx.Err() != nil {
+			s.log.Info("edge cache: a fetch was stopped with the server; not stored", "key", q.key)
+			f.Abort(rerr)
+			return
 		}
 		if rerr != nil {
 			s.log.Warn("edge cache: the origin's response ended early; not stored, and the requests reading it are cut", "route", o.r.Key, "key", q.key, "err", rerr)
@@ -199,6 +210,7 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		if lm, err := http.ParseTime(meta.LastModified); err == nil {
 			os.Chtimes(obj.Path, lm, lm) // its Last-Modified as a file is the origin's
 		}
+		s.edgeLearn(obj)
 	case errors.Is(err, edgecache.ErrDigestMismatch):
 		s.stats.EdgeIntegrityFailures.Add(1)
 		s.log.Warn("edge cache: the origin's bytes do not match the digest it stated; not stored, and the requests that read them are reset", "route", o.r.Key, "key", q.key, "err", err)
@@ -206,6 +218,26 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		s.log.Info("edge cache: no room for an object within max_size and min_free; it was proxied, not stored", "key", q.key)
 	default:
 		s.log.Warn("edge cache: an object was not stored", "key", q.key, "err", err)
+	}
+}
+
+// edgeLearn gives the digest store the digests the fill computed, so
+// that the object's first hit carries its Repr-Digest and digest ETag
+// without reading it again.
+func (s *Server) edgeLearn(obj *edgecache.Object) {
+	var b3 integrity.Digest
+	var sha *integrity.SHA256
+	b, err := hex.DecodeString(obj.Meta.BLAKE3)
+	if err != nil || len(b) != len(b3) {
+		return
+	}
+	copy(b3[:], b)
+	if b, err := hex.DecodeString(obj.Meta.SHA256); err == nil && len(b) == len(integrity.SHA256{}) {
+		sha = new(integrity.SHA256)
+		copy(sha[:], b)
+	}
+	if err := s.digests.Learn(obj.Path, b3, sha); err != nil {
+		s.log.Debug("edge cache: an object's digests are hashed again when first served", "key", obj.Meta.Key, "err", err)
 	}
 }
 
@@ -286,13 +318,6 @@ func originFields(h http.Header) [][2]string {
 	return out
 }
 
-// appendRaw is a small response the origin sent whole: its head (for a
-// reader, with its length and a close) and body.
-func appendRaw(resp *http.Response, body []byte) []byte {
-	b := appendEdgeHead(nil, resp.StatusCode, originFields(resp.Header), "engine; fwd=uri-miss; fwd-status="+strconv.Itoa(resp.StatusCode), int64(len(body)))
-	return append(b, body...)
-}
-
 // edgeFresh is how a shared cache may keep a response (RFC 9111 §3,
 // §4.2.1; RFC 5861).
 type edgeFresh struct {
@@ -304,16 +329,17 @@ type edgeFresh struct {
 
 // edgeFreshness judges a response of status with fields h at now; def
 // is the lifetime of a response that states none. Stored: a 200 without
-// no-store, private, Set-Cookie, a Vary other than Accept-Encoding (the
-// fetch asks for identity, which every client accepts) or a
-// Content-Encoding; fresh for s-maxage, max-age, or Expires less Date,
+// no-store, private, Set-Cookie, a Vary on other fields than
+// Accept-Encoding and Origin (the fetch asks for identity, which every
+// client accepts, and sends no Origin: the cached route's own cors_*
+// keys answer browsers, as on a site) or a Content-Encoding; fresh for s-maxage, max-age, or Expires less Date,
 // or def; no-cache, or a lifetime of 0 with a validator to revalidate
 // it by, is stored stale (asked again on every use).
 func edgeFreshness(status int, h http.Header, now time.Time, def time.Duration) edgeFresh {
 	var fr edgeFresh
 	for _, v := range h.Values("Vary") {
 		for _, f := range strings.Split(v, ",") {
-			if f = strings.TrimSpace(f); f != "" && !strings.EqualFold(f, "accept-encoding") {
+			if f = strings.TrimSpace(f); f != "" && !strings.EqualFold(f, "accept-encoding") && !strings.EqualFold(f, "origin") {
 				fr.private = true
 			}
 		}

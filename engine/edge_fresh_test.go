@@ -35,6 +35,7 @@ func TestEdgeFreshness(t *testing.T) {
 		{name: "no default", status: 200},
 		{name: "206", status: 206, fields: []string{"Cache-Control", "max-age=60"}},
 		{name: "Vary Accept-Encoding", status: 200, fields: []string{"Cache-Control", "max-age=60", "Vary", "Accept-Encoding"}, life: time.Minute, store: true},
+		{name: "Vary Origin", status: 200, fields: []string{"Cache-Control", "max-age=60", "Vary", "Origin, Accept-Encoding"}, life: time.Minute, store: true},
 		{name: "Vary Cookie", status: 200, fields: []string{"Cache-Control", "max-age=60", "Vary", "accept-encoding, Cookie"}, private: true},
 		{name: "Content-Encoding", status: 200, fields: []string{"Cache-Control", "max-age=60", "Content-Encoding", "gzip"}},
 		{name: "Set-Cookie", status: 200, fields: []string{"Cache-Control", "max-age=60", "Set-Cookie", "a=b"}, private: true},

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -30,6 +31,65 @@ type edgeOrigin struct {
 	r      *routing.Route
 	client *http.Client
 	s3     *credentials.Credentials // nil: the upstreams are web servers
+}
+
+// edgeRun is the edge cache's goroutines (fetches and relays): the
+// server's end cancels them and waits for them (edgeStopWait at most),
+// so that none writes to the cache once Run has returned.
+type edgeRun struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	running int           // guarded by mu
+	idle    chan struct{} // guarded by mu: closed when running reaches 0 after stop
+}
+
+// edgeStopWait bounds stop's wait: a canceled fetch ends at its next
+// read or write.
+const edgeStopWait = 10 * time.Second
+
+// edgeGo runs fn as one of them.
+func (s *Server) edgeGo(fn func()) {
+	s.edge.enter()
+	go func() {
+		defer s.edge.exit()
+		fn()
+	}()
+}
+
+func (r *edgeRun) enter() {
+	r.mu.Lock()
+	r.running++
+	r.mu.Unlock()
+}
+
+func (r *edgeRun) exit() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running--; r.running == 0 && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+}
+
+func (r *edgeRun) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.mu.Lock()
+	if r.running == 0 {
+		r.mu.Unlock()
+		return
+	}
+	idle := make(chan struct{})
+	r.idle = idle
+	r.mu.Unlock()
+	select {
+	case <-idle:
+	case <-time.After(edgeStopWait):
+	}
 }
 
 // edgeOrigin returns the route's client, made on first use.
@@ -221,7 +281,7 @@ func (o *edgeOrigin) fetchFields(h http.Header) http.Header {
 		return nil
 	}
 	h = h.Clone()
-	for _, k := range []string{"Host", "Range", "If-Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "Accept-Encoding"} {
+	for _, k := range []string{"Host", "Range", "If-Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "Accept-Encoding", "Origin"} {
 		h.Del(k)
 	}
 	return h

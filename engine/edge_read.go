@@ -53,7 +53,7 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 			fields = o.fetchFields(req.Header)
 		}
 		mine = make(chan *http.Response, 1)
-		go s.edgeFetch(o, f, *lead, fields, mine)
+		s.edgeGo(func() { s.edgeFetch(o, f, *lead, fields, mine) })
 	}
 	if err != nil {
 		side.Close()
@@ -103,8 +103,9 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 		edgeError(side, http.StatusBadGateway, cs, "the origin's response failed")
 	case a.obj != nil:
 		s.edgeServeObject(a.obj, a.cacheStatus, req, side)
-	case a.raw != nil:
-		side.Write(a.raw)
+	case a.rawHead != nil:
+		b := appendEdgeHead(nil, a.rawHead.status, a.rawHead.fields, cs+"; fwd-status="+strconv.Itoa(a.rawHead.status), int64(len(a.rawBody)))
+		side.Write(append(b, a.rawBody...))
 	case a.pass:
 		s.edgePass(o, req, side, cs)
 	case errors.Is(a.err, errNotObject):
@@ -128,6 +129,7 @@ func isTimeout(err error) bool {
 // held: its bytes cannot be checked before the object is whole, and
 // the range's client may not wait for all of it.
 func (s *Server) edgeStream(o *edgeOrigin, f *edgecache.Fill, h *edgeHead, size int64, req *http.Request, side net.Conn, cs string) {
+	passCS := cs
 	cs += "; fwd-status=" + strconv.Itoa(h.status) + "; stored" // being stored, unless its bytes fail their digest (and the answer is cut)
 	if v := req.Header.Get("Range"); v != "" && req.Header.Get("If-Range") == "" && size >= 0 {
 		r, ok, unsat := files.OneRange([]byte(v), size)
@@ -138,7 +140,7 @@ func (s *Server) edgeStream(o *edgeOrigin, f *edgecache.Fill, h *edgeHead, size 
 		}
 		if ok {
 			if done, _ := f.State(); !done && r.Off > f.Written()+edgeLookahead {
-				s.edgePass(o, req, side, cs+"; detail=range-ahead-of-fill")
+				s.edgePass(o, req, side, passCS+"; detail=range-ahead-of-fill")
 				return
 			}
 			cr := string(files.AppendContentRange(nil, r, size))
@@ -271,7 +273,7 @@ func (s *Server) edgePass(o *edgeOrigin, req *http.Request, side net.Conn, cs st
 	if hasQuery {
 		query = &rawQuery
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(s.edge.ctx)
 	defer cancel()
 	resp, err := o.do(ctx, req.Method, path, query, req.Host, o.passFields(req.Header))
 	switch {

@@ -55,6 +55,7 @@ type Server struct {
 	proxy   *proxy.Table            // nil without reverse proxy routes that terminate TLS
 	secrets *policy.Secrets         // what signed URLs and credentials are checked against
 	pass    *passthrough.Table      // nil without passthrough routes
+	edge    edgeRun                 // the edge cache's fetches and relays
 	quic    *passthrough.Router     // QUIC passthrough; nil without it
 	quicUDP *net.UDPConn            // its socket when the engine serves no HTTP/3 itself
 	qsteer  *reuseport.QUICSteering // the UDP sockets' steering by generation; nil without eBPF
@@ -264,6 +265,7 @@ func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error)
 	if s.sites, err = newSiteTable(cfg); err != nil {
 		return nil, err
 	}
+	s.edge.ctx, s.edge.cancel = context.WithCancel(context.Background())
 	var paths []*policy.Path
 	for _, st := range s.sites.all {
 		paths = append(paths, st.policy.Paths()...)
@@ -546,6 +548,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.logTotals()
 	s.digests.Close()
 	s.cache.Close()
+	s.edge.stop()
 	s.sites.close()
 	s.alog.Close()
 	return err

@@ -619,6 +619,34 @@ func (s stoppable) ReadAt(p []byte, off int64) (int, error) {
 	return s.r.ReadAt(p, off)
 }
 
+// WantsSHA256 reports whether files are served with their SHA-256 too
+// (integrity.digests).
+func (d *Store) WantsSHA256() bool { return d.sha }
+
+// Learn records the digests of the file at path, hashed by the caller as
+// it wrote the bytes (an edge cache object): the file is served with
+// them at once, never read again to learn them. sha may be nil; it is
+// needed when WantsSHA256.
+func (d *Store) Learn(path string, b3 integrity.Digest, sha *integrity.SHA256) error {
+	if d.sha && sha == nil {
+		return errors.New("digests: a SHA-256 is needed too")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	id, err := fdIdentity(int(f.Fd()))
+	if err != nil {
+		return err
+	}
+	d.cache.Put(id, b3)
+	if sha != nil {
+		d.cache.PutSHA256(id, *sha)
+	}
+	return nil
+}
+
 // Cache is the digest cache, for its counts.
 func (d *Store) Cache() *integrity.Cache { return d.cache }
 

@@ -155,6 +155,14 @@ func (f *Fill) Expect(alg string, sum []byte) {
 	}
 }
 
+// AlsoSHA256 has the fill compute the bytes' SHA-256 (Meta.SHA256)
+// though no SHA-256 is expected. Call it before the first Write.
+func (f *Fill) AlsoSHA256() {
+	if f.sha == nil {
+		f.sha = sha256.New()
+	}
+}
+
 // Write appends p (the leader's, after Open).
 func (f *Fill) Write(p []byte) (int, error) {
 	n, err := f.f.Write(p)

@@ -308,7 +308,7 @@ func filler(dir string) {
 		panic(err)
 	}
 	for i := 0; ; i++ {
-		f, leader, err := begin(s, "GET /k/" + strconv.Itoa(i%40))
+		f, leader, err := begin(s, "GET /k/"+strconv.Itoa(i%40))
 		if err != nil || !leader {
 			panic(fmt.Sprint(leader, err))
 		}

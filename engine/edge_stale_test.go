@@ -1,0 +1,234 @@
+package engine_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/internal/nginxtest"
+)
+
+// edgeGet fetches path with the fields in hdr (name, value pairs) and
+// returns the response (its body read) and the body.
+func edgeGet(t *testing.T, url string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s: body: %v", url, err)
+	}
+	return resp, b
+}
+
+// randomBytes is n random bytes.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// TestEdgeRevalidation: against a real origin (nginx: its ETag and
+// If-None-Match), a stale object is revalidated (304: no body moves, the
+// object is fresh again), replaced when the origin's file changed,
+// served stale at once while one fetch revalidates it in the background
+// (stale-while-revalidate), and served stale when the origin fails
+// (stale-if-error) but not past it or without it.
+func TestEdgeRevalidation(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	for _, d := range []string{"reval", "swr", "sie", "nosie"} {
+		os.MkdirAll(root+"/"+d, 0o755)
+	}
+	one, two := randomBytes(1<<20), randomBytes(1<<20)
+	for _, d := range []string{"reval", "swr", "sie", "nosie"} {
+		writeFile(t, root+"/"+d+"/a.bin", string(one))
+	}
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location /reval/ { add_header Cache-Control "max-age=1"; }
+        location /swr/ { add_header Cache-Control "max-age=1, stale-while-revalidate=60"; }
+        location /sie/ { add_header Cache-Control "max-age=1, stale-if-error=60"; if (-f %[1]s/down) { return 503; } }
+        location /nosie/ { add_header Cache-Control "max-age=1"; if (-f %[1]s/down) { return 503; } }
+    }`, root))
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
+	for _, d := range []string{"reval", "swr", "sie", "nosie"} {
+		if resp, b := edgeGet(t, ts.url+"/"+d+"/a.bin"); resp.StatusCode != 200 || !bytes.Equal(b, one) || !strings.HasSuffix(resp.Header.Get("Cache-Status"), "; stored") {
+			t.Fatalf("/%s/: status %d, bytes match %v, Cache-Status %q", d, resp.StatusCode, bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
+		}
+	}
+	fromOrigin := ts.Stats().EdgeOriginBytes
+	time.Sleep(1100 * time.Millisecond) // all four are stale now
+
+	// Revalidated: the origin answers 304, no body moves.
+	resp, b := edgeGet(t, ts.url+"/reval/a.bin")
+	if resp.StatusCode != 200 || !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=304" {
+		t.Fatalf("revalidation: status %d, bytes match %v, Cache-Status %q", resp.StatusCode, bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
+	}
+	if st := ts.Stats(); st.EdgeRevalidated != 1 || st.EdgeOriginBytes != fromOrigin {
+		t.Fatalf("revalidation: %d revalidated, %d bytes from the origin; want 1 and none", st.EdgeRevalidated, st.EdgeOriginBytes-fromOrigin)
+	}
+	if resp, _ := edgeGet(t, ts.url+"/reval/a.bin"); resp.Header.Get("Cache-Status") != "engine; hit" {
+		t.Fatalf("after a revalidation: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
+	}
+	// Changed at the origin: the new bytes replace the object.
+	writeFile(t, root+"/reval/a.bin", string(two))
+	os.Chtimes(root+"/reval/a.bin", time.Now().Add(time.Hour), time.Now().Add(time.Hour)) // a new ETag, whatever the clock's grain
+	time.Sleep(1100 * time.Millisecond)
+	if resp, b := edgeGet(t, ts.url+"/reval/a.bin"); !bytes.Equal(b, two) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=200; stored" {
+		t.Fatalf("changed at the origin: bytes match %v, Cache-Status %q", bytes.Equal(b, two), resp.Header.Get("Cache-Status"))
+	}
+	if !waitFor(5*time.Second, func() bool {
+		resp, b := edgeGet(t, ts.url+"/reval/a.bin")
+		return bytes.Equal(b, two) && resp.Header.Get("Cache-Status") == "engine; hit"
+	}) {
+		t.Fatal("the changed object was not stored")
+	}
+
+	// Stale while revalidated: served from the cache at once; one
+	// background fetch makes it fresh again.
+	if resp, b := edgeGet(t, ts.url+"/swr/a.bin"); !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; hit; detail=stale-while-revalidate" {
+		t.Fatalf("stale-while-revalidate: bytes match %v, Cache-Status %q", bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
+	}
+	if !waitFor(5*time.Second, func() bool { return ts.Stats().EdgeRevalidated == 2 }) {
+		t.Fatalf("stale-while-revalidate: no background revalidation (%d revalidated)", ts.Stats().EdgeRevalidated)
+	}
+	if resp, _ := edgeGet(t, ts.url+"/swr/a.bin"); resp.Header.Get("Cache-Status") != "engine; hit" {
+		t.Fatalf("after a background revalidation: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
+	}
+
+	// The origin fails: stale-if-error serves the stale object; without
+	// it the client sees the origin's error.
+	writeFile(t, root+"/down", "")
+	if resp, b := edgeGet(t, ts.url+"/sie/a.bin"); resp.StatusCode != 200 || !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=503; detail=stale-if-error" {
+		t.Fatalf("stale-if-error: status %d, bytes match %v, Cache-Status %q", resp.StatusCode, bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
+	}
+	if resp, _ := edgeGet(t, ts.url+"/nosie/a.bin"); resp.StatusCode != 503 || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=503" {
+		t.Fatalf("no stale-if-error: status %d, Cache-Status %q; want the origin's 503", resp.StatusCode, resp.Header.Get("Cache-Status"))
+	}
+	if st := ts.Stats(); st.EdgeStale != 2 {
+		t.Fatalf("%d stale responses counted, want 2 (one while revalidating, one after an error)", st.EdgeStale)
+	}
+}
+
+// TestEdgeColdRange: a range from the middle of a cold 2 GiB object is
+// answered without waiting for the bytes before it (relayed on its own
+// while the whole object is fetched in the background), and a range
+// near the start is read from that fetch as it lands. The origin (nginx)
+// sends at 40 MB/s, so the object's 2 GiB would take 50 s.
+func TestEdgeColdRange(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	const size, mid = 2 << 30, 1 << 30
+	head, middle := randomBytes(4<<20), randomBytes(4<<20)
+	f, err := os.Create(root + "/big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(head, 0)
+	f.WriteAt(middle, mid)
+	f.Truncate(size) // sparse: zeros elsewhere
+	f.Close()
+	os.Chmod(root+"/big.bin", 0o644)
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; limit_rate 40m; }
+    }`, root))
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
+
+	resp, b := edgeGet(t, ts.url+"/big.bin", "Range", fmt.Sprintf("bytes=%d-%d", mid+1000, mid+1000+(2<<20)-1))
+	landed := ts.Stats().EdgeOriginBytes
+	if resp.StatusCode != 206 || !bytes.Equal(b, middle[1000:1000+2<<20]) || resp.Header.Get("Content-Range") != fmt.Sprintf("bytes %d-%d/%d", mid+1000, mid+1000+(2<<20)-1, size) {
+		t.Fatalf("a range from the middle: status %d, %d bytes (match %v), Content-Range %q", resp.StatusCode, len(b), bytes.Equal(b, middle[1000:1000+2<<20]), resp.Header.Get("Content-Range"))
+	}
+	if cs := resp.Header.Get("Cache-Status"); cs != "engine; fwd=uri-miss; detail=range-ahead-of-fill; fwd-status=206" {
+		t.Fatalf("a range from the middle: Cache-Status %q", cs)
+	}
+	if landed >= mid {
+		t.Fatalf("the range from the middle was answered once %d bytes of the object had landed: it waited for them", landed)
+	}
+	t.Logf("the range from the middle was answered with %d MiB of the object fetched", landed>>20)
+
+	// Near the start: from the fetch under way.
+	resp, b = edgeGet(t, ts.url+"/big.bin", "Range", "bytes=1000-1048575")
+	if resp.StatusCode != 206 || !bytes.Equal(b, head[1000:1<<20]) || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; collapsed; fwd-status=200; stored" {
+		t.Fatalf("a range near the start: status %d, bytes match %v, Cache-Status %q", resp.StatusCode, bytes.Equal(b, head[1000:1<<20]), resp.Header.Get("Cache-Status"))
+	}
+	if st := ts.Stats(); st.EdgePasses != 1 || st.EdgeStored != 0 {
+		t.Fatalf("%d relayed, %d stored; want 1 (the middle range) and none yet", st.EdgePasses, st.EdgeStored)
+	}
+}
+
+// TestEdgeVaryAndRoom: a response that varies on Accept-Encoding alone
+// (nginx's gzip_vary) is fetched as identity and stored once for every
+// client, whatever encodings they accept; one that varies on anything
+// else is not shared; and an object that does not fit (min_free past
+// the file system's free space: the disk is full by the operator's
+// rule) is proxied whole, never an error, and nothing is left on disk.
+func TestEdgeVaryAndRoom(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	text := strings.Repeat("a line of text that compresses well\n", 4000)
+	writeFile(t, root+"/vary.txt", text)
+	writeFile(t, root+"/cookie.txt", text)
+	big := randomBytes(8 << 20)
+	writeFile(t, root+"/big.bin", string(big))
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    gzip on;
+    gzip_types text/plain;
+    gzip_vary on;
+    gzip_min_length 1;
+    types { text/plain txt; }
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; }
+        location = /cookie.txt { expires 1h; add_header Vary Cookie; }
+    }`, root))
+	cacheDir := t.TempDir()
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", cacheDir), addr))
+	for i, ae := range []string{"gzip, br", "identity", "gzip"} {
+		resp, b := edgeGet(t, ts.url+"/vary.txt", "Accept-Encoding", ae)
+		want := "engine; hit"
+		if i == 0 {
+			want = "engine; fwd=uri-miss; fwd-status=200; stored"
+		}
+		if resp.Header.Get("Content-Encoding") == "" && string(b) != text || resp.Header.Get("Cache-Status") != want {
+			t.Fatalf("Vary: Accept-Encoding, request %d (Accept-Encoding: %s): %d bytes, Content-Encoding %q, Cache-Status %q (want %q)",
+				i+1, ae, len(b), resp.Header.Get("Content-Encoding"), resp.Header.Get("Cache-Status"), want)
+		}
+	}
+	for range 2 {
+		if resp, b := edgeGet(t, ts.url+"/cookie.txt", "Accept-Encoding", "identity"); string(b) != text || resp.Header.Get("Cache-Status") == "engine; hit" {
+			t.Fatalf("Vary: Cookie: Cache-Status %q; it must not be shared", resp.Header.Get("Cache-Status"))
+		}
+	}
+
+	full := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1000000TiB\"\n", t.TempDir()), addr))
+	for range 2 {
+		resp, b := edgeGet(t, full.url+"/big.bin")
+		if resp.StatusCode != 200 || !bytes.Equal(b, big) || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; fwd-status=200" {
+			t.Fatalf("no room: status %d, bytes match %v, Cache-Status %q; want the origin's response, proxied", resp.StatusCode, bytes.Equal(b, big), resp.Header.Get("Cache-Status"))
+		}
+	}
+	if st := full.Stats(); st.EdgeStored != 0 || st.EdgeObjects != 0 {
+		t.Fatalf("no room: %d stored", st.EdgeStored)
+	}
+}
