@@ -232,3 +232,45 @@ func TestEdgeVaryAndRoom(t *testing.T) {
 		t.Fatalf("no room: %d stored", st.EdgeStored)
 	}
 }
+
+// TestEdgeEvictWhileRead: an object evicted to keep max_size while a
+// client reads it (a hit, from its file) is read to its end; the next
+// request of it is a miss.
+func TestEdgeEvictWhileRead(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	a, b := randomBytes(16<<20), randomBytes(16<<20)
+	writeFile(t, root+"/a.bin", string(a))
+	writeFile(t, root+"/b.bin", string(b))
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; }
+    }`, root))
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmax_size = \"20MiB\"\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
+	edgeGet(t, ts.url+"/a.bin")
+	resp, err := http.Get(ts.url + "/a.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Cache-Status") != "engine; hit" {
+		t.Fatalf("a.bin: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
+	}
+	first := make([]byte, 1<<20)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	edgeGet(t, ts.url+"/b.bin") // stored in a.bin's place
+	if st := ts.Stats(); st.EdgeEvictions != 1 || st.EdgeObjects != 1 {
+		t.Fatalf("%d evictions, %d objects; want 1 and 1", st.EdgeEvictions, st.EdgeObjects)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(append(first, rest...), a) {
+		t.Fatalf("the client reading the evicted object: %v, bytes match %v", err, bytes.Equal(append(first, rest...), a))
+	}
+	if resp, _ := edgeGet(t, ts.url+"/a.bin"); !strings.HasPrefix(resp.Header.Get("Cache-Status"), "engine; fwd=uri-miss") {
+		t.Fatalf("a.bin after its eviction: Cache-Status %q", resp.Header.Get("Cache-Status"))
+	}
+}

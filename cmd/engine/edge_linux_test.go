@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mediaship/engine/internal/nginxtest"
+)
+
+// TestEdgeCacheKilled: the engine is killed (SIGKILL) while it stores an
+// object from its origin (nginx, sending at 16 MB/s); the partial bytes
+// it left are never served as the object: after a restart on the same
+// cache directory the request is a miss, fetched again, byte-exact, and
+// then a hit.
+func TestEdgeCacheKilled(t *testing.T) {
+	bin, err := engineBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	body := make([]byte, 64<<20)
+	rand.Read(body)
+	os.WriteFile(filepath.Join(root, "obj.bin"), body, 0o644)
+	origin := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; limit_rate 16m; }
+    }`, root))
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	conf := filepath.Join(dir, "engine.toml")
+	os.WriteFile(conf, []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\ncache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", root, origin, cache)), 0o644)
+	serve := func() (*exec.Cmd, string) {
+		t.Helper()
+		cmd := exec.Command(bin, "serve", "-c", conf)
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		addr := make(chan string, 1)
+		go func() {
+			re := regexp.MustCompile(`msg=serving addr=(\S+)`)
+			s := bufio.NewScanner(stderr)
+			for s.Scan() {
+				if m := re.FindStringSubmatch(s.Text()); m != nil {
+					select {
+					case addr <- m[1]:
+					default:
+					}
+				}
+			}
+		}()
+		select {
+		case a := <-addr:
+			return cmd, "http://" + a + "/obj.bin"
+		case <-time.After(20 * time.Second):
+			t.Fatal("the engine did not start")
+		}
+		return nil, ""
+	}
+	cmd, u := serve()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, resp.Body, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGKILL) // in the middle of the fill
+	cmd.Wait()
+	resp.Body.Close()
+	partial, _ := filepath.Glob(filepath.Join(cache, "partial", "*"))
+	metas, _ := filepath.Glob(filepath.Join(cache, "objects", "*", "*.meta"))
+	if len(partial) == 0 || len(metas) != 0 {
+		t.Fatalf("after the kill: %d partial files, %d objects; want the fill's partial file and no object", len(partial), len(metas))
+	}
+
+	_, u = serve()
+	for i, want := range []string{"engine; fwd=uri-miss; fwd-status=200; stored", "engine; hit"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(b, body) || resp.Header.Get("Cache-Status") != want {
+			t.Fatalf("after the restart, request %d: %v, %d bytes (match %v), Cache-Status %q (want %q)", i+1, err, len(b), bytes.Equal(b, body), resp.Header.Get("Cache-Status"), want)
+		}
+	}
+	if partial, _ := filepath.Glob(filepath.Join(cache, "partial", "*")); len(partial) != 0 {
+		t.Fatalf("after the restart: %d partial files left", len(partial))
+	}
+}
