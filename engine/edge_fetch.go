@@ -318,6 +318,9 @@ func originFields(h http.Header) [][2]string {
 	return out
 }
 
+// maxDelta is the largest delta-seconds a cache takes (RFC 9111 §1.2.2).
+const maxDelta = 1 << 31
+
 // edgeFresh is how a shared cache may keep a response (RFC 9111 §3,
 // §4.2.1; RFC 5861).
 type edgeFresh struct {
@@ -353,7 +356,10 @@ func edgeFreshness(status int, h http.Header, now time.Time, def time.Duration) 
 		for _, d := range strings.Split(line, ",") {
 			name, val, _ := strings.Cut(strings.TrimSpace(d), "=")
 			n, err := strconv.ParseInt(strings.Trim(val, `"`), 10, 64)
-			if err != nil || n < 0 {
+			switch {
+			case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(val, "-"), err == nil && n > maxDelta:
+				n = maxDelta // RFC 9111 §1.2.2: past 2^31, 2^31
+			case err != nil || n < 0:
 				n = -1
 			}
 			switch strings.ToLower(name) {

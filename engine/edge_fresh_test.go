@@ -41,6 +41,8 @@ func TestEdgeFreshness(t *testing.T) {
 		{name: "Set-Cookie", status: 200, fields: []string{"Cache-Control", "max-age=60", "Set-Cookie", "a=b"}, private: true},
 		{name: "bad max-age", status: 200, fields: []string{"Cache-Control", "max-age=x"}},
 		{name: "stale-while-revalidate", status: 200, fields: []string{"Cache-Control", "max-age=60, stale-while-revalidate=30, stale-if-error=600"}, life: time.Minute, store: true, swr: 30 * time.Second, sie: 10 * time.Minute},
+		{name: "max-age past 2^31", status: 200, fields: []string{"Cache-Control", "max-age=99999999999999999999"}, life: 1 << 31 * time.Second, store: true},
+		{name: "max-age=2^40", status: 200, fields: []string{"Cache-Control", "max-age=1099511627776"}, life: 1 << 31 * time.Second, store: true},
 		{name: "must-revalidate", status: 200, fields: []string{"Cache-Control", "max-age=60, stale-if-error=600, must-revalidate"}, life: time.Minute, store: true},
 	} {
 		h := http.Header{}
@@ -53,4 +55,41 @@ func TestEdgeFreshness(t *testing.T) {
 				fr.store, fr.until.Sub(now), fr.private, fr.swr, fr.sie, tc.store, tc.life, tc.private, tc.swr, tc.sie)
 		}
 	}
+}
+
+// FuzzEdgeFields: whatever an origin's Cache-Control, Expires, Vary and
+// Repr-Digest say, the judgement holds together: nothing private is
+// stored, a stored response is fresh from now on or stored stale with
+// a validator, stale periods are never negative, and a stated digest
+// is 32 bytes of a known algorithm.
+func FuzzEdgeFields(f *testing.F) {
+	f.Add("max-age=60, stale-while-revalidate=30", "", "Accept-Encoding", "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:", `"v1"`)
+	f.Add("no-cache", "Sat, 05 Dec 2026 11:30:00 GMT", "*", "blake3=:AAAA:", "")
+	f.Add("s-maxage=\"10\", private", "0", "", "", "")
+	f.Add("max-age=99999999999999999999, stale-if-error=-5", "", "Origin, Cookie", "sha-256=:not base64:, blake3=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:", "x")
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, cc, expires, vary, digest, etag string) {
+		h := http.Header{}
+		for k, v := range map[string]string{"Cache-Control": cc, "Expires": expires, "Vary": vary, "Repr-Digest": digest, "ETag": etag} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		fr := edgeFreshness(200, h, now, time.Hour)
+		if fr.private && fr.store {
+			t.Fatalf("stored though private: %+v", fr)
+		}
+		if fr.swr < 0 || fr.sie < 0 {
+			t.Fatalf("negative stale periods: %+v", fr)
+		}
+		if fr.store && fr.until.Before(now) {
+			t.Fatalf("stored, fresh until %v, before now", fr.until)
+		}
+		if fr.store && !fr.until.After(now) && etag == "" {
+			t.Fatalf("stored stale without a validator: %+v", fr)
+		}
+		if alg, sum := originDigest(h); alg != "" && (len(sum) != 32 || alg != "sha-256" && alg != "blake3") {
+			t.Fatalf("digest %q of %d bytes", alg, len(sum))
+		}
+	})
 }

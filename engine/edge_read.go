@@ -54,6 +54,19 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 		}
 		mine = make(chan *http.Response, 1)
 		s.edgeGo(func() { s.edgeFetch(o, f, *lead, fields, mine) })
+		defer func() {
+			// A response handed to this request after it stopped waiting
+			// (its client went, or response_timeout passed) is closed, so
+			// that its origin connection does not wait for a reader.
+			go func() {
+				<-f.Ready()
+				select {
+				case resp := <-mine:
+					resp.Body.Close()
+				default:
+				}
+			}()
+		}()
 	}
 	if err != nil {
 		side.Close()
