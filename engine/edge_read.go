@@ -91,6 +91,12 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 		s.edgePass(o, req, side, cs)
 		return
 	}
+	if start, ok := rangeStart(req); ok && start > f.Written()+edgeLookahead {
+		// Far ahead of the fill (a cold object's middle): asked of the
+		// origin at once, beside the fetch, not after its head.
+		s.edgePass(o, req, side, cs+"; detail=range-ahead-of-fill")
+		return
+	}
 	wait := time.NewTimer(o.r.Cfg.ResponseTimeout.D())
 	defer wait.Stop()
 	select {
@@ -128,6 +134,18 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 	default:
 		edgeError(side, http.StatusBadGateway, cs, "the origin could not be reached")
 	}
+}
+
+// rangeStart is the first byte of the one range req asks for, when it
+// asks for one and has no If-Range; a suffix (the last N bytes) starts
+// past any fill, as its object's length is not known yet.
+func rangeStart(req *http.Request) (int64, bool) {
+	v := req.Header.Get("Range")
+	if v == "" || req.Header.Get("If-Range") != "" {
+		return 0, false
+	}
+	r, ok, _ := files.OneRange([]byte(v), 1<<62)
+	return r.Off, ok
 }
 
 func isTimeout(err error) bool {

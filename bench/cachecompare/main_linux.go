@@ -163,6 +163,7 @@ http {
         listen %[3]s;
         root %[4]s;
         location / { expires 1h; limit_rate %[6]s; }
+        location = /_status { stub_status; }
     }
 }
 `, work, originLog, origin, www, temps("o"), *originRate)), 0o644)
@@ -172,6 +173,8 @@ http {
 	ecfg := filepath.Join(work, "engine-cache.toml")
 	os.WriteFile(ecfg, []byte(fmt.Sprintf(`listen = "127.0.0.1:%d"
 workers = 1
+[kernel]
+ktls = "auto"
 [integrity]
 state_dir = %q
 [reverse_proxy]
@@ -190,6 +193,8 @@ min_free = "1GiB"
 	rcfg := filepath.Join(work, "engine-root.toml")
 	os.WriteFile(rcfg, []byte(fmt.Sprintf(`listen = "127.0.0.1:%d"
 workers = 1
+[kernel]
+ktls = "auto"
 [integrity]
 state_dir = %q
 [[sites]]
@@ -243,7 +248,7 @@ http {
 	os.WriteFile(vcl, []byte(fmt.Sprintf("vcl 4.1;\nbackend origin { .host = \"127.0.0.1\"; .port = \"%d\"; }\n", ports[0])), 0o644)
 	vc := start(peer.Command(1, "varnishd", "-F", "-j", "none", "-n", filepath.Join(work, "varnish", "n"),
 		"-a", fmt.Sprintf("127.0.0.1:%d,PROXY", ports[4]), "-f", vcl, "-s", "file,"+filepath.Join(work, "varnish", "store")+",8G"), "varnish")
-	hc := start(peer.Command(1, "hitch", "--daemon=off", "--workers=1", "--write-proxy-v2=on", "--alpn-protos=http/1.1",
+	hc := start(peer.Command(1, "hitch", "--daemon=off", "--workers=1", "--user=nobody", "--group=nogroup", "--write-proxy-v2=on", "--alpn-protos=http/1.1",
 		"--frontend=[127.0.0.1]:"+strconv.Itoa(ports[5]), "--backend=[127.0.0.1]:"+strconv.Itoa(ports[4]), pemFile), "hitch")
 
 	pids := func(ps ...*peer.Process) func() []int {
@@ -265,7 +270,7 @@ http {
 	for _, s := range servers {
 		if err := waitUp(client, s.url+"/hit.bin", obj, 30*time.Second); err != nil {
 			for _, p := range procs {
-				log.Printf("%s:\n%s", filepath.Base(p.Log), p.Tail(10))
+				log.Printf("%s:\n%s", filepath.Base(p.Log), p.Tail(2000))
 			}
 			die("%s: %v", s.name, err)
 		}
@@ -280,7 +285,7 @@ http {
 			for _, conns := range []int{1, 16} {
 				before := cpuOf(s.pids())
 				r, err := bench.Run(context.Background(), bench.Config{URLs: []string{s.url + "/hit.bin"}, Connections: conns,
-					Duration: *duration, Warmup: time.Second, ExpectDigest: &objSum, ExpectSize: size, Insecure: true})
+					Duration: *duration, Warmup: time.Second, ExpectDigest: &objSum, ExpectSize: size, Insecure: true, RangeLast: -1})
 				if err != nil {
 					die("%s, %d connections: %v", s.name, conns, err)
 				}
@@ -309,7 +314,7 @@ http {
 			if err != nil {
 				die("%s, 50 clients of a cold object: %v", s.name, err)
 			}
-			sent := settle(originLog, name)
+			sent := settle(origin, originLog, name)
 			res[rowKey{s.name, "cold time"}] = append(res[rowKey{s.name, "cold time"}], took.Seconds())
 			res[rowKey{s.name, "cold origin"}] = append(res[rowKey{s.name, "cold origin"}], float64(sent)/float64(size))
 			log.Printf("repeat %d  %-36s 50 clients of a cold object: %.2f s, the origin sent %.2f× the object", rep+1, s.name, took.Seconds(), float64(sent)/float64(size))
@@ -320,7 +325,7 @@ http {
 			if err != nil {
 				die("%s, a cold range: %v", s.name, err)
 			}
-			sent = settle(originLog, name)
+			sent = settle(origin, originLog, name)
 			res[rowKey{s.name, "range ttfb"}] = append(res[rowKey{s.name, "range ttfb"}], ttfb.Seconds()*1000)
 			res[rowKey{s.name, "range total"}] = append(res[rowKey{s.name, "range total"}], total.Seconds()*1000)
 			res[rowKey{s.name, "range origin"}] = append(res[rowKey{s.name, "range origin"}], float64(sent)/(1<<20))
@@ -485,33 +490,46 @@ func coldRange(c *http.Client, url string, want []byte) (ttfb, total time.Durati
 	return ttfb, total, nil
 }
 
-var logLine = regexp.MustCompile(`^(\S+) (\d+) (\d+)$`)
+var (
+	logLine = regexp.MustCompile(`^(\S+) (\d+) (\d+)$`)
+	writing = regexp.MustCompile(`Writing: (\d+)`)
+)
 
-// settle waits until the origin has sent nothing more for uri for 2 s
-// (a cache may go on fetching after its clients are done: that is part
-// of its cost, and it must not run into the next row), and returns the
-// bytes the origin sent for it.
-func settle(originLog, uri string) int64 {
-	var last int64 = -1
-	stable := time.Now()
-	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		b, _ := os.ReadFile(originLog)
-		var n int64
-		for _, l := range strings.Split(string(b), "\n") {
-			if m := logLine.FindStringSubmatch(l); m != nil && m[1] == uri {
-				v, _ := strconv.ParseInt(m[3], 10, 64)
-				n += v
-			}
-		}
-		if n != last {
-			last, stable = n, time.Now()
+// settle waits until the origin has no response in progress but the
+// status request's own for a second (a cache may go on fetching after
+// its clients are done: that is part of its cost, and it must not run
+// into the next row; nginx logs a response when it ends), and returns
+// the bytes the origin sent for uri.
+func settle(origin, originLog, uri string) int64 {
+	idleSince := time.Time{}
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get("http://" + origin + "/_status")
+		if err != nil {
 			continue
 		}
-		if time.Since(stable) >= 2*time.Second {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := writing.FindSubmatch(b)
+		if m == nil || string(m[1]) != "1" {
+			idleSince = time.Time{}
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		}
+		if time.Since(idleSince) >= time.Second {
 			break
 		}
 	}
-	return last
+	b, _ := os.ReadFile(originLog)
+	var n int64
+	for _, l := range strings.Split(string(b), "\n") {
+		if m := logLine.FindStringSubmatch(l); m != nil && m[1] == uri {
+			v, _ := strconv.ParseInt(m[3], 10, 64)
+			n += v
+		}
+	}
+	return n
 }
 
 func median(v []float64) float64 {
