@@ -63,7 +63,7 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 	if o != nil && !fresh && now.Before(o.Meta.Until.Add(o.Meta.StaleWhileRevalidate)) {
 		// Served stale, once more, while one fetch revalidates it.
 		s.edgeBegin(d, key, host, f.path, f.query)
-		d.pr.CacheStatus, d.edgeStale = "engine; hit; detail=stale-while-revalidate", true
+		d.pr.CacheStatus, d.edgeStale = withDetail("engine; hit", "stale-while-revalidate", unverified(o)), true
 	} else if !fresh {
 		d.cacheMiss = "engine; fwd=uri-miss"
 		if o != nil {
@@ -79,7 +79,7 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 		}
 		return
 	} else {
-		d.pr.CacheStatus = "engine; hit"
+		d.pr.CacheStatus = withDetail("engine; hit", unverified(o))
 	}
 	store.Touch(o)
 	d.route, d.site = nil, s.sites.edgeSite
@@ -97,6 +97,33 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 	age := max(int64(now.Sub(o.Meta.StoredAt)/time.Second), 0)
 	d.pr.Stored = append(d.pr.Stored, [3]string{"age", "Age", strconv.FormatInt(age, 10)})
 	d.pr.Name = nil // the object's file name is no name of the client's
+}
+
+// unverified is the Cache-Status detail of an object whose origin stated
+// no digest to check its bytes against, "" for one that was checked.
+func unverified(o *edgecache.Object) string {
+	if o.Meta.Verified == "" {
+		return "unverified"
+	}
+	return ""
+}
+
+// withDetail is Cache-Status cs with its details (RFC 9211 §2.8), the
+// empty ones left out: one as a token, several as a string.
+func withDetail(cs string, details ...string) string {
+	var ds []string
+	for _, d := range details {
+		if d != "" {
+			ds = append(ds, d)
+		}
+	}
+	switch len(ds) {
+	case 0:
+		return cs
+	case 1:
+		return cs + "; detail=" + ds[0]
+	}
+	return cs + `; detail="` + strings.Join(ds, " ") + `"`
 }
 
 // edgeBegin starts the fetch of key in the background, unless one is

@@ -27,8 +27,9 @@ type edgeReq struct {
 // edgeHead is a fill's answer while its bytes land: the origin's
 // status and fields, less those of framing and the connection.
 type edgeHead struct {
-	status int
-	fields [][2]string
+	status   int
+	fields   [][2]string
+	verified bool // the origin stated a digest, which the bytes are checked against
 }
 
 // edgeSettled is the answer of a fill that brings no bytes of its own.
@@ -101,7 +102,7 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 			}
 			s.stats.EdgeStale.Add(1)
 			s.log.Warn("edge cache: the origin failed; serving the stale object (stale-if-error)", "route", o.r.Key, "key", q.key, "status", fwd[len("; fwd-status="):], "err", err)
-			f.Settle(&edgeSettled{obj: stale, cacheStatus: "engine; fwd=stale" + fwd + "; detail=stale-if-error"})
+			f.Settle(&edgeSettled{obj: stale, cacheStatus: withDetail("engine; fwd=stale"+fwd, "stale-if-error", unverified(stale))})
 			return
 		}
 	}
@@ -165,7 +166,8 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 	if s.digests.WantsSHA256() {
 		f.AlsoSHA256()
 	}
-	f.SetHead(&edgeHead{status: resp.StatusCode, fields: originFields(resp.Header)}, size)
+	alg, _ := originDigest(resp.Header)
+	f.SetHead(&edgeHead{status: resp.StatusCode, fields: originFields(resp.Header), verified: alg != ""}, size)
 	bp := edgeBufs.Get().(*[]byte)
 	defer edgeBufs.Put(bp)
 	buf := *bp
@@ -246,7 +248,6 @@ func (s *Server) edgeLearn(obj *edgecache.Object) {
 // the 304 in place of its stored ones (RFC 9111 §4.3.4), and its
 // readers are served it.
 func (s *Server) edgeRevalidated(f *edgecache.Fill, stale *edgecache.Object, resp *http.Response, now time.Time, def time.Duration) {
-	s.stats.EdgeRevalidated.Add(1)
 	h := http.Header{}
 	for _, kv := range stale.Meta.Header {
 		h.Add(kv[0], kv[1])
@@ -280,7 +281,8 @@ func (s *Server) edgeRevalidated(f *edgecache.Fill, stale *edgecache.Object, res
 	} else {
 		s.log.Warn("edge cache: a revalidated object's metadata was not updated", "key", stale.Meta.Key, "err", err)
 	}
-	f.Settle(&edgeSettled{obj: obj, cacheStatus: "engine; fwd=stale; fwd-status=304"})
+	s.stats.EdgeRevalidated.Add(1) // once the object is fresh again
+	f.Settle(&edgeSettled{obj: obj, cacheStatus: withDetail("engine; fwd=stale; fwd-status=304", unverified(obj))})
 }
 
 // storedFields are the response fields an object keeps and gives again.

@@ -162,6 +162,9 @@ func isTimeout(err error) bool {
 func (s *Server) edgeStream(o *edgeOrigin, f *edgecache.Fill, h *edgeHead, size int64, req *http.Request, side net.Conn, cs string) {
 	passCS := cs
 	cs += "; fwd-status=" + strconv.Itoa(h.status) + "; stored" // being stored, unless its bytes fail their digest (and the answer is cut)
+	if !h.verified {
+		cs = withDetail(cs, "unverified")
+	}
 	if v := req.Header.Get("Range"); v != "" && req.Header.Get("If-Range") == "" && size >= 0 {
 		r, ok, unsat := files.OneRange([]byte(v), size)
 		if unsat {

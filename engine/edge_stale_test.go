@@ -68,7 +68,7 @@ func TestEdgeRevalidation(t *testing.T) {
     }`, root))
 	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
 	for _, d := range []string{"reval", "swr", "sie", "nosie"} {
-		if resp, b := edgeGet(t, ts.url+"/"+d+"/a.bin"); resp.StatusCode != 200 || !bytes.Equal(b, one) || !strings.HasSuffix(resp.Header.Get("Cache-Status"), "; stored") {
+		if resp, b := edgeGet(t, ts.url+"/"+d+"/a.bin"); resp.StatusCode != 200 || !bytes.Equal(b, one) || !strings.HasSuffix(resp.Header.Get("Cache-Status"), "; stored; detail=unverified") {
 			t.Fatalf("/%s/: status %d, bytes match %v, Cache-Status %q", d, resp.StatusCode, bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
 		}
 	}
@@ -77,45 +77,45 @@ func TestEdgeRevalidation(t *testing.T) {
 
 	// Revalidated: the origin answers 304, no body moves.
 	resp, b := edgeGet(t, ts.url+"/reval/a.bin")
-	if resp.StatusCode != 200 || !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=304" {
+	if resp.StatusCode != 200 || !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=304; detail=unverified" {
 		t.Fatalf("revalidation: status %d, bytes match %v, Cache-Status %q", resp.StatusCode, bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
 	}
 	if st := ts.Stats(); st.EdgeRevalidated != 1 || st.EdgeOriginBytes != fromOrigin {
 		t.Fatalf("revalidation: %d revalidated, %d bytes from the origin; want 1 and none", st.EdgeRevalidated, st.EdgeOriginBytes-fromOrigin)
 	}
-	if resp, _ := edgeGet(t, ts.url+"/reval/a.bin"); resp.Header.Get("Cache-Status") != "engine; hit" {
+	if resp, _ := edgeGet(t, ts.url+"/reval/a.bin"); resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" {
 		t.Fatalf("after a revalidation: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
 	}
 	// Changed at the origin: the new bytes replace the object.
 	writeFile(t, root+"/reval/a.bin", string(two))
 	os.Chtimes(root+"/reval/a.bin", time.Now().Add(time.Hour), time.Now().Add(time.Hour)) // a new ETag, whatever the clock's grain
 	time.Sleep(1100 * time.Millisecond)
-	if resp, b := edgeGet(t, ts.url+"/reval/a.bin"); !bytes.Equal(b, two) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=200; stored" {
+	if resp, b := edgeGet(t, ts.url+"/reval/a.bin"); !bytes.Equal(b, two) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=200; stored; detail=unverified" {
 		t.Fatalf("changed at the origin: bytes match %v, Cache-Status %q", bytes.Equal(b, two), resp.Header.Get("Cache-Status"))
 	}
 	if !waitFor(5*time.Second, func() bool {
 		resp, b := edgeGet(t, ts.url+"/reval/a.bin")
-		return bytes.Equal(b, two) && resp.Header.Get("Cache-Status") == "engine; hit"
+		return bytes.Equal(b, two) && resp.Header.Get("Cache-Status") == "engine; hit; detail=unverified"
 	}) {
 		t.Fatal("the changed object was not stored")
 	}
 
 	// Stale while revalidated: served from the cache at once; one
 	// background fetch makes it fresh again.
-	if resp, b := edgeGet(t, ts.url+"/swr/a.bin"); !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; hit; detail=stale-while-revalidate" {
+	if resp, b := edgeGet(t, ts.url+"/swr/a.bin"); !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != `engine; hit; detail="stale-while-revalidate unverified"` {
 		t.Fatalf("stale-while-revalidate: bytes match %v, Cache-Status %q", bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
 	}
 	if !waitFor(5*time.Second, func() bool { return ts.Stats().EdgeRevalidated == 2 }) {
 		t.Fatalf("stale-while-revalidate: no background revalidation (%d revalidated)", ts.Stats().EdgeRevalidated)
 	}
-	if resp, _ := edgeGet(t, ts.url+"/swr/a.bin"); resp.Header.Get("Cache-Status") != "engine; hit" {
+	if resp, _ := edgeGet(t, ts.url+"/swr/a.bin"); resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" {
 		t.Fatalf("after a background revalidation: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
 	}
 
 	// The origin fails: stale-if-error serves the stale object; without
 	// it the client sees the origin's error.
 	writeFile(t, root+"/down", "")
-	if resp, b := edgeGet(t, ts.url+"/sie/a.bin"); resp.StatusCode != 200 || !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=503; detail=stale-if-error" {
+	if resp, b := edgeGet(t, ts.url+"/sie/a.bin"); resp.StatusCode != 200 || !bytes.Equal(b, one) || resp.Header.Get("Cache-Status") != `engine; fwd=stale; fwd-status=503; detail="stale-if-error unverified"` {
 		t.Fatalf("stale-if-error: status %d, bytes match %v, Cache-Status %q", resp.StatusCode, bytes.Equal(b, one), resp.Header.Get("Cache-Status"))
 	}
 	if resp, _ := edgeGet(t, ts.url+"/nosie/a.bin"); resp.StatusCode != 503 || resp.Header.Get("Cache-Status") != "engine; fwd=stale; fwd-status=503" {
@@ -168,7 +168,7 @@ func TestEdgeColdRange(t *testing.T) {
 
 	// Near the start: from the fetch under way.
 	resp, b = edgeGet(t, ts.url+"/big.bin", "Range", "bytes=1000-1048575")
-	if resp.StatusCode != 206 || !bytes.Equal(b, head[1000:1<<20]) || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; collapsed; fwd-status=200; stored" {
+	if resp.StatusCode != 206 || !bytes.Equal(b, head[1000:1<<20]) || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; collapsed; fwd-status=200; stored; detail=unverified" {
 		t.Fatalf("a range near the start: status %d, bytes match %v, Cache-Status %q", resp.StatusCode, bytes.Equal(b, head[1000:1<<20]), resp.Header.Get("Cache-Status"))
 	}
 	if st := ts.Stats(); st.EdgePasses != 1 || st.EdgeStored != 0 {
@@ -206,9 +206,9 @@ func TestEdgeVaryAndRoom(t *testing.T) {
 	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", cacheDir), addr))
 	for i, ae := range []string{"gzip, br", "identity", "gzip"} {
 		resp, b := edgeGet(t, ts.url+"/vary.txt", "Accept-Encoding", ae)
-		want := "engine; hit"
+		want := "engine; hit; detail=unverified"
 		if i == 0 {
-			want = "engine; fwd=uri-miss; fwd-status=200; stored"
+			want = "engine; fwd=uri-miss; fwd-status=200; stored; detail=unverified"
 		}
 		if resp.Header.Get("Content-Encoding") == "" && string(b) != text || resp.Header.Get("Cache-Status") != want {
 			t.Fatalf("Vary: Accept-Encoding, request %d (Accept-Encoding: %s): %d bytes, Content-Encoding %q, Cache-Status %q (want %q)",
@@ -216,7 +216,7 @@ func TestEdgeVaryAndRoom(t *testing.T) {
 		}
 	}
 	for range 2 {
-		if resp, b := edgeGet(t, ts.url+"/cookie.txt", "Accept-Encoding", "identity"); string(b) != text || resp.Header.Get("Cache-Status") == "engine; hit" {
+		if resp, b := edgeGet(t, ts.url+"/cookie.txt", "Accept-Encoding", "identity"); string(b) != text || resp.Header.Get("Cache-Status") == "engine; hit; detail=unverified" {
 			t.Fatalf("Vary: Cookie: Cache-Status %q; it must not be shared", resp.Header.Get("Cache-Status"))
 		}
 	}
@@ -255,7 +255,7 @@ func TestEdgeEvictWhileRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.Header.Get("Cache-Status") != "engine; hit" {
+	if resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" {
 		t.Fatalf("a.bin: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
 	}
 	first := make([]byte, 1<<20)

@@ -110,14 +110,14 @@ func TestEdgeCache(t *testing.T) {
 
 	// A miss, stored as it streams; then hits, with no origin request.
 	resp, got := get(ts, "/fresh/big.bin")
-	if resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; fwd-status=200; stored" {
+	if resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; fwd=uri-miss; fwd-status=200; stored; detail=unverified" {
 		t.Fatalf("miss: status %d, digest match %v, Cache-Status %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"))
 	}
 	get(ts, "/fresh/a.json")
 	before := origin()
 	for range 3 {
 		resp, got = get(ts, "/fresh/big.bin")
-		if resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; hit" || resp.Header.Get("Age") == "" {
+		if resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" || resp.Header.Get("Age") == "" {
 			t.Fatalf("hit: status %d, digest match %v, Cache-Status %q, Age %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"), resp.Header.Get("Age"))
 		}
 	}
@@ -130,7 +130,7 @@ func TestEdgeCache(t *testing.T) {
 	}
 	// A range and a conditional request of a hit, answered by the file path.
 	resp, _ = get(ts, "/fresh/big.bin", "Range", "bytes=1000-1999")
-	if resp.StatusCode != 206 || resp.ContentLength != 1000 || resp.Header.Get("Cache-Status") != "engine; hit" {
+	if resp.StatusCode != 206 || resp.ContentLength != 1000 || resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" {
 		t.Fatalf("range of a hit: status %d, %d bytes", resp.StatusCode, resp.ContentLength)
 	}
 	etag := resp.Header.Get("ETag")
@@ -153,7 +153,7 @@ func TestEdgeCache(t *testing.T) {
 			if tc.hdr != "" {
 				h = []string{"Authorization", tc.hdr}
 			}
-			if resp, got = get(ts, tc.path, h...); resp.StatusCode != 200 || got != hexOf(tc.want) || resp.Header.Get("Cache-Status") == "engine; hit" {
+			if resp, got = get(ts, tc.path, h...); resp.StatusCode != 200 || got != hexOf(tc.want) || resp.Header.Get("Cache-Status") == "engine; hit; detail=unverified" {
 				t.Fatalf("%s (%s): status %d, Cache-Status %q", tc.path, tc.hdr, resp.StatusCode, resp.Header.Get("Cache-Status"))
 			}
 		}
@@ -187,14 +187,14 @@ func TestEdgeCache(t *testing.T) {
 	get(ts, "/short/a.txt")
 	time.Sleep(1100 * time.Millisecond)
 	n := origin()
-	if resp, _ = get(ts, "/short/a.txt"); resp.Header.Get("Cache-Status") == "engine; hit" || origin() != n+1 {
+	if resp, _ = get(ts, "/short/a.txt"); resp.Header.Get("Cache-Status") == "engine; hit; detail=unverified" || origin() != n+1 {
 		t.Fatalf("a stale object: Cache-Status %q, origin requests %d", resp.Header.Get("Cache-Status"), origin()-n)
 	}
 
 	// A restart keeps the objects; with the origin down they are still served.
 	ts.stop()
 	down := start(t, cfg(freeAddr(t)))
-	if resp, got = get(down, "/fresh/big.bin"); resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; hit" {
+	if resp, got = get(down, "/fresh/big.bin"); resp.StatusCode != 200 || got != sum || resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" {
 		t.Fatalf("after a restart, origin down: status %d, digest match %v, Cache-Status %q", resp.StatusCode, got == sum, resp.Header.Get("Cache-Status"))
 	}
 	// HTTP/2 and HTTP/3 clients of a TLS listener (the key holds the host
@@ -211,9 +211,9 @@ func TestEdgeCache(t *testing.T) {
 		h := sha256.New()
 		io.Copy(h, r.Body)
 		r.Body.Close()
-		want := "engine; hit"
+		want := "engine; hit; detail=unverified"
 		if i == 0 {
-			want = "engine; fwd=uri-miss; fwd-status=200; stored"
+			want = "engine; fwd=uri-miss; fwd-status=200; stored; detail=unverified"
 		}
 		if r.StatusCode != 200 || hex.EncodeToString(h.Sum(nil)) != sum || r.Header.Get("Cache-Status") != want {
 			t.Fatalf("HTTP/%d, request %d: status %d, digest match %v, Cache-Status %q (want %q)", r.ProtoMajor, i+1, r.StatusCode, hex.EncodeToString(h.Sum(nil)) == sum, r.Header.Get("Cache-Status"), want)
@@ -260,7 +260,7 @@ func TestEdgeCachePurge(t *testing.T) {
 	}
 	for _, p := range []string{"/m/a", "/m/b", "/n/c"} {
 		get(p)
-		if cs := get(p); cs != "engine; hit" {
+		if cs := get(p); cs != "engine; hit; detail=unverified" {
 			t.Fatalf("%s: Cache-Status %q before purging", p, cs)
 		}
 	}
@@ -271,13 +271,13 @@ func TestEdgeCachePurge(t *testing.T) {
 	if cs := get("/m/a"); !strings.HasPrefix(cs, "engine; fwd=uri-miss") {
 		t.Fatalf("/m/a after its purge: Cache-Status %q", cs)
 	}
-	if cs := get("/m/b"); cs != "engine; hit" {
+	if cs := get("/m/b"); cs != "engine; hit; detail=unverified" {
 		t.Fatalf("/m/b after /m/a's purge: Cache-Status %q", cs)
 	}
 	if st, body := purge(base + url.QueryEscape("/m/") + "&prefix=true"); st != 200 || body != `{"purged":2}` {
 		t.Fatalf("purge the prefix /m/: %d %s", st, body)
 	}
-	if cs := get("/n/c"); cs != "engine; hit" {
+	if cs := get("/n/c"); cs != "engine; hit; detail=unverified" {
 		t.Fatalf("/n/c after purging /m/: Cache-Status %q", cs)
 	}
 	for _, tc := range []struct {
@@ -293,7 +293,7 @@ func TestEdgeCachePurge(t *testing.T) {
 			t.Errorf("purge?%s %v: %d %s, want %d", tc.q, tc.hdr, st, body, tc.want)
 		}
 	}
-	if cs := get("/n/c"); cs != "engine; hit" {
+	if cs := get("/n/c"); cs != "engine; hit; detail=unverified" {
 		t.Fatalf("/n/c after refused purges: Cache-Status %q", cs)
 	}
 }
@@ -384,7 +384,7 @@ func TestEdgeCacheCollapse(t *testing.T) {
 	}
 	if resp, err := http.Get(ts.url + "/slow/obj.bin"); err != nil {
 		t.Fatal(err)
-	} else if resp.Body.Close(); resp.Header.Get("Cache-Status") != "engine; hit" {
+	} else if resp.Body.Close(); resp.Header.Get("Cache-Status") != "engine; hit; detail=unverified" {
 		t.Fatalf("after the fill: Cache-Status %q", resp.Header.Get("Cache-Status"))
 	}
 
@@ -409,7 +409,7 @@ func TestEdgeCacheCollapse(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond)
 	resp.Body.Close()
-	if got := <-joined; got != "<nil> true engine; fwd=uri-miss; collapsed; fwd-status=200; stored" {
+	if got := <-joined; got != "<nil> true engine; fwd=uri-miss; collapsed; fwd-status=200; stored; detail=unverified" {
 		t.Fatalf("the client that joined a fill whose first client left: %s", got)
 	}
 	if !waitFor(10*time.Second, func() bool {
@@ -419,7 +419,7 @@ func TestEdgeCacheCollapse(t *testing.T) {
 		}
 		io.Copy(io.Discard, r.Body)
 		r.Body.Close()
-		return r.Header.Get("Cache-Status") == "engine; hit"
+		return r.Header.Get("Cache-Status") == "engine; hit; detail=unverified"
 	}) {
 		t.Fatal("the object whose first client left was not stored")
 	}

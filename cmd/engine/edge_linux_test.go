@@ -90,7 +90,7 @@ func TestEdgeCacheKilled(t *testing.T) {
 	}
 
 	_, u = serve()
-	for i, want := range []string{"engine; fwd=uri-miss; fwd-status=200; stored", "engine; hit"} {
+	for i, want := range []string{"engine; fwd=uri-miss; fwd-status=200; stored; detail=unverified", "engine; hit; detail=unverified"} {
 		resp, err := http.Get(u)
 		if err != nil {
 			t.Fatal(err)
