@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -160,13 +161,18 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		pass()
 		return
 	}
-	if alg, sum := originDigest(resp.Header); alg != "" {
+	alg, sum := originDigest(resp.Header)
+	if p, err := url.PathUnescape(q.path); alg == "" && err == nil && o.manifest != nil {
+		if d, ok := o.manifest[strings.TrimPrefix(p, "/")]; ok {
+			alg, sum = "blake3", d[:]
+		}
+	}
+	if alg != "" {
 		f.Expect(alg, sum)
 	}
 	if s.digests.WantsSHA256() {
 		f.AlsoSHA256()
 	}
-	alg, _ := originDigest(resp.Header)
 	f.SetHead(&edgeHead{status: resp.StatusCode, fields: originFields(resp.Header), verified: alg != ""}, size)
 	bp := edgeBufs.Get().(*[]byte)
 	defer edgeBufs.Put(bp)

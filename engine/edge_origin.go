@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,7 +17,9 @@ import (
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 	"github.com/minio/minio-go/v7/pkg/signer"
 
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/integrity"
 )
 
 // edgeOrigin is the edge cache's client of one cached route's origin.
@@ -28,9 +31,10 @@ import (
 // reads of the body). An S3 origin's requests are signed (AWS Signature
 // V4, minio-go's signer).
 type edgeOrigin struct {
-	r      *routing.Route
-	client *http.Client
-	s3     *credentials.Credentials // nil: the upstreams are web servers
+	r        *routing.Route
+	client   *http.Client
+	s3       *credentials.Credentials    // nil: the upstreams are web servers
+	manifest map[string]integrity.Digest // cache_manifest, by path without its leading slash
 }
 
 // edgeRun is the edge cache's goroutines (fetches and relays): the
@@ -94,10 +98,10 @@ func (r *edgeRun) stop() {
 
 // edgeOrigin returns the route's client, made on first use.
 func (s *Server) edgeOrigin(r *routing.Route) *edgeOrigin {
-	return r.Attach(func() any { return newEdgeOrigin(r) }).(*edgeOrigin)
+	return r.Attach(func() any { return newEdgeOrigin(r, s.log) }).(*edgeOrigin)
 }
 
-func newEdgeOrigin(r *routing.Route) *edgeOrigin {
+func newEdgeOrigin(r *routing.Route, log *slog.Logger) *edgeOrigin {
 	cfg := r.Cfg
 	byAddr := make(map[string]*routing.Upstream, len(r.Ups))
 	for _, u := range r.Ups {
@@ -140,6 +144,14 @@ func newEdgeOrigin(r *routing.Route) *edgeOrigin {
 		// A redirect is the origin's answer, passed on, not followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
+	if cfg.CacheManifest != "" {
+		// Read and judged when the configuration was: a file that went
+		// bad since leaves the objects unverified, not the route down.
+		var err error
+		if o.manifest, err = config.LoadManifest(cfg.CacheManifest); err != nil {
+			log.Warn("edge cache: the route's cache_manifest is unreadable now; its objects are stored unverified", "route", r.Key, "err", err)
+		}
+	}
 	if cfg.Origin == "s3" {
 		if cfg.S3Credentials != "" {
 			profile := os.Getenv("AWS_PROFILE")

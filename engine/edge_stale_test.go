@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zeebo/blake3"
 
 	"github.com/mediaship/engine/internal/nginxtest"
 )
@@ -272,5 +275,47 @@ func TestEdgeEvictWhileRead(t *testing.T) {
 	}
 	if resp, _ := edgeGet(t, ts.url+"/a.bin"); !strings.HasPrefix(resp.Header.Get("Cache-Status"), "engine; fwd=uri-miss") {
 		t.Fatalf("a.bin after its eviction: Cache-Status %q", resp.Header.Get("Cache-Status"))
+	}
+}
+
+// TestEdgeManifest: a route's cache_manifest gives digests the origin
+// does not state: an object that matches its line is stored verified;
+// one that does not is never stored, and its clients are cut.
+func TestEdgeManifest(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	good, bad := randomBytes(2<<20), randomBytes(2<<20)
+	os.MkdirAll(root+"/m", 0o755)
+	writeFile(t, root+"/m/good.bin", string(good))
+	writeFile(t, root+"/m/bad.bin", string(bad))
+	other := blake3.Sum256([]byte("other bytes"))
+	manifest := filepath.Join(t.TempDir(), "B3SUMS")
+	gs := blake3.Sum256(good)
+	os.WriteFile(manifest, []byte(fmt.Sprintf("%x  m/good.bin\n%x  m/bad.bin\n", gs, other)), 0o644)
+	addr := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; }
+    }`, root))
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\ncache_manifest = %q\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", manifest, t.TempDir()), addr))
+	for i, want := range []string{"engine; fwd=uri-miss; fwd-status=200; stored", "engine; hit"} {
+		if resp, b := edgeGet(t, ts.url+"/m/good.bin"); !bytes.Equal(b, good) || resp.Header.Get("Cache-Status") != want {
+			t.Fatalf("an object its manifest line matches, request %d: bytes match %v, Cache-Status %q (want %q)", i+1, bytes.Equal(b, good), resp.Header.Get("Cache-Status"), want)
+		}
+	}
+	for i := range 2 {
+		resp, err := http.Get(ts.url + "/m/bad.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("an object its manifest line does not match, request %d: ended cleanly (Cache-Status %q); want it cut", i+1, resp.Header.Get("Cache-Status"))
+		}
+	}
+	if st := ts.Stats(); st.EdgeIntegrityFailures != 2 || st.EdgeStored != 1 {
+		t.Fatalf("%d integrity failures, %d stored; want 2 and 1", st.EdgeIntegrityFailures, st.EdgeStored)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/mediaship/engine/integrity"
 )
 
 // Cache is [cache]: where the edge cache keeps the objects of the proxy
@@ -66,6 +68,15 @@ func (c *Config) validateCache(errs *Errors) {
 	for i := range c.ReverseProxy.Routes {
 		r := &c.ReverseProxy.Routes[i]
 		c.validateOrigin(fmt.Sprintf("reverse_proxy.routes[%d]", i), r, errs)
+		if r.CacheManifest != "" {
+			key := fmt.Sprintf("reverse_proxy.routes[%d].cache_manifest", i)
+			r.CacheManifest = c.resolvePath(key, r.CacheManifest)
+			if !r.Cache {
+				errs.add(c.errAt(key, "is for a cached route; set cache = true too, or remove it"))
+			} else if _, err := LoadManifest(r.CacheManifest); err != nil {
+				errs.add(c.errAt(key, "%v", err))
+			}
+		}
 		if !r.Cache {
 			continue
 		}
@@ -77,6 +88,24 @@ func (c *Config) validateCache(errs *Errors) {
 			errs.add(c.errAt(key, "true, but [cache] path is not set; set it to the directory for the cached objects (such as \"/var/cache/engine\")"))
 		}
 	}
+}
+
+// LoadManifest reads a route's cache_manifest: BLAKE3 digests by path.
+func LoadManifest(path string) (map[string]integrity.Digest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %q: %v", path, unwrapPathError(err))
+	}
+	defer f.Close()
+	entries, err := integrity.ReadManifest(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	m := make(map[string]integrity.Digest, len(entries))
+	for _, e := range entries {
+		m[e.Path] = e.Digest
+	}
+	return m, nil
 }
 
 // validateOrigin checks a route's origin keys: an S3 origin's bucket,

@@ -117,6 +117,11 @@ type Route struct {
 	// cache ([cache]): stored when the origin's freshness allows, served
 	// as files while fresh.
 	Cache bool `toml:"cache"`
+	// CacheManifest is a BLAKE3 manifest of the origin's objects (the
+	// format b3sum and engine digest write: "<hex>  <path>"), by URL
+	// path without its leading slash: an object it names is stored only
+	// when its bytes match, as when the origin states a digest.
+	CacheManifest string `toml:"cache_manifest"`
 	// Origin is "http" (the zero value: the upstreams are web servers)
 	// or "s3": the upstreams are an S3-compatible object store's
 	// endpoint, its objects in S3Bucket, the requests signed (AWS
