@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -182,8 +183,8 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		if n > 0 {
 			s.stats.EdgeOriginBytes.Add(int64(n))
 			if _, err := f.Write(buf[:n]); err != nil {
-				s.log.Warn("edge cache: writing an object failed; it is not stored, and the requests reading it are cut", "key", q.key, "err", err)
-				f.Abort(err)
+				s.log.Warn("edge cache: writing an object failed; it is not stored, and the requests reading it take the rest from the origin", "key", q.key, "err", err)
+				f.Abort(fmt.Errorf("%w: %v", errFillStorage, err))
 				return
 			}
 		}
@@ -204,7 +205,7 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 			checked = w
 			if !store.CanFit(w) {
 				s.log.Warn("edge cache: an object of unstated length outgrew max_size or min_free; not stored, and the requests reading it are cut", "key", q.key, "bytes", w)
-				f.Abort(edgecache.ErrNoRoom)
+				f.Abort(fmt.Errorf("%w: %w", errFillStorage, edgecache.ErrNoRoom))
 				return
 			}
 		}

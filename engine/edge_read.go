@@ -180,21 +180,76 @@ func (s *Server) edgeStream(o *edgeOrigin, f *edgecache.Fill, h *edgeHead, size 
 			cr := string(files.AppendContentRange(nil, r, size))
 			b := appendEdgeHead(nil, http.StatusPartialContent, h.fields, cs, r.Len, [2]string{"Content-Range", cr})
 			if _, err := side.Write(b); err == nil {
-				copyFill(f, side, r.Off, r.Len, false)
+				s.edgeRest(o, req, h, side, copyFill(f, side, r.Off, r.Len, false))
 			}
 			return
 		}
 	}
 	b := appendEdgeHead(nil, h.status, h.fields, cs, size)
 	if _, err := side.Write(b); err == nil {
-		copyFill(f, side, 0, size, true)
+		s.edgeRest(o, req, h, side, copyFill(f, side, 0, size, true))
 	}
 }
 
+// edgeRest goes on with an answer whose fill could not be written (a
+// full disk, an object past max_size): the rest of its bytes are asked
+// of the origin as a range (If-Range: the same object, or nothing), so
+// the client gets the object, proxied, rather than an error.
+func (s *Server) edgeRest(o *edgeOrigin, req *http.Request, h *edgeHead, side net.Conn, c fillCopy) {
+	if !errors.Is(c.err, errFillStorage) || c.end < 0 {
+		return // whole, or cut (the client went away, the origin's bytes failed): as it is
+	}
+	var validator string
+	for _, f := range h.fields {
+		if strings.EqualFold(f[0], "ETag") && !strings.HasPrefix(f[1], "W/") || validator == "" && strings.EqualFold(f[0], "Last-Modified") {
+			validator = f[1]
+		}
+	}
+	if validator == "" {
+		return // nothing tells the origin's next bytes are the same object's
+	}
+	fields := o.fetchFields(req.Header)
+	if fields == nil {
+		fields = http.Header{}
+	}
+	fields.Set("Range", fmt.Sprintf("bytes=%d-%d", c.off, c.end-1))
+	fields.Set("If-Range", validator)
+	path, rawQuery, hasQuery := strings.Cut(req.RequestURI, "?")
+	var query *string
+	if hasQuery {
+		query = &rawQuery
+	}
+	s.stats.EdgePasses.Add(1)
+	resp, err := o.do(s.edge.ctx, "GET", path, query, req.Host, fields)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	want := fmt.Sprintf("bytes %d-%d/", c.off, c.end-1)
+	if resp.StatusCode != http.StatusPartialContent || !strings.HasPrefix(resp.Header.Get("Content-Range"), want) {
+		return // another object now, or no range: the answer stays cut
+	}
+	io.CopyN(side, resp.Body, c.end-c.off)
+}
+
+// fillCopy is how far copyFill got: off is the next byte, end the end of
+// what was asked (-1: unknown), err nil when all of it was written.
+type fillCopy struct {
+	off, end int64
+	err      error
+}
+
+// errFillStorage is a fill that failed for its own disk, not its origin:
+// the bytes could not be written or kept.
+var errFillStorage = errors.New("edge cache: the object could not be written")
+
+// errShort is a fill that ended before the bytes asked of it.
+var errShort = errors.New("edge cache: the fill ended short")
+
 // copyFill writes n bytes of the fill from off (n < 0: to its end,
 // chunked) as they land. whole holds the last byte (or the last chunk)
-// until the fill is over and good. It reports whether all were written.
-func copyFill(f *edgecache.Fill, w io.Writer, off, n int64, whole bool) bool {
+// until the fill is over and good. It reports how far it got.
+func copyFill(f *edgecache.Fill, w io.Writer, off, n int64, whole bool) (c fillCopy) {
 	bp := edgeBufs.Get().(*[]byte)
 	defer edgeBufs.Put(bp)
 	buf := *bp
@@ -203,10 +258,14 @@ func copyFill(f *edgecache.Fill, w io.Writer, off, n int64, whole bool) bool {
 		buf = buf[:len(buf)-32] // room for the chunk's framing
 	}
 	end := off + n
+	if chunked {
+		end = -1
+	}
+	defer func() { c.off, c.end = off, end }()
 	for {
 		done, err := f.State()
 		if done && err != nil {
-			return false // short: the exchange resets the client's response
+			return fillCopy{err: err} // short: the exchange resets the client's response
 		}
 		landed := f.Written()
 		lim := landed
@@ -216,7 +275,7 @@ func copyFill(f *edgecache.Fill, w io.Writer, off, n int64, whole bool) bool {
 			}
 			lim = min(lim, end)
 			if off >= end {
-				return true
+				return fillCopy{}
 			}
 		}
 		if off < lim {
@@ -225,26 +284,26 @@ func copyFill(f *edgecache.Fill, w io.Writer, off, n int64, whole bool) bool {
 				p := buf[:k]
 				if chunked {
 					if _, werr := fmt.Fprintf(w, "%x\r\n", k); werr != nil {
-						return false
+						return fillCopy{err: werr}
 					}
 					p = append(p, "\r\n"...)
 				}
 				if _, werr := w.Write(p); werr != nil {
-					return false // the exchange went away
+					return fillCopy{err: werr} // the exchange went away
 				}
 				off += int64(k)
 				continue
 			}
 			if err != nil && err != io.EOF {
-				return false
+				return fillCopy{err: err}
 			}
 		}
 		if done && chunked && off >= landed {
 			_, err := io.WriteString(w, "0\r\n\r\n")
-			return err == nil
+			return fillCopy{err: err}
 		}
 		if done {
-			return false // the fill ended short of what was asked
+			return fillCopy{err: errShort}
 		}
 		// The exchange's read_timeout bounds a stalled fill (it closes
 		// side, and the next write fails); so does the fetch's own.

@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,35 +45,7 @@ func TestEdgeCacheKilled(t *testing.T) {
 	cache := filepath.Join(dir, "cache")
 	conf := filepath.Join(dir, "engine.toml")
 	os.WriteFile(conf, []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\nroot = %q\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\ncache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", root, origin, cache)), 0o644)
-	serve := func() (*exec.Cmd, string) {
-		t.Helper()
-		cmd := exec.Command(bin, "serve", "-c", conf)
-		stderr, _ := cmd.StderrPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		addr := make(chan string, 1)
-		go func() {
-			re := regexp.MustCompile(`msg=serving addr=(\S+)`)
-			s := bufio.NewScanner(stderr)
-			for s.Scan() {
-				if m := re.FindStringSubmatch(s.Text()); m != nil {
-					select {
-					case addr <- m[1]:
-					default:
-					}
-				}
-			}
-		}()
-		select {
-		case a := <-addr:
-			return cmd, "http://" + a + "/obj.bin"
-		case <-time.After(20 * time.Second):
-			t.Fatal("the engine did not start")
-		}
-		return nil, ""
-	}
+	serve := func() (*exec.Cmd, string) { return serveEngine(t, exec.Command(bin, "serve", "-c", conf), "/obj.bin") }
 	cmd, u := serve()
 	resp, err := http.Get(u)
 	if err != nil {
@@ -103,5 +77,88 @@ func TestEdgeCacheKilled(t *testing.T) {
 	}
 	if partial, _ := filepath.Glob(filepath.Join(cache, "partial", "*")); len(partial) != 0 {
 		t.Fatalf("after the restart: %d partial files left", len(partial))
+	}
+}
+
+// serveEngine starts cmd (an engine serve), stops it when the test ends,
+// and returns it and the URL of path once it serves.
+func serveEngine(t *testing.T, cmd *exec.Cmd, path string) (*exec.Cmd, string) {
+	t.Helper()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := make(chan string, 1)
+	var logged strings.Builder
+	var mu sync.Mutex
+	go func() {
+		re := regexp.MustCompile(`msg=serving addr=(\S+)`)
+		s := bufio.NewScanner(stderr)
+		for s.Scan() {
+			mu.Lock()
+			logged.WriteString(s.Text() + "\n")
+			mu.Unlock()
+			if m := re.FindStringSubmatch(s.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return cmd, "http://" + a + path
+	case <-time.After(20 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the engine did not start:\n%s", logged.String())
+	}
+	return nil, ""
+}
+
+// TestEdgeCacheDiskFull: the disk fills while an object is stored (the
+// engine runs with a file size limit, RLIMIT_FSIZE, below the object's
+// size: its writes fail as on a full disk); the client still gets the
+// whole object, byte-exact, its rest proxied from the origin as a range,
+// and nothing is stored.
+func TestEdgeCacheDiskFull(t *testing.T) {
+	bin, err := engineBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatalf("prlimit (util-linux) not found: %v", err)
+	}
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	body := make([]byte, 64<<20)
+	rand.Read(body)
+	os.WriteFile(filepath.Join(root, "obj.bin"), body, 0o644)
+	origin := nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; limit_rate 64m; }
+    }`, root))
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "engine.toml")
+	os.WriteFile(conf, []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\nroot = %q\n[integrity]\nstate_dir = \"off\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\ncache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", root, origin, filepath.Join(dir, "cache"))), 0o644)
+	_, u := serveEngine(t, exec.Command(prlimit, "--fsize=16777216", "--", bin, "serve", "-c", conf), "/obj.bin")
+	for i := range 2 {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(b, body) || strings.Contains(resp.Header.Get("Cache-Status"), "hit") {
+			t.Fatalf("request %d with a full disk: %v, %d bytes (match %v), Cache-Status %q", i+1, err, len(b), bytes.Equal(b, body), resp.Header.Get("Cache-Status"))
+		}
+	}
+	if metas, _ := filepath.Glob(filepath.Join(dir, "cache", "objects", "*", "*.meta")); len(metas) != 0 {
+		t.Fatalf("%d objects stored on a full disk", len(metas))
 	}
 }
