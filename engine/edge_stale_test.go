@@ -37,6 +37,17 @@ func edgeGet(t *testing.T, url string, hdr ...string) (*http.Response, []byte) {
 	return resp, b
 }
 
+// cacheOrigin starts nginx serving root, every response fresh for an
+// hour, with the directives in extra too, and returns its address.
+func cacheOrigin(t *testing.T, root, extra string) string {
+	return nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; %[2]s }
+    }`, root, extra))
+}
+
 // randomBytes is n random bytes.
 func randomBytes(n int) []byte {
 	b := make([]byte, n)
@@ -148,12 +159,7 @@ func TestEdgeColdRange(t *testing.T) {
 	f.Truncate(size) // sparse: zeros elsewhere
 	f.Close()
 	os.Chmod(root+"/big.bin", 0o644)
-	addr := nginxtest.Start(t, fmt.Sprintf(`
-    server {
-        listen %%[2]s;
-        root %[1]q;
-        location / { expires 1h; limit_rate 40m; }
-    }`, root))
+	addr := cacheOrigin(t, root, "limit_rate 40m;")
 	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
 
 	resp, b := edgeGet(t, ts.url+"/big.bin", "Range", fmt.Sprintf("bytes=%d-%d", mid+1000, mid+1000+(2<<20)-1))
@@ -245,12 +251,7 @@ func TestEdgeEvictWhileRead(t *testing.T) {
 	a, b := randomBytes(16<<20), randomBytes(16<<20)
 	writeFile(t, root+"/a.bin", string(a))
 	writeFile(t, root+"/b.bin", string(b))
-	addr := nginxtest.Start(t, fmt.Sprintf(`
-    server {
-        listen %%[2]s;
-        root %[1]q;
-        location / { expires 1h; }
-    }`, root))
+	addr := cacheOrigin(t, root, "")
 	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmax_size = \"20MiB\"\nmin_free = \"1MiB\"\n", t.TempDir()), addr))
 	edgeGet(t, ts.url+"/a.bin")
 	resp, err := http.Get(ts.url + "/a.bin")
@@ -292,12 +293,7 @@ func TestEdgeManifest(t *testing.T) {
 	manifest := filepath.Join(t.TempDir(), "B3SUMS")
 	gs := blake3.Sum256(good)
 	os.WriteFile(manifest, []byte(fmt.Sprintf("%x  m/good.bin\n%x  m/bad.bin\n", gs, other)), 0o644)
-	addr := nginxtest.Start(t, fmt.Sprintf(`
-    server {
-        listen %%[2]s;
-        root %[1]q;
-        location / { expires 1h; }
-    }`, root))
+	addr := cacheOrigin(t, root, "")
 	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\ncache_manifest = %q\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", manifest, t.TempDir()), addr))
 	for i, want := range []string{"engine; fwd=uri-miss; fwd-status=200; stored", "engine; hit"} {
 		if resp, b := edgeGet(t, ts.url+"/m/good.bin"); !bytes.Equal(b, good) || resp.Header.Get("Cache-Status") != want {

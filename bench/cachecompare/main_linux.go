@@ -46,6 +46,7 @@ import (
 	"github.com/mediaship/engine/bench/peer"
 	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/internal/selfsigned"
+	"github.com/mediaship/engine/internal/stats"
 )
 
 // server is one of the compared servers.
@@ -532,18 +533,6 @@ func settle(origin, originLog, uri string) int64 {
 	return n
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func render(h *bench.Harness, pin string, servers []server, res func(server, row string) []float64, repeats int, size int64, d time.Duration, rate string) string {
 	var w strings.Builder
 	bench.WriteHead(&w, "The edge cache against nginx and Varnish",
@@ -560,8 +549,8 @@ func render(h *bench.Harness, pin string, servers []server, res func(server, row
 	fmt.Fprintf(&w, "| server | 1 connection MiB/s | per repeat | 16 connections MiB/s | per repeat | CPU s/GiB (1 conn) | CPU s/GiB (16 conns) | client busy (16 conns) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range servers {
 		a, b := res(s.name, "hit, 1 conn"), res(s.name, "hit, 16 conn")
-		fmt.Fprintf(&w, "| %s | %.0f | %.0f–%.0f | %.0f | %.0f–%.0f | %.2f | %.2f | %.0f%% |\n", s.name, median(a), slices.Min(a), slices.Max(a), median(b), slices.Min(b), slices.Max(b),
-			median(res(s.name, "hit, 1 conn cpu")), median(res(s.name, "hit, 16 conn cpu")), 100*median(res(s.name, "hit, 16 conn client")))
+		fmt.Fprintf(&w, "| %s | %.0f | %.0f–%.0f | %.0f | %.0f–%.0f | %.2f | %.2f | %.0f%% |\n", s.name, stats.Median(a), slices.Min(a), slices.Max(a), stats.Median(b), slices.Min(b), slices.Max(b),
+			stats.Median(res(s.name, "hit, 1 conn cpu")), stats.Median(res(s.name, "hit, 16 conn cpu")), 100*stats.Median(res(s.name, "hit, 16 conn client")))
 	}
 	fmt.Fprintf(&w, "\n## Cold: 50 clients of a %d MiB object nobody asked for before\n\n", size>>20)
 	fmt.Fprintf(&w, "50 clients start at once, each on a TLS connection of its own; each body is verified against the object's BLAKE3. The origin's bytes are what its access log says it sent for that object's name (every request of the cache, slices too), after the cache stopped asking.\n\n")
@@ -571,7 +560,7 @@ func render(h *bench.Harness, pin string, servers []server, res func(server, row
 			continue
 		}
 		t, o := res(s.name, "cold time"), res(s.name, "cold origin")
-		fmt.Fprintf(&w, "| %s | %.2f | %.2f–%.2f | %.2f | %.2f–%.2f |\n", s.name, median(t), slices.Min(t), slices.Max(t), median(o), slices.Min(o), slices.Max(o))
+		fmt.Fprintf(&w, "| %s | %.2f | %.2f–%.2f | %.2f | %.2f–%.2f |\n", s.name, stats.Median(t), slices.Min(t), slices.Max(t), stats.Median(o), slices.Min(o), slices.Max(o))
 	}
 	fmt.Fprintf(&w, "\n## Cold range: 1 MiB from the middle of a 1 GiB object\n\n")
 	fmt.Fprintf(&w, "One client asks for bytes %d–%d of an object no one asked for before, on a connection whose TLS handshake was made before (with a hit of another object); the bytes are compared with the file's. Origin MiB is everything the origin sent for that object, including what the cache fetched after the client was done.\n\n", rangeOff, rangeOff+rangeLen-1)
@@ -581,7 +570,7 @@ func render(h *bench.Harness, pin string, servers []server, res func(server, row
 			continue
 		}
 		t, l, o := res(s.name, "range ttfb"), res(s.name, "range total"), res(s.name, "range origin")
-		fmt.Fprintf(&w, "| %s | %.1f | %.1f–%.1f | %.1f | %.0f | %.0f–%.0f |\n", s.name, median(t), slices.Min(t), slices.Max(t), median(l), median(o), slices.Min(o), slices.Max(o))
+		fmt.Fprintf(&w, "| %s | %.1f | %.1f–%.1f | %.1f | %.0f | %.0f–%.0f |\n", s.name, stats.Median(t), slices.Min(t), slices.Max(t), stats.Median(l), stats.Median(o), slices.Min(o), slices.Max(o))
 	}
 	fmt.Fprintf(&w, "\n## What this page does not measure\n\n- HTTP/2 and HTTP/3 hits (nginx's and Varnish's are HTTP/1.1 here; the engine's hits take its file path for every protocol).\n- Kernel TLS: this machine's kernel has none, so every server encrypts in user space.\n- Revalidation, eviction and purge costs; an origin over a real network (loopback with a per-connection rate stands in for it).\n- Objects larger than the page cache: every hit here is read from memory.\n")
 	return w.String()

@@ -30,17 +30,7 @@ func TestEdgeCacheKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir()
-	os.Chmod(root, 0o755)
-	body := make([]byte, 64<<20)
-	rand.Read(body)
-	os.WriteFile(filepath.Join(root, "obj.bin"), body, 0o644)
-	origin := nginxtest.Start(t, fmt.Sprintf(`
-    server {
-        listen %%[2]s;
-        root %[1]q;
-        location / { expires 1h; limit_rate 16m; }
-    }`, root))
+	root, body, origin := objectOrigin(t, "16m")
 	dir := t.TempDir()
 	cache := filepath.Join(dir, "cache")
 	conf := filepath.Join(dir, "engine.toml")
@@ -132,17 +122,7 @@ func TestEdgeCacheDiskFull(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prlimit (util-linux) not found: %v", err)
 	}
-	root := t.TempDir()
-	os.Chmod(root, 0o755)
-	body := make([]byte, 64<<20)
-	rand.Read(body)
-	os.WriteFile(filepath.Join(root, "obj.bin"), body, 0o644)
-	origin := nginxtest.Start(t, fmt.Sprintf(`
-    server {
-        listen %%[2]s;
-        root %[1]q;
-        location / { expires 1h; limit_rate 64m; }
-    }`, root))
+	root, body, origin := objectOrigin(t, "64m")
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "engine.toml")
 	os.WriteFile(conf, []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\nroot = %q\n[integrity]\nstate_dir = \"off\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\ncache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", root, origin, filepath.Join(dir, "cache"))), 0o644)
@@ -161,4 +141,21 @@ func TestEdgeCacheDiskFull(t *testing.T) {
 	if metas, _ := filepath.Glob(filepath.Join(dir, "cache", "objects", "*", "*.meta")); len(metas) != 0 {
 		t.Fatalf("%d objects stored on a full disk", len(metas))
 	}
+}
+
+// objectOrigin starts nginx serving /obj.bin (64 MiB of random bytes)
+// from root, fresh for an hour, at rate per connection.
+func objectOrigin(t *testing.T, rate string) (root string, body []byte, addr string) {
+	root = t.TempDir()
+	os.Chmod(root, 0o755)
+	body = make([]byte, 64<<20)
+	rand.Read(body)
+	os.WriteFile(filepath.Join(root, "obj.bin"), body, 0o644)
+	addr = nginxtest.Start(t, fmt.Sprintf(`
+    server {
+        listen %%[2]s;
+        root %[1]q;
+        location / { expires 1h; limit_rate %[2]s; }
+    }`, root, rate))
+	return root, body, addr
 }
