@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/edgecache"
+	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/proxy"
 )
 
@@ -124,6 +125,16 @@ func withDetail(cs string, details ...string) string {
 		return cs + "; detail=" + ds[0]
 	}
 	return cs + `; detail="` + strings.Join(ds, " ") + `"`
+}
+
+// fileAnswer notes a file response of site s: the digest store learns
+// the file is served (its digest is computed when missing), and an edge
+// cache hit's body counts among the bytes the cache gave its clients.
+func (s *Server) fileAnswer(site *site, resp *files.Response) {
+	s.digests.Needs(site.files.Root, resp)
+	if site == s.sites.edgeSite && !resp.NoBody {
+		s.stats.EdgeClientBytes.Add(resp.ContentLength)
+	}
 }
 
 // edgeBegin starts the fetch of key in the background, unless one is

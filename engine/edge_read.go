@@ -39,10 +39,12 @@ const edgeCloseWait = 5 * time.Second
 // the fetch, with its fields (nginx's way: the first client's request
 // is the one the origin sees), and is given the origin's response
 // itself when that is not for others. cs is the request's Cache-Status.
-func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs string, side *net.UnixConn) {
+func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs string, pair *net.UnixConn) {
 	if f != nil {
 		defer f.Release(false)
 	}
+	side := &countedConn{UnixConn: pair}
+	defer func() { s.stats.EdgeClientBytes.Add(side.n) }()
 	side.SetReadDeadline(time.Now().Add(10 * time.Second)) // the exchange writes it at once
 	br := bufio.NewReaderSize(side, 16<<10)
 	req, err := http.ReadRequest(br)
@@ -134,6 +136,18 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 	default:
 		edgeError(side, http.StatusBadGateway, cs, "the origin could not be reached")
 	}
+}
+
+// countedConn counts the bytes written to it.
+type countedConn struct {
+	*net.UnixConn
+	n int64
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	n, err := c.UnixConn.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // rangeStart is the first byte of the one range req asks for, when it

@@ -81,6 +81,9 @@ func TestEdgeS3(t *testing.T) {
 	if resp, b := edgeGet(t, ts.url+"/llama/weights.bin"); !bytes.Equal(b, big) || resp.Header.Get("Cache-Status") != "engine; hit" || resp.Header.Get("Repr-Digest") == "" {
 		t.Fatalf("after the fill: bytes match %v, Cache-Status %q, Repr-Digest %q", bytes.Equal(b, big), resp.Header.Get("Cache-Status"), resp.Header.Get("Repr-Digest"))
 	}
+	if st := ts.Stats(); st.EdgeClientBytes < 51*int64(len(big)) {
+		t.Fatalf("%d bytes to clients counted, want at least the 51 objects' %d", st.EdgeClientBytes, 51*len(big))
+	}
 	verified := "none"
 	if metas, _ := filepath.Glob(filepath.Join(cacheDir, "objects", "*", "*.meta")); len(metas) == 1 {
 		b, _ := os.ReadFile(metas[0])

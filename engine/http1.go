@@ -314,7 +314,7 @@ func (h *h1Handler) send(c *reactor.Conn, st *h1Conn, r *h1.Request, d *decision
 		h.lc.bulkPolicy(c, resp, s)
 	}
 	if s != nil {
-		h.srv.digests.Needs(s.files.Root, resp)
+		h.srv.fileAnswer(s, resp)
 	}
 	if !st.rec.Active() { // a proxied request's record began with it
 		h.beginRecord(c, st, r)

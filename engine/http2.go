@@ -433,7 +433,7 @@ func (hc *h2Conn) respond(hs *h2Strm) {
 		}
 	}
 	if hs.d.site != nil {
-		srv.digests.Needs(hs.d.site.files.Root, resp)
+		srv.fileAnswer(hs.d.site, resp)
 	}
 	switch {
 	case hs.d.route != nil:

@@ -385,7 +385,7 @@ func (hh *h3Handler) respond(w http.ResponseWriter, r *http.Request, path []byte
 	h := w.Header() // quic-go adds Date
 	writeFields(headerFields(h), resp, s, d.policyResp(), nil)
 	if s != nil {
-		srv.digests.Needs(s.files.Root, resp)
+		srv.fileAnswer(s, resp)
 	}
 	w.WriteHeader(resp.Status)
 	sc.rec.Respond(resp.Status, resp.ReprDigest != "")
