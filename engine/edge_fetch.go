@@ -53,8 +53,8 @@ const (
 	// for one client (private, Set-Cookie, Vary) go to the origin one by
 	// one, rather than waiting for one fetch.
 	edgePassFor = time.Minute
-	// edgeRoomEvery is how often a fill of unknown length checks that it
-	// still fits (max_size, min_free).
+	// edgeRoomEvery is the room a fill of unknown length claims at a
+	// time, as it grows (max_size, min_free).
 	edgeRoomEvery = 64 << 20
 )
 
@@ -152,7 +152,7 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		return
 	}
 	size := resp.ContentLength
-	if size >= 0 && !store.CanFit(size) {
+	if size >= 0 && !f.Reserve(size) {
 		s.log.Info("edge cache: no room for an object within max_size and min_free; its requests are proxied, not stored", "key", q.key, "size", size)
 		pass()
 		return
@@ -201,9 +201,9 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 			f.Abort(rerr)
 			return
 		}
-		if w := f.Written(); size < 0 && w-checked >= edgeRoomEvery {
-			checked = w
-			if !store.CanFit(w) {
+		if w := f.Written(); size < 0 && w >= checked {
+			checked += edgeRoomEvery
+			if !f.Reserve(edgeRoomEvery) {
 				s.log.Warn("edge cache: an object of unstated length outgrew max_size or min_free; not stored, and the requests reading it are cut", "key", q.key, "bytes", w)
 				f.Abort(fmt.Errorf("%w: %w", errFillStorage, edgecache.ErrNoRoom))
 				return

@@ -31,6 +31,8 @@ type Fill struct {
 	sha    hash.Hash // when a SHA-256 is expected
 	expect map[string][]byte
 
+	reserved int64 // guarded by s.mu: the room this fill claimed
+
 	mu      sync.Mutex
 	written int64         // guarded by mu: bytes in f
 	done    bool          // guarded by mu: no more bytes will come
@@ -368,6 +370,8 @@ func (f *Fill) finish(err error, o *Object) {
 	if s.fills[f.key] == f {
 		delete(s.fills, f.key)
 	}
+	s.reserved -= f.reserved
+	f.reserved = 0
 	s.mu.Unlock()
 	if o == nil {
 		os.Remove(f.path)

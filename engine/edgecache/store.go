@@ -80,12 +80,13 @@ type Store struct {
 	log  *slog.Logger
 	free func(dir string) (int64, error) // the file system's free bytes
 
-	mu      sync.Mutex
-	objects map[string]*Object   // guarded by mu: complete objects by key
-	lru     *list.List           // guarded by mu: of *Object, most recently used first
-	size    int64                // guarded by mu: bytes of complete objects
-	fills   map[string]*Fill     // guarded by mu: fills under way by key
-	passes  map[string]time.Time // guarded by mu: keys not to collapse until then (MarkPass)
+	mu       sync.Mutex
+	objects  map[string]*Object   // guarded by mu: complete objects by key
+	lru      *list.List           // guarded by mu: of *Object, most recently used first
+	size     int64                // guarded by mu: bytes of complete objects
+	fills    map[string]*Fill     // guarded by mu: fills under way by key
+	passes   map[string]time.Time // guarded by mu: keys not to collapse until then (MarkPass)
+	reserved int64                // guarded by mu: the room the fills under way claimed (Reserve)
 
 	// Evictions counts objects removed to keep MaxSize and MinFree.
 	Evictions atomic.Int64
@@ -230,19 +231,27 @@ func (s *Store) Peek(key string) *Object {
 	return s.objects[key]
 }
 
-// CanFit reports whether an object of n bytes could be stored at all:
-// within MaxSize, and leaving MinFree once every other object went.
-func (s *Store) CanFit(n int64) bool {
-	if s.cfg.MaxSize > 0 && n > s.cfg.MaxSize {
+// Reserve claims room for n more bytes of fill f, or reports that there
+// is none: within MaxSize and leaving MinFree once every complete object
+// went (eviction makes that room at Commit), less what the fills under
+// way claimed, which eviction cannot free. (The free space already lacks
+// what those fills wrote: counting their claims whole errs on the side
+// of room.) A fill's claim ends with it.
+func (f *Fill) Reserve(n int64) bool {
+	s := f.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.MaxSize > 0 && s.reserved+n > s.cfg.MaxSize {
 		return false
 	}
 	if s.cfg.MinFree > 0 {
-		s.mu.Lock()
-		size := s.size
-		s.mu.Unlock()
 		free, err := s.free(s.cfg.Dir)
-		return err == nil && free+size-n >= s.cfg.MinFree
+		if err != nil || free+s.size-s.reserved-n < s.cfg.MinFree {
+			return false
+		}
 	}
+	s.reserved += n
+	f.reserved += n
 	return true
 }
 

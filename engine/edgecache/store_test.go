@@ -331,3 +331,38 @@ func begin(s *Store, key string) (*Fill, bool, error) {
 	}
 	return f, leader, nil
 }
+
+// TestReserve: fills under way claim their room; one that would take
+// another's is refused until that one ends, whether by max_size or by
+// min_free, and complete objects count as room (eviction frees them).
+func TestReserve(t *testing.T) {
+	s := open(t, t.TempDir(), 100<<20)
+	fill(t, s, "GET /old", payload(1<<20, 1))
+	a, _, _ := begin(s, "GET /a")
+	b, _, _ := begin(s, "GET /b")
+	if !a.Reserve(60<<20) || b.Reserve(60<<20) {
+		t.Fatal("two claims of 60 MiB under a 100 MiB bound: want the first alone")
+	}
+	if !b.Reserve(40 << 20) {
+		t.Fatal("40 MiB beside a 60 MiB claim under a 100 MiB bound: refused")
+	}
+	a.Abort(nil)
+	a.Release(true)
+	c, _, _ := begin(s, "GET /c")
+	if !c.Reserve(60 << 20) {
+		t.Fatal("a claim after the fill holding the room ended: refused")
+	}
+	b.Release(true)
+	c.Release(true)
+	// min_free: 100 MiB free, 50 MiB kept free; the complete object (1
+	// MiB) counts as room.
+	s.cfg.MaxSize, s.cfg.MinFree = 0, 50<<20
+	s.free = func(string) (int64, error) { return 100 << 20, nil }
+	d, _, _ := begin(s, "GET /d")
+	e, _, _ := begin(s, "GET /e")
+	if !d.Reserve(51<<20) || e.Reserve(1<<20) {
+		t.Fatal("claims under min_free: want 51 MiB (with the old object's MiB) and then nothing more")
+	}
+	d.Release(true)
+	e.Release(true)
+}
