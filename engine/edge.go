@@ -141,6 +141,9 @@ func (s *Server) fileAnswer(site *site, resp *files.Response) {
 // under way (stale-while-revalidate: no request waits for it).
 func (s *Server) edgeBegin(d *decision, key string, host, path, query []byte) {
 	f, leader := s.sites.edge.Begin(key)
+	if f == nil {
+		return // max_fills under way: served stale, revalidated later
+	}
 	if !leader {
 		f.Release(false)
 		return
@@ -177,10 +180,15 @@ func (s *Server) edgePrepare(d *decision) func(*proxy.Exchange) {
 		if q.key != "" {
 			var leader bool
 			f, leader = s.sites.edge.Begin(q.key)
-			if leader {
+			switch {
+			case f == nil:
+				// max_fills under way: relayed, not stored.
+				s.stats.EdgeFillsBusy.Add(1)
+				cs = withDetail(cs, "fills-busy")
+			case leader:
 				f.Hold() // the reader's; the fetch it starts takes the leader's
 				lead = &q
-			} else {
+			default:
 				s.stats.EdgeCollapsed.Add(1)
 				cs += "; collapsed"
 			}

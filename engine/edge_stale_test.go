@@ -315,3 +315,30 @@ func TestEdgeManifest(t *testing.T) {
 		t.Fatalf("%d integrity failures, %d stored; want 2 and 1", st.EdgeIntegrityFailures, st.EdgeStored)
 	}
 }
+
+// TestEdgeMaxFills: past max_fills objects being fetched, a miss of
+// another object is relayed whole and not stored.
+func TestEdgeMaxFills(t *testing.T) {
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	a, b := randomBytes(8<<20), randomBytes(1<<20)
+	writeFile(t, root+"/a.bin", string(a))
+	writeFile(t, root+"/b.bin", string(b))
+	addr := cacheOrigin(t, root, "limit_rate 4m;")
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\nmax_fills = 1\n", t.TempDir()), addr))
+	resp, err := http.Get(ts.url + "/a.bin") // a's fill: 2 s at the origin's rate
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, bb := edgeGet(t, ts.url+"/b.bin")
+	if !bytes.Equal(bb, b) || rb.Header.Get("Cache-Status") != "engine; fwd=uri-miss; detail=fills-busy; fwd-status=200" {
+		t.Fatalf("a miss while max_fills are under way: bytes match %v, Cache-Status %q", bytes.Equal(bb, b), rb.Header.Get("Cache-Status"))
+	}
+	if ab, err := io.ReadAll(resp.Body); err != nil || !bytes.Equal(ab, a) {
+		t.Fatalf("the fill under way: %v, bytes match %v", err, bytes.Equal(ab, a))
+	}
+	if st := ts.Stats(); st.EdgeFillsBusy != 1 || st.EdgeStored != 1 {
+		t.Fatalf("%d misses past max_fills, %d stored; want 1 and 1", st.EdgeFillsBusy, st.EdgeStored)
+	}
+}

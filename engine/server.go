@@ -105,7 +105,7 @@ type serverCounters struct {
 
 	// The edge cache (cached proxy routes).
 	EdgeHits, EdgeMisses, EdgeStored, EdgeIntegrityFailures, EdgeOriginBytes, EdgeCollapsed atomic.Int64
-	EdgeRevalidated, EdgeStale, EdgePasses, EdgeClientBytes                                 atomic.Int64
+	EdgeRevalidated, EdgeStale, EdgePasses, EdgeClientBytes, EdgeFillsBusy                  atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters. Each counter is
@@ -197,6 +197,7 @@ type Stats struct {
 	EdgeStored            int64 `metric:"cache_stored_total" help:"Objects stored in the edge cache." when:"cache"`
 	EdgeIntegrityFailures int64 `metric:"cache_integrity_failures_total" help:"Origin responses whose bytes did not match the digest the origin stated: never stored." when:"cache"`
 	EdgeOriginBytes       int64 `metric:"cache_origin_bytes_total" help:"Bytes taken from origins into the edge cache." when:"cache"`
+	EdgeFillsBusy         int64 `metric:"cache_fills_busy_total" help:"Misses relayed to the origin and not stored because max_fills objects were being fetched already." when:"cache"`
 	EdgeClientBytes       int64 `metric:"cache_client_bytes_total" help:"Bytes the edge cache gave clients of cached routes: hits' bodies (as answered: a client that leaves early counts them all) and the responses of misses as written." when:"cache"`
 	EdgeCollapsed         int64 `metric:"cache_collapsed_total" help:"Misses answered from another request's fetch of the same object, as it lands." when:"cache"`
 	EdgeRevalidated       int64 `metric:"cache_revalidated_total" help:"Stale objects the origin said were unchanged (304): fresh again without their bytes." when:"cache"`

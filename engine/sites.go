@@ -141,7 +141,7 @@ func newSiteTable(cfg *config.Config) (*siteTable, error) {
 		t.def = t.all[0]
 	}
 	if cfg.CacheOn() {
-		store, err := edgecache.Open(edgecache.Config{Dir: cfg.Cache.Path, MaxSize: int64(cfg.Cache.MaxSize), MinFree: int64(cfg.Cache.MinFree)})
+		store, err := edgecache.Open(edgecache.Config{Dir: cfg.Cache.Path, MaxSize: int64(cfg.Cache.MaxSize), MinFree: int64(cfg.Cache.MinFree), MaxFills: cfg.Cache.MaxFills})
 		if err != nil {
 			t.close()
 			return nil, fmt.Errorf("engine: [cache] path %s: %w", cfg.Cache.Path, err)

@@ -20,6 +20,11 @@ type Cache struct {
 	// MinFree is the free space kept on Path's file system; an object
 	// that would leave less is not stored. Zero means 1 GiB.
 	MinFree Size `toml:"min_free"`
+	// MaxFills bounds the objects fetched into the cache at once (each
+	// an origin connection and a file growing, going on when its clients
+	// leave); past it a miss is relayed to the origin and not stored.
+	// Zero means 256.
+	MaxFills int `toml:"max_fills"`
 	// DefaultTTL is how long a response that states no freshness of its
 	// own (no Cache-Control max-age or s-maxage, no Expires) is served
 	// from the cache. Zero stores no such response.
@@ -43,6 +48,12 @@ func (c *Config) validateCache(errs *Errors) {
 	k := &c.Cache
 	if k.MinFree == 0 {
 		k.MinFree = 1 << 30
+	}
+	if k.MaxFills == 0 {
+		k.MaxFills = 256
+	}
+	if k.MaxFills < 0 {
+		errs.add(c.errAt("cache.max_fills", "must be positive; the default is 256"))
 	}
 	if k.MaxSize < 0 {
 		errs.add(c.errAt("cache.max_size", "must not be negative; \"0\" means no bound but min_free"))

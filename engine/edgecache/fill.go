@@ -109,8 +109,9 @@ func (s *Store) Join(key string) *Fill {
 }
 
 // Begin returns the fill of key: the one under way (leader false), or a
-// new one whose leader the caller is. Every caller Releases it. It
-// touches no file (a loop may call it): the leader Opens the fill.
+// new one whose leader the caller is; nil when MaxFills are under way.
+// Every caller Releases what it got. It touches no file (a loop may call
+// it): the leader Opens the fill.
 func (s *Store) Begin(key string) (f *Fill, leader bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,6 +120,9 @@ func (s *Store) Begin(key string) (f *Fill, leader bool) {
 		f.holders++
 		f.mu.Unlock()
 		return f, false
+	}
+	if s.cfg.MaxFills > 0 && len(s.fills) >= s.cfg.MaxFills {
+		return nil, false
 	}
 	name := randomName()
 	f = &Fill{s: s, key: key, path: filepath.Join(s.partialDir(), name), data: name, b3: blake3.New(),

@@ -70,7 +70,10 @@ type Config struct {
 	// would leave less is not stored (and older ones are removed to make
 	// room). Zero keeps none.
 	MinFree int64
-	Logger  *slog.Logger
+	// MaxFills bounds the fills under way (each an origin fetch and a
+	// file growing); zero means no bound.
+	MaxFills int
+	Logger   *slog.Logger
 }
 
 // Store is the objects of one directory.
