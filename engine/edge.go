@@ -240,8 +240,8 @@ func (s *Server) purgeHandler() http.Handler {
 			query = []byte(u.RawQuery)
 		}
 		key := edgeKey(normHost([]byte(u.Host), nil), []byte(path), query)
-		n := s.sites.edge.Purge(key, prefix == "true")
-		s.log.Info("edge cache: purged", "url", raw, "prefix", prefix == "true", "objects", n)
-		fmt.Fprintf(w, "{\"purged\":%d}\n", n)
+		n, fills := s.sites.edge.Purge(key, prefix == "true")
+		s.log.Info("edge cache: purged", "url", raw, "prefix", prefix == "true", "objects", n, "fetches", fills)
+		fmt.Fprintf(w, "{\"purged\":%d,\"fetches\":%d}\n", n, fills)
 	})
 }

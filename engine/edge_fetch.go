@@ -162,19 +162,19 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		pass()
 		return
 	}
-	alg, sum := originDigest(resp.Header)
-	if p, err := url.PathUnescape(q.path); alg == "" && err == nil && o.manifest != nil {
+	stated := originDigests(resp.Header)
+	if p, err := url.PathUnescape(q.path); err == nil && o.manifest != nil {
 		if d, ok := o.manifest[strings.TrimPrefix(p, "/")]; ok {
-			alg, sum = "blake3", d[:]
+			stated = append(stated, statedDigest{"blake3", d[:]})
 		}
 	}
-	if alg != "" {
-		f.Expect(alg, sum)
+	for _, d := range stated {
+		f.Expect(d.alg, d.sum)
 	}
 	if s.digests.WantsSHA256() {
 		f.AlsoSHA256()
 	}
-	f.SetHead(&edgeHead{status: resp.StatusCode, fields: originFields(resp.Header), verified: alg != ""}, size)
+	f.SetHead(&edgeHead{status: resp.StatusCode, fields: originFields(resp.Header), verified: len(stated) > 0}, size)
 	bp := edgeBufs.Get().(*[]byte)
 	defer edgeBufs.Put(bp)
 	buf := *bp
@@ -225,6 +225,8 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 		s.log.Warn("edge cache: the origin's bytes do not match the digest it stated; not stored, and the requests that read them are reset", "route", o.r.Key, "key", q.key, "err", err)
 	case errors.Is(err, edgecache.ErrNoRoom):
 		s.log.Info("edge cache: no room for an object within max_size and min_free; it was proxied, not stored", "key", q.key)
+	case errors.Is(err, edgecache.ErrPurged):
+		s.log.Info("edge cache: an object purged while it was fetched was given to its requests, not stored", "key", q.key)
 	default:
 		s.log.Warn("edge cache: an object was not stored", "key", q.key, "err", err)
 	}
@@ -427,29 +429,45 @@ func edgeFreshness(status int, h http.Header, now time.Time, def time.Duration) 
 	return fr
 }
 
-// originDigest is the digest the origin states for the whole object:
-// Repr-Digest (RFC 9530) sha-256 or blake3, or x-amz-checksum-sha256.
-func originDigest(h http.Header) (alg string, sum []byte) {
-	for _, v := range h.Values("Repr-Digest") {
-		for _, item := range strings.Split(v, ",") {
-			name, val, ok := strings.Cut(strings.TrimSpace(item), "=")
-			if !ok || len(val) < 2 || val[0] != ':' || val[len(val)-1] != ':' {
-				continue
-			}
-			b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1])
-			if err != nil || len(b) != 32 {
-				continue
-			}
-			switch strings.ToLower(name) {
-			case "sha-256", "blake3":
-				return strings.ToLower(name), b
+// statedDigest is a digest an origin stated for the whole object; sum is
+// nil for one it stated in a form that cannot be read (never matched).
+type statedDigest struct {
+	alg string
+	sum []byte
+}
+
+// originDigests are the digests the origin states for the whole object,
+// every one of them (each must match): Repr-Digest (RFC 9530) sha-256
+// and blake3 members, on every line; Content-Digest's, which are the
+// same for a 200 without a content coding (the only response stored);
+// and x-amz-checksum-sha256. A member of a known algorithm that is not
+// 32 bytes of base64 is stated but unreadable: it matches nothing.
+func originDigests(h http.Header) []statedDigest {
+	var out []statedDigest
+	for _, field := range []string{"Repr-Digest", "Content-Digest"} {
+		for _, v := range h.Values(field) {
+			for _, item := range strings.Split(v, ",") {
+				name, val, _ := strings.Cut(strings.TrimSpace(item), "=")
+				alg := strings.ToLower(strings.TrimSpace(name))
+				if alg != "sha-256" && alg != "blake3" {
+					continue
+				}
+				var sum []byte
+				if len(val) >= 2 && val[0] == ':' && val[len(val)-1] == ':' {
+					if b, err := base64.StdEncoding.DecodeString(val[1 : len(val)-1]); err == nil && len(b) == 32 {
+						sum = b
+					}
+				}
+				out = append(out, statedDigest{alg, sum})
 			}
 		}
 	}
-	if v := h.Get("X-Amz-Checksum-Sha256"); v != "" {
-		if b, err := base64.StdEncoding.DecodeString(v); err == nil && len(b) == 32 {
-			return "sha-256", b
+	for _, v := range h.Values("X-Amz-Checksum-Sha256") {
+		var sum []byte
+		if b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v)); err == nil && len(b) == 32 {
+			sum = b
 		}
+		out = append(out, statedDigest{"sha-256", sum})
 	}
-	return "", nil
+	return out
 }

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -88,8 +90,29 @@ func FuzzEdgeFields(f *testing.F) {
 		if fr.store && !fr.until.After(now) && etag == "" {
 			t.Fatalf("stored stale without a validator: %+v", fr)
 		}
-		if alg, sum := originDigest(h); alg != "" && (len(sum) != 32 || alg != "sha-256" && alg != "blake3") {
-			t.Fatalf("digest %q of %d bytes", alg, len(sum))
+		for _, d := range originDigests(h) {
+			if d.sum != nil && len(d.sum) != 32 || d.alg != "sha-256" && d.alg != "blake3" {
+				t.Fatalf("digest %q of %d bytes", d.alg, len(d.sum))
+			}
 		}
 	})
+}
+
+// TestOriginDigests: every digest an origin states counts, in every
+// field and on every line; an unreadable one of a known algorithm is
+// kept (it matches nothing), an unknown algorithm is not.
+func TestOriginDigests(t *testing.T) {
+	good := "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+	h := http.Header{}
+	h.Add("Repr-Digest", "sha-256=:"+good+":, blake3=:"+good+":, md5=:abc:")
+	h.Add("Repr-Digest", "SHA-256=:not base64!:")
+	h.Add("Content-Digest", "sha-256=:"+good+":")
+	h.Add("X-Amz-Checksum-Sha256", "AAAA")
+	var got []string
+	for _, d := range originDigests(h) {
+		got = append(got, fmt.Sprintf("%s/%d", d.alg, len(d.sum)))
+	}
+	if want := "sha-256/32 blake3/32 sha-256/0 sha-256/32 sha-256/0"; strings.Join(got, " ") != want {
+		t.Fatalf("stated digests %q, want %q", strings.Join(got, " "), want)
+	}
 }

@@ -265,7 +265,7 @@ func TestEdgeCachePurge(t *testing.T) {
 		}
 	}
 	base := "url=" + url.QueryEscape(ts.url)
-	if st, body := purge(base + url.QueryEscape("/m/a")); st != 200 || body != `{"purged":1}` {
+	if st, body := purge(base + url.QueryEscape("/m/a")); st != 200 || body != `{"purged":1,"fetches":0}` {
 		t.Fatalf("purge /m/a: %d %s", st, body)
 	}
 	if cs := get("/m/a"); !strings.HasPrefix(cs, "engine; fwd=uri-miss") {
@@ -274,7 +274,7 @@ func TestEdgeCachePurge(t *testing.T) {
 	if cs := get("/m/b"); cs != "engine; hit; detail=unverified" {
 		t.Fatalf("/m/b after /m/a's purge: Cache-Status %q", cs)
 	}
-	if st, body := purge(base + url.QueryEscape("/m/") + "&prefix=true"); st != 200 || body != `{"purged":2}` {
+	if st, body := purge(base + url.QueryEscape("/m/") + "&prefix=true"); st != 200 || body != `{"purged":2,"fetches":0}` {
 		t.Fatalf("purge the prefix /m/: %d %s", st, body)
 	}
 	if cs := get("/n/c"); cs != "engine; hit; detail=unverified" {

@@ -29,9 +29,10 @@ type Fill struct {
 	// Owned by the leader: the writer's side.
 	b3     *blake3.Hasher
 	sha    hash.Hash // when a SHA-256 is expected
-	expect map[string][]byte
+	expect []expected
 
 	reserved int64 // guarded by s.mu: the room this fill claimed
+	purged   bool  // guarded by s.mu: a purge named it; its bytes are not kept
 
 	mu      sync.Mutex
 	written int64         // guarded by mu: bytes in f
@@ -149,13 +150,18 @@ func (f *Fill) Open() error {
 	return nil
 }
 
+// expected is a digest the bytes must match.
+type expected struct {
+	alg string
+	sum []byte
+}
+
 // Expect has Commit check the bytes against a digest the origin stated:
-// alg is "sha-256" or "blake3". Call it before the first Write.
+// alg is "sha-256" or "blake3". Every one given must match (an origin
+// that states two that disagree states no object). Call it before the
+// first Write.
 func (f *Fill) Expect(alg string, sum []byte) {
-	if f.expect == nil {
-		f.expect = map[string][]byte{}
-	}
-	f.expect[alg] = sum
+	f.expect = append(f.expect, expected{alg, sum})
 	if alg == "sha-256" && f.sha == nil {
 		f.sha = sha256.New()
 	}
@@ -263,20 +269,22 @@ func (f *Fill) Commit(meta Meta) (*Object, error) {
 	if f.sha != nil {
 		meta.SHA256 = hex.EncodeToString(f.sha.Sum(nil))
 	}
-	for alg, want := range f.expect {
+	for _, e := range f.expect {
 		var got string
-		switch alg {
+		switch e.alg {
 		case "sha-256":
 			got = meta.SHA256
 		case "blake3":
 			got = meta.BLAKE3
 		}
-		if got != hex.EncodeToString(want) {
-			err := fmt.Errorf("%w (%s: origin %x, bytes %s)", ErrDigestMismatch, alg, want, got)
+		if got == "" || got != hex.EncodeToString(e.sum) {
+			err := fmt.Errorf("%w (%s: origin %x, bytes %s)", ErrDigestMismatch, e.alg, e.sum, got)
 			f.finish(err, nil)
 			return nil, err
 		}
-		meta.Verified = alg
+		if meta.Verified == "" {
+			meta.Verified = e.alg
+		}
 	}
 	if meta.StoredAt.IsZero() {
 		meta.StoredAt = time.Now()
@@ -296,7 +304,16 @@ func (f *Fill) Commit(meta Meta) (*Object, error) {
 func (f *Fill) store(meta Meta) (*Object, error) {
 	s := f.s
 	s.mu.Lock()
+	if f.purged {
+		s.mu.Unlock()
+		return nil, ErrPurged
+	}
 	gone, fits := s.makeRoomLocked(meta.Size)
+	if fits {
+		// Counted from now: a store beside this one makes room with
+		// these bytes in view, never both in the same room.
+		s.size += meta.Size
+	}
 	s.mu.Unlock()
 	for _, o := range gone {
 		s.removeFiles(o)
@@ -304,6 +321,35 @@ func (f *Fill) store(meta Meta) (*Object, error) {
 	if !fits {
 		return nil, ErrNoRoom
 	}
+	o, err := f.place(meta)
+	s.mu.Lock()
+	if err != nil || f.purged {
+		s.size -= meta.Size
+		s.mu.Unlock()
+		if err == nil {
+			s.removeFiles(o) // purged while it was placed
+			err = ErrPurged
+		}
+		return nil, err
+	}
+	old := s.objects[f.key]
+	if old != nil {
+		s.dropLocked(old)
+	}
+	o.elem = s.lru.PushFront(o)
+	s.objects[f.key] = o
+	s.mu.Unlock()
+	if old != nil && old.Path != o.Path {
+		os.Remove(old.Path) // its metadata was replaced by the rename
+	}
+	return o, nil
+}
+
+// place writes the fill's object to disk: data synced, metadata written
+// and synced beside it, the data renamed among the objects, then the
+// metadata (the object is complete from that rename on).
+func (f *Fill) place(meta Meta) (*Object, error) {
+	s := f.s
 	if err := f.f.Sync(); err != nil {
 		return nil, fmt.Errorf("edgecache: %w", err)
 	}
@@ -331,20 +377,7 @@ func (f *Fill) store(meta Meta) (*Object, error) {
 		return nil, fmt.Errorf("edgecache: %w", err)
 	}
 	syncDir(dir)
-	o := &Object{Meta: meta, Path: data}
-	s.mu.Lock()
-	old := s.objects[f.key]
-	if old != nil {
-		s.dropLocked(old)
-	}
-	o.elem = s.lru.PushFront(o)
-	s.objects[f.key] = o
-	s.size += meta.Size
-	s.mu.Unlock()
-	if old != nil && old.Path != data {
-		os.Remove(old.Path) // its metadata was replaced by the rename
-	}
-	return o, nil
+	return &Object{Meta: meta, Path: data}, nil
 }
 
 // Abort ends the fill as failed (the origin went away, or sent bytes

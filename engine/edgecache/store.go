@@ -100,6 +100,7 @@ var (
 	ErrDigestMismatch = errors.New("edgecache: the bytes do not match the digest the origin stated")
 	ErrNoRoom         = errors.New("edgecache: no room for the object (max_size, min_free)")
 	ErrAborted        = errors.New("edgecache: the fill was abandoned")
+	ErrPurged         = errors.New("edgecache: a purge named the object while it was fetched; not kept")
 )
 
 // Open reads the objects of cfg.Dir that are complete and removes every
@@ -353,9 +354,12 @@ func (s *Store) Len() int {
 }
 
 // Purge removes the objects whose key is key, or, with prefix set,
-// starts with it; it returns how many. Readers that opened one keep
-// reading it (its file is unlinked, not truncated).
-func (s *Store) Purge(key string, prefix bool) int {
+// starts with it, and has the fills under way of such keys keep nothing
+// (their readers still get the bytes: what they asked for was being
+// fetched when the purge came). It returns how many objects and fills.
+// Readers that opened an object keep reading it (its file is unlinked,
+// not truncated).
+func (s *Store) Purge(key string, prefix bool) (objects, fills int) {
 	s.mu.Lock()
 	var gone []*Object
 	for k, o := range s.objects {
@@ -364,11 +368,22 @@ func (s *Store) Purge(key string, prefix bool) int {
 			s.dropLocked(o)
 		}
 	}
+	for k, f := range s.fills {
+		if k == key || prefix && strings.HasPrefix(k, key) {
+			f.purged = true
+			fills++
+		}
+	}
+	for k := range s.passes {
+		if k == key || prefix && strings.HasPrefix(k, key) {
+			delete(s.passes, k)
+		}
+	}
 	s.mu.Unlock()
 	for _, o := range gone {
 		s.removeFiles(o)
 	}
-	return len(gone)
+	return len(gone), fills
 }
 
 // dropLocked takes o out of the index.

@@ -152,13 +152,20 @@ func TestFillDigest(t *testing.T) {
 	bad := sha256.Sum256([]byte("another object"))
 	for _, tc := range []struct {
 		name string
-		want []byte
+		want [][]byte // each stated
 		err  error
-	}{{"match", good[:], nil}, {"mismatch", bad[:], ErrDigestMismatch}} {
+	}{
+		{"match", [][]byte{good[:]}, nil},
+		{"mismatch", [][]byte{bad[:]}, ErrDigestMismatch},
+		{"the second mismatches", [][]byte{good[:], bad[:]}, ErrDigestMismatch},
+		{"unreadable", [][]byte{good[:], nil}, ErrDigestMismatch},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "GET " + tc.name
 			f, _, _ := begin(s, key)
-			f.Expect("sha-256", tc.want)
+			for _, w := range tc.want {
+				f.Expect("sha-256", w)
+			}
 			r, _, _ := begin(s, key)
 			done := make(chan error, 1)
 			go func() {
@@ -216,10 +223,10 @@ func TestEvict(t *testing.T) {
 	if s.Len() != 3 {
 		t.Fatalf("%d objects after a store under min_free; want one evicted for it", s.Len())
 	}
-	if n := s.Purge("GET /m/4", false); n != 1 || s.Lookup("GET /m/4") != nil {
+	if n, _ := s.Purge("GET /m/4", false); n != 1 || s.Lookup("GET /m/4") != nil {
 		t.Fatalf("purge by key removed %d", n)
 	}
-	if n := s.Purge("GET /m/", true); n != 2 || s.Len() != 0 {
+	if n, _ := s.Purge("GET /m/", true); n != 2 || s.Len() != 0 {
 		t.Fatalf("purge by prefix removed %d, %d left", n, s.Len())
 	}
 	s2 := open(t, dir, 0)
@@ -365,4 +372,61 @@ func TestReserve(t *testing.T) {
 	}
 	d.Release(true)
 	e.Release(true)
+}
+
+// TestConcurrentCommits: fills committed at once never hold more than
+// MaxSize between them (each makes room with the others' bytes in
+// view), and the index's size is the objects' on disk.
+func TestConcurrentCommits(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 3<<20)
+	var fills []*Fill
+	for i := range 12 {
+		f, _, err := begin(s, fmt.Sprintf("GET /c/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write(payload(1<<20, uint64(i)))
+		fills = append(fills, f)
+	}
+	var wg sync.WaitGroup
+	for _, f := range fills {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.Commit(Meta{Status: 200})
+			f.Release(true)
+		}()
+	}
+	wg.Wait()
+	if s.Size() > 3<<20 || s.Len() > 3 {
+		t.Fatalf("12 concurrent commits of 1 MiB under a 3 MiB bound: %d bytes, %d objects", s.Size(), s.Len())
+	}
+	if s2 := open(t, dir, 3<<20); s2.Size() != s.Size() || s2.Len() != s.Len() {
+		t.Fatalf("on disk: %d bytes in %d objects; the index said %d in %d", s2.Size(), s2.Len(), s.Size(), s.Len())
+	}
+}
+
+// TestPurgeFill: a purge that names a fill under way keeps its bytes
+// from being stored; its readers still get them.
+func TestPurgeFill(t *testing.T) {
+	s := open(t, t.TempDir(), 0)
+	f, _, _ := begin(s, "GET /p/a")
+	body := payload(1<<20, 7)
+	f.Write(body)
+	if n, fills := s.Purge("GET /p/", true); n != 0 || fills != 1 {
+		t.Fatalf("purge: %d objects, %d fills; want 0 and 1", n, fills)
+	}
+	r, _ := s.Begin("GET /p/a")
+	if _, err := f.Commit(Meta{Status: 200}); !errors.Is(err, ErrPurged) {
+		t.Fatalf("commit of a purged fill: %v, want ErrPurged", err)
+	}
+	f.Release(true)
+	if got, err := readAll(r); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("a reader of the purged fill: %v, bytes match %v", err, bytes.Equal(got, body))
+	}
+	r.Release(false)
+	if s.Lookup("GET /p/a") != nil || s.Len() != 0 {
+		t.Fatal("a fill purged while under way was stored")
+	}
 }
