@@ -84,6 +84,7 @@ type decision struct {
 	edgeQ     edgeReq // a miss's request for the origin, when it reads a fill
 	edgePass  bool    // the cache's client relays the request (an S3 origin's)
 	edgeStale bool    // a hit served stale while it is revalidated
+	edgeETag  string  // a hit's origin's strong ETag (its misses' clients have it)
 	pr        policy.Resp
 	refused   string
 	detail    error
@@ -200,6 +201,15 @@ func (d *decision) servedPath(path []byte) []byte {
 		return d.filePath
 	}
 	return path
+}
+
+// alsoETag is the origin's strong entity-tag of an edge cache hit's
+// object, which conditional requests may name as well as the engine's.
+func (d *decision) alsoETag() string {
+	if d == nil {
+		return ""
+	}
+	return d.edgeETag
 }
 
 // policyResp is what the response's fields need of d's policy; nil

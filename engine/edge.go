@@ -84,6 +84,9 @@ func (s *Server) edgeLookup(f *reqFacts, d *decision, host []byte) {
 	}
 	store.Touch(o)
 	d.route, d.site = nil, s.sites.edgeSite
+	if e := o.Meta.ETag; strings.HasPrefix(e, `"`) {
+		d.edgeETag = e
+	}
 	d.filePath = []byte("/" + o.Rel())
 	d.pr.Hit = true
 	d.pr.StoredType = ""

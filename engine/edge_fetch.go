@@ -92,6 +92,17 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 	// stored is read on by the request it is handed to.
 	ctx := s.edge.ctx
 	resp, err := o.do(ctx, "GET", q.path, q.query, q.host, h)
+	if err == nil && resp.StatusCode == http.StatusNotModified && stale != nil && !sameStrongETag(stale.Meta.ETag, resp.Header.Get("ETag")) {
+		// A 304 that names another object than the stored one updates
+		// nothing (RFC 9111 §4.3.4): the object is asked for whole.
+		resp.Body.Close()
+		s.log.Warn("edge cache: the origin answered 304 with another ETag than the stored object's; asked for it whole", "route", o.r.Key, "key", q.key,
+			"stored", stale.Meta.ETag, "answered", resp.Header.Get("ETag"))
+		h.Del("If-None-Match")
+		h.Del("If-Modified-Since")
+		stale = nil
+		resp, err = o.do(ctx, "GET", q.path, q.query, q.host, h)
+	}
 	now := time.Now()
 	if err != nil || resp.StatusCode >= 500 {
 		fwd := "; fwd-status=502"
@@ -230,6 +241,12 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 	default:
 		s.log.Warn("edge cache: an object was not stored", "key", q.key, "err", err)
 	}
+}
+
+// sameStrongETag reports whether a 304's ETag does not contradict the
+// stored one: none given, or the same, where the stored one is strong.
+func sameStrongETag(stored, answered string) bool {
+	return answered == "" || !strings.HasPrefix(stored, `"`) || answered == stored
 }
 
 // edgeLearn gives the digest store the digests the fill computed, so

@@ -179,7 +179,7 @@ func (s *Server) edgeStream(o *edgeOrigin, f *edgecache.Fill, h *edgeHead, size 
 	if !h.verified {
 		cs = withDetail(cs, "unverified")
 	}
-	if v := req.Header.Get("Range"); v != "" && req.Header.Get("If-Range") == "" && size >= 0 {
+	if v := req.Header.Get("Range"); v != "" && ifRangeHolds(req.Header.Get("If-Range"), h.fields) && size >= 0 {
 		r, ok, unsat := files.OneRange([]byte(v), size)
 		if unsat {
 			b := appendEdgeHead(nil, http.StatusRequestedRangeNotSatisfiable, nil, cs, 0, [2]string{"Content-Range", "bytes */" + strconv.FormatInt(size, 10)})
@@ -203,6 +203,24 @@ func (s *Server) edgeStream(o *edgeOrigin, f *edgecache.Fill, h *edgeHead, size 
 	if _, err := side.Write(b); err == nil {
 		s.edgeRest(o, req, h, side, copyFill(f, side, 0, size, true))
 	}
+}
+
+// ifRangeHolds reports whether a range's If-Range (RFC 9110 §13.1.5)
+// names the object the origin is sending, by its fields: none, its
+// strong ETag, or its Last-Modified exactly.
+func ifRangeHolds(ir string, fields [][2]string) bool {
+	if ir == "" {
+		return true
+	}
+	for _, f := range fields {
+		switch {
+		case strings.EqualFold(f[0], "ETag") && strings.HasPrefix(f[1], `"`) && ir == f[1]:
+			return true
+		case strings.EqualFold(f[0], "Last-Modified") && !strings.HasPrefix(ir, `"`) && !strings.HasPrefix(ir, "W/") && ir == f[1]:
+			return true
+		}
+	}
+	return false
 }
 
 // edgeRest goes on with an answer whose fill could not be written (a

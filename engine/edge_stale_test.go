@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,10 +297,23 @@ func TestEdgeManifest(t *testing.T) {
 	os.WriteFile(manifest, []byte(fmt.Sprintf("%x  m/good.bin\n%x  m/bad.bin\n", gs, other)), 0o644)
 	addr := cacheOrigin(t, root, "")
 	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\ncache_manifest = %q\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", manifest, t.TempDir()), addr))
+	var etag string
 	for i, want := range []string{"engine; fwd=uri-miss; fwd-status=200; stored", "engine; hit"} {
-		if resp, b := edgeGet(t, ts.url+"/m/good.bin"); !bytes.Equal(b, good) || resp.Header.Get("Cache-Status") != want {
+		resp, b := edgeGet(t, ts.url+"/m/good.bin")
+		if !bytes.Equal(b, good) || resp.Header.Get("Cache-Status") != want {
 			t.Fatalf("an object its manifest line matches, request %d: bytes match %v, Cache-Status %q (want %q)", i+1, bytes.Equal(b, good), resp.Header.Get("Cache-Status"), want)
 		}
+		if i == 0 {
+			etag = resp.Header.Get("ETag") // the origin's
+		}
+	}
+	// The ETag a miss's client got still names the object on a hit: a
+	// resumed download goes on from its range, a revalidation is a 304.
+	if resp, b := edgeGet(t, ts.url+"/m/good.bin", "Range", "bytes=1000-1999", "If-Range", etag); resp.StatusCode != 206 || !bytes.Equal(b, good[1000:2000]) {
+		t.Fatalf("a hit's range with If-Range: the origin's ETag %s: status %d", etag, resp.StatusCode)
+	}
+	if resp, _ := edgeGet(t, ts.url+"/m/good.bin", "If-None-Match", etag); resp.StatusCode != 304 {
+		t.Fatalf("a hit with If-None-Match: the origin's ETag %s: status %d", etag, resp.StatusCode)
 	}
 	for i := range 2 {
 		resp, err := http.Get(ts.url + "/m/bad.bin")
@@ -340,5 +355,31 @@ func TestEdgeMaxFills(t *testing.T) {
 	}
 	if st := ts.Stats(); st.EdgeFillsBusy != 1 || st.EdgeStored != 1 {
 		t.Fatalf("%d misses past max_fills, %d stored; want 1 and 1", st.EdgeFillsBusy, st.EdgeStored)
+	}
+}
+
+// TestEdge304OtherETag: a 304 whose ETag is not the stored object's
+// updates nothing: the object is asked for whole again.
+func TestEdge304OtherETag(t *testing.T) {
+	var full atomic.Int64
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=1")
+		if r.Header.Get("If-None-Match") != "" {
+			w.Header().Set("ETag", `"v2"`)
+			w.WriteHeader(304)
+			return
+		}
+		n := full.Add(1)
+		w.Header().Set("ETag", fmt.Sprintf(`"v%d"`, n))
+		fmt.Fprintf(w, "version %d", n)
+	}))
+	defer origin.Close()
+	ts := start(t, proxyConfig(t, "/", fmt.Sprintf("cache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", t.TempDir()), strings.TrimPrefix(origin.URL, "http://")))
+	if _, b := edgeGet(t, ts.url+"/a"); string(b) != "version 1" {
+		t.Fatalf("first: %q", b)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if resp, b := edgeGet(t, ts.url+"/a"); string(b) != "version 2" || !strings.HasPrefix(resp.Header.Get("Cache-Status"), "engine; fwd=stale; fwd-status=200") {
+		t.Fatalf("after a 304 with another ETag: %q, Cache-Status %q; want the object fetched whole", b, resp.Header.Get("Cache-Status"))
 	}
 }

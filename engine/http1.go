@@ -230,7 +230,7 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		}
 	default:
 		s := d.site
-		fr := files.Request{Head: string(r.Method) == "HEAD", Path: d.servedPath(r.Path), Query: r.Query, Header: r}
+		fr := files.Request{Head: string(r.Method) == "HEAD", Path: d.servedPath(r.Path), Query: r.Query, Header: r, AlsoETag: d.alsoETag()}
 		if !h.srv.cache.Serve(&s.files, &fr, &st.files) {
 			if !st.files.Pending() {
 				// Nothing to fetch yet no answer: a bug, not a loop.

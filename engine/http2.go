@@ -328,7 +328,7 @@ func (hc *h2Conn) answer(hs *h2Strm) {
 		refusal(resp, d)
 	default:
 		s := d.site
-		fr := files.Request{Head: string(r.Method) == "HEAD", Path: d.servedPath(path), Query: query, Header: r}
+		fr := files.Request{Head: string(r.Method) == "HEAD", Path: d.servedPath(path), Query: query, Header: r, AlsoETag: d.alsoETag()}
 		if !hh.srv.cache.Serve(&s.files, &fr, &hs.files) {
 			if !hs.files.Pending() {
 				hh.lc.log.Error("file layer gave no answer and asked for nothing", "path", string(r.Path))
@@ -383,7 +383,7 @@ func (hc *h2Conn) fetch(hs *h2Strm) {
 			}
 			r := &hs.st.Req
 			path, query := splitTarget(r.Path)
-			fr := files.Request{Head: string(r.Method) == "HEAD", Path: hs.d.servedPath(path), Query: query, Header: r}
+			fr := files.Request{Head: string(r.Method) == "HEAD", Path: hs.d.servedPath(path), Query: query, Header: r, AlsoETag: hs.d.alsoETag()}
 			if !hc.h.srv.cache.Serve(site, &fr, &hs.files) {
 				if hs.files.Pending() {
 					hc.fetch(hs)

@@ -349,7 +349,7 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refusal(resp, &d)
 	default:
 		s := d.site
-		fr := files.Request{Head: r.Method == "HEAD", Path: d.servedPath(path), Query: query, Header: h3Headers(r.Header)}
+		fr := files.Request{Head: r.Method == "HEAD", Path: d.servedPath(path), Query: query, Header: h3Headers(r.Header), AlsoETag: d.alsoETag()}
 		for !srv.cache.Serve(&s.files, &fr, &sc.files) {
 			if !sc.files.Pending() {
 				srv.log.Error("file layer gave no answer and asked for nothing", "path", r.RequestURI)

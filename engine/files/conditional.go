@@ -26,10 +26,12 @@ type Headers interface {
 //
 // etag is the current entity-tag; old, the size-and-time one the file had
 // before its digest was known, still matches so caches holding it are not
-// invalidated by the digest arriving.
-func evalPreconditions(h Headers, etag, old string, mtime time.Time) precondition {
+// invalidated by the digest arriving; so does also, another strong tag of
+// the same bytes when not empty (an edge cache object's, from its
+// origin).
+func evalPreconditions(h Headers, etag, old, also string, mtime time.Time) precondition {
 	if im := h.Get("if-match"); im != nil {
-		if !etagListMatch(im, etag, true) && !etagListMatch(im, old, true) {
+		if !etagListMatch(im, etag, true) && !etagListMatch(im, old, true) && (also == "" || !etagListMatch(im, also, true)) {
 			return condFailed
 		}
 	} else if ius := h.Get("if-unmodified-since"); ius != nil {
@@ -38,7 +40,7 @@ func evalPreconditions(h Headers, etag, old string, mtime time.Time) preconditio
 		}
 	}
 	if inm := h.Get("if-none-match"); inm != nil {
-		if etagListMatch(inm, etag, false) || etagListMatch(inm, old, false) {
+		if etagListMatch(inm, etag, false) || etagListMatch(inm, old, false) || also != "" && etagListMatch(inm, also, false) {
 			return condNotModified
 		}
 	} else if ims := h.Get("if-modified-since"); ims != nil {
@@ -52,14 +54,14 @@ func evalPreconditions(h Headers, etag, old string, mtime time.Time) preconditio
 // ifRangeAllows reports whether a Range may be honoured given If-Range
 // (RFC 9110 §13.1.5): the validator must match the current representation,
 // an entity-tag by strong comparison or a date exactly.
-func ifRangeAllows(h Headers, etag, old, lastModified string) bool {
+func ifRangeAllows(h Headers, etag, old, also, lastModified string) bool {
 	ir := h.Get("if-range")
 	if ir == nil {
 		return true
 	}
 	ir = trimOWS(ir)
 	if len(ir) > 0 && (ir[0] == '"' || bytes.HasPrefix(ir, []byte("W/"))) {
-		return strongMatch(ir, etag) || strongMatch(ir, old)
+		return strongMatch(ir, etag) || strongMatch(ir, old) || also != "" && strongMatch(ir, also)
 	}
 	return string(ir) == lastModified
 }

@@ -172,13 +172,23 @@ func TestPreconditions(t *testing.T) {
 		{hdrs{"if-match": `"x"`, "if-none-match": `"abc"`}, condFailed},
 	}
 	for _, tt := range tests {
-		if got := evalPreconditions(tt.h, etag, `"old"`, mtime); got != tt.want {
+		if got := evalPreconditions(tt.h, etag, `"old"`, "", mtime); got != tt.want {
 			t.Errorf("evalPreconditions(%v) = %v, want %v", tt.h, got, tt.want)
 		}
 	}
-	if !ifRangeAllows(hdrs{"if-range": `"abc"`}, etag, `"old"`, lm) || ifRangeAllows(hdrs{"if-range": `W/"abc"`}, etag, `"old"`, lm) ||
-		!ifRangeAllows(hdrs{"if-range": lm}, etag, `"old"`, lm) || ifRangeAllows(hdrs{"if-range": before}, etag, `"old"`, lm) {
+	if !ifRangeAllows(hdrs{"if-range": `"abc"`}, etag, `"old"`, "", lm) || ifRangeAllows(hdrs{"if-range": `W/"abc"`}, etag, `"old"`, "", lm) ||
+		!ifRangeAllows(hdrs{"if-range": lm}, etag, `"old"`, "", lm) || ifRangeAllows(hdrs{"if-range": before}, etag, `"old"`, "", lm) {
 		t.Error("ifRangeAllows")
+	}
+	// Another tag of the same bytes (an edge cache object's origin's).
+	if got := evalPreconditions(hdrs{"if-none-match": `"origin"`}, etag, `"old"`, `"origin"`, mtime); got != condNotModified {
+		t.Errorf("If-None-Match with the other tag: %v", got)
+	}
+	if got := evalPreconditions(hdrs{"if-match": `"origin"`}, etag, `"old"`, `"origin"`, mtime); got != condProceed {
+		t.Errorf("If-Match with the other tag: %v", got)
+	}
+	if !ifRangeAllows(hdrs{"if-range": `"origin"`}, etag, `"old"`, `"origin"`, lm) || ifRangeAllows(hdrs{"if-range": `"origin"`}, etag, `"old"`, "", lm) {
+		t.Error("ifRangeAllows with the other tag")
 	}
 }
 

@@ -28,6 +28,10 @@ type Request struct {
 	Path   []byte // percent-encoded path, starting with "/"
 	Query  []byte // raw query, without "?"; nil when absent
 	Header Headers
+	// AlsoETag is another strong entity-tag of the file's bytes that
+	// conditional requests may name ("" for none): an edge cache
+	// object's, from its origin, which the clients of its misses got.
+	AlsoETag string
 }
 
 // Part is a piece of a response body: Mem when non-nil, else Len bytes of
@@ -361,7 +365,7 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 		r.Link = s.link
 	}
 
-	switch evalPreconditions(req.Header, etag, sel.ETag, sel.ModTime) {
+	switch evalPreconditions(req.Header, etag, sel.ETag, req.AlsoETag, sel.ModTime) {
 	case condNotModified:
 		r.Status = 304
 		r.NoBody = true
@@ -375,7 +379,7 @@ func (c *Cache) serveFile(site *Site, req *Request, s *Scratch, rel []byte, e *E
 	size := sel.Size
 	ranges := s.ranges[:0]
 	result := rangeIgnore
-	if rh := req.Header.Get("range"); rh != nil && !req.Head && ifRangeAllows(req.Header, etag, sel.ETag, sel.LastModified) {
+	if rh := req.Header.Get("range"); rh != nil && !req.Head && ifRangeAllows(req.Header, etag, sel.ETag, req.AlsoETag, sel.LastModified) {
 		ranges, result = ParseRange(rh, size, ranges)
 		s.ranges = ranges
 	}
