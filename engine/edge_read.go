@@ -228,7 +228,7 @@ func ifRangeHolds(ir string, fields [][2]string) bool {
 // of the origin as a range (If-Range: the same object, or nothing), so
 // the client gets the object, proxied, rather than an error.
 func (s *Server) edgeRest(o *edgeOrigin, req *http.Request, h *edgeHead, side net.Conn, c fillCopy) {
-	if !errors.Is(c.err, errFillStorage) || c.end < 0 {
+	if !errors.Is(c.err, errFillStorage) {
 		return // whole, or cut (the client went away, the origin's bytes failed): as it is
 	}
 	var validator string
@@ -244,7 +244,13 @@ func (s *Server) edgeRest(o *edgeOrigin, req *http.Request, h *edgeHead, side ne
 	if fields == nil {
 		fields = http.Header{}
 	}
-	fields.Set("Range", fmt.Sprintf("bytes=%d-%d", c.off, c.end-1))
+	want := fmt.Sprintf("bytes %d-", c.off)
+	if c.end < 0 {
+		fields.Set("Range", fmt.Sprintf("bytes=%d-", c.off)) // its length unstated: the rest, chunked as the answer began
+	} else {
+		fields.Set("Range", fmt.Sprintf("bytes=%d-%d", c.off, c.end-1))
+		want = fmt.Sprintf("bytes %d-%d/", c.off, c.end-1)
+	}
 	fields.Set("If-Range", validator)
 	path, rawQuery, hasQuery := strings.Cut(req.RequestURI, "?")
 	var query *string
@@ -257,11 +263,31 @@ func (s *Server) edgeRest(o *edgeOrigin, req *http.Request, h *edgeHead, side ne
 		return
 	}
 	defer resp.Body.Close()
-	want := fmt.Sprintf("bytes %d-%d/", c.off, c.end-1)
 	if resp.StatusCode != http.StatusPartialContent || !strings.HasPrefix(resp.Header.Get("Content-Range"), want) {
 		return // another object now, or no range: the answer stays cut
 	}
-	io.CopyN(side, resp.Body, c.end-c.off)
+	if c.end >= 0 {
+		io.CopyN(side, resp.Body, c.end-c.off)
+		return
+	}
+	bp := edgeBufs.Get().(*[]byte)
+	defer edgeBufs.Put(bp)
+	buf := (*bp)[:len(*bp)-32]
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := fmt.Fprintf(side, "%x\r\n%s\r\n", n, buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err == io.EOF {
+			io.WriteString(side, "0\r\n\r\n")
+			return
+		}
+		if err != nil {
+			return // cut: no last chunk
+		}
+	}
 }
 
 // fillCopy is how far copyFill got: off is the next byte, end the end of

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +141,32 @@ func TestEdgeCacheDiskFull(t *testing.T) {
 	}
 	if metas, _ := filepath.Glob(filepath.Join(dir, "cache", "objects", "*", "*.meta")); len(metas) != 0 {
 		t.Fatalf("%d objects stored on a full disk", len(metas))
+	}
+
+	// An object of unstated length (chunked): its rest comes as a
+	// range too, chunked as its answer began.
+	chunked := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.Header().Set("ETag", `"chunked-1"`)
+		if r.Header.Get("Range") != "" {
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+			return
+		}
+		for p := body; len(p) > 0; p = p[min(len(p), 1<<20):] {
+			w.Write(p[:min(len(p), 1<<20)])
+		}
+	}))
+	defer chunked.Close()
+	os.WriteFile(conf, []byte(fmt.Sprintf("listen = \"127.0.0.1:0\"\nworkers = 1\nroot = %q\n[integrity]\nstate_dir = \"off\"\n[reverse_proxy]\nenabled = true\n[[reverse_proxy.routes]]\ndomain = \"*\"\nupstreams = [%q]\ncache = true\n[cache]\npath = %q\nmin_free = \"1MiB\"\n", root, strings.TrimPrefix(chunked.URL, "http://"), filepath.Join(dir, "cache2"))), 0o644)
+	_, u = serveEngine(t, exec.Command(prlimit, "--fsize=16777216", "--", bin, "serve", "-c", conf), "/obj.bin")
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Equal(b, body) || resp.ContentLength != -1 {
+		t.Fatalf("an object of unstated length with a full disk: %v, %d bytes (match %v), length %d", err, len(b), bytes.Equal(b, body), resp.ContentLength)
 	}
 }
 
