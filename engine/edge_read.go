@@ -138,6 +138,12 @@ func (s *Server) edgeRead(o *edgeOrigin, f *edgecache.Fill, lead *edgeReq, cs st
 	}
 }
 
+// fileSender sends n bytes of file from off by sendfile, returning how
+// many it sent.
+type fileSender interface {
+	sendFile(file *os.File, off, n int64) (int64, error)
+}
+
 // countedConn counts the bytes written to it.
 type countedConn struct {
 	*net.UnixConn
@@ -334,6 +340,18 @@ func copyFill(f *edgecache.Fill, w io.Writer, off, n int64, whole bool) (c fillC
 			lim = min(lim, end)
 			if off >= end {
 				return fillCopy{}
+			}
+		}
+		if off < lim && !chunked {
+			if sf, ok := w.(fileSender); ok {
+				// From the page cache into the socket, no copy through
+				// this process (sendfile).
+				k, err := sf.sendFile(f.File(), off, min(lim-off, 4<<20))
+				off += k
+				if err != nil {
+					return fillCopy{err: err}
+				}
+				continue
 			}
 		}
 		if off < lim {

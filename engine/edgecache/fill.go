@@ -257,6 +257,11 @@ func (f *Fill) ReadAt(p []byte, off int64) (int, error) {
 	return f.f.ReadAt(p, off)
 }
 
+// File is the fill's data file, for reading its landed bytes (no more
+// than Written says) by other means than ReadAt, such as sendfile; it
+// stays open while the caller holds the fill.
+func (f *Fill) File() *os.File { return f.f }
+
 // Commit ends the leader's writing: the bytes are checked against what
 // the origin stated (a mismatch fails the fill: ErrDigestMismatch), then
 // stored as key's complete object with meta (its Size, digests and Data
