@@ -344,6 +344,14 @@ http {
 	log.Printf("wrote %s", *out)
 }
 
+// varnishName is "Varnish 7.1.1" from varnishd -V's output.
+func varnishName(v []byte) string {
+	if m := regexp.MustCompile(`varnish-([0-9.]+)`).FindSubmatch(v); m != nil {
+		return "Varnish " + string(m[1])
+	}
+	return "Varnish"
+}
+
 // installPeers installs the Debian packages of the peers when one is
 // missing.
 func installPeers() {
@@ -542,7 +550,7 @@ func render(h *bench.Harness, pin string, servers []server, res func(server, row
 	vV, _ := exec.Command("varnishd", "-V").CombinedOutput()
 	hV, _ := exec.Command("hitch", "--version").CombinedOutput()
 	fmt.Fprintf(&w, "Peers: %s; %s; %s. %s\n\n", bench.VersionLine(ngxV), bench.VersionLine(vV), bench.VersionLine(hV), pin)
-	fmt.Fprintf(&w, "All three caches sit in front of one origin (nginx, plain HTTP on loopback, `limit_rate %s` per connection, every response `Cache-Control: max-age=3600`) and answer HTTP/1.1 over TLS on loopback: the engine with `cache = true` on a proxy route (workers = 1); nginx with `proxy_cache`, `proxy_cache_lock on` and `slice 1m` (the slice's range in the key; its documented setup for large files), one worker; Varnish %s with file storage behind hitch (TLS, PROXY protocol v2), as Varnish is deployed for TLS. The engine serving the same file from its own root over TLS is the bar for the hits. The servers took turns in an order that rotated each repeat, %d repeats; medians, with each repeat's range.\n\n", rate, strings.Fields(bench.VersionLine(vV) + " ")[0], repeats)
+	fmt.Fprintf(&w, "All three caches sit in front of one origin (nginx, plain HTTP on loopback, `limit_rate %s` per connection, every response `Cache-Control: max-age=3600`) and answer HTTP/1.1 over TLS on loopback: the engine with `cache = true` on a proxy route (workers = 1); nginx with `proxy_cache`, `proxy_cache_lock on` and `slice 1m` (the slice's range in the key; its documented setup for large files), one worker; %s with file storage behind hitch (TLS, PROXY protocol v2), as Varnish is deployed for TLS. The engine serving the same file from its own root over TLS is the bar for the hits. The servers took turns in an order that rotated each repeat, %d repeats; medians, with each repeat's range.\n\n", rate, varnishName(vV), repeats)
 
 	fmt.Fprintf(&w, "## Hits: one %d MiB object\n\n", size>>20)
 	fmt.Fprintf(&w, "The bench client (`bench.Run`: every body verified against the object's BLAKE3, a sample counts only verified bytes), %s measured after a 1 s warm-up, keep-alive connections. Server CPU is user and system time of the server's processes (Varnish's and hitch's together) over the run, per GiB received.\n\n", d)
