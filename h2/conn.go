@@ -77,7 +77,7 @@ const (
 	EventRefused                        // a stream past the concurrency limit: REFUSED_STREAM
 	EventHeaderTooLarge                 // a header list past MaxHeaderListSize: 431
 	EventContinuationFlood              // a header block too long or in too many frames
-	EventControlFlood                   // too many SETTINGS, PING, PRIORITY or empty frames
+	EventControlFlood                   // too many SETTINGS, PING, PRIORITY, WINDOW_UPDATE or empty frames
 	EventRapidReset                     // too many streams reset by the client
 	EventQueueFlood                     // control output piling up unread
 	EventStall                          // a zero window held past the stall timeout
@@ -255,6 +255,10 @@ type Conn struct {
 	ctrlTokens  float64
 	resetTokens float64
 	lastRefill  int64
+	// WINDOW_UPDATE frames received, and DATA frames sent: a client
+	// credits what it was sent, so the first may not outrun the second
+	// (windowUpdateCost).
+	windowUpdates, dataSent int64
 }
 
 // Limits of the flood buckets: a burst, and a refill per second.
@@ -498,6 +502,9 @@ func (c *Conn) onSettings(f *http2.SettingsFrame) error {
 }
 
 func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	if !c.windowUpdateCost() {
+		return c.deadErr()
+	}
 	if f.StreamID == 0 {
 		if c.sendWin+int64(f.Increment) > maxWindow {
 			return c.fail(http2.ErrCodeFlowControl, "connection window past 2^31-1")

@@ -252,6 +252,46 @@ func TestFlowControl(t *testing.T) {
 	}
 }
 
+// TestWindowUpdatesWithData: a client that credits its stream and its
+// connection after every DATA frame it reads (two WINDOW_UPDATE frames a
+// frame, thousands in all) is well within the limit: it is not a flood.
+func TestWindowUpdatesWithData(t *testing.T) {
+	body := bytes.Repeat([]byte{7}, 3000*1024)
+	p := newPeer(t, Config{}, body, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1024})
+	p.frames()
+	p.request(1, true)
+	p.flush()
+	got := p.frames()
+	frames := 0
+	for {
+		data := 0
+		for _, f := range got {
+			if strings.HasPrefix(f, "DATA 1") {
+				data++
+			}
+			if strings.HasPrefix(f, "GOAWAY") {
+				t.Fatalf("after %d DATA frames: %s", frames, f)
+			}
+		}
+		if data == 0 {
+			break
+		}
+		frames += data
+		for range data {
+			p.fr.WriteWindowUpdate(1, 1024)
+			p.fr.WriteWindowUpdate(0, 1024)
+		}
+		p.flush()
+		if strings.HasSuffix(got[len(got)-1], "END") {
+			break
+		}
+		got = p.frames()
+	}
+	if frames != 3000 {
+		t.Fatalf("%d DATA frames, want 3000", frames)
+	}
+}
+
 func TestConcurrencyLimit(t *testing.T) {
 	p := newPeer(t, Config{MaxConcurrentStreams: 2}, bytes.Repeat([]byte{1}, 100), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	p.frames()
@@ -342,6 +382,11 @@ func TestFloods(t *testing.T) {
 		{"settings", func(p *peer) {
 			for i := 0; i < 5000; i++ {
 				p.fr.WriteSettings()
+			}
+		}, EventControlFlood},
+		{"window update", func(p *peer) {
+			for i := 0; i < 5000; i++ {
+				p.fr.WriteWindowUpdate(0, 1)
 			}
 		}, EventControlFlood},
 		{"empty data", func(p *peer) {

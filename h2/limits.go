@@ -16,6 +16,29 @@ func (c *Conn) ctrlCost() bool {
 	return true
 }
 
+// Limits of WINDOW_UPDATE frames: a client may send windowUpdateBase
+// of them, and windowUpdatesPerData more for each DATA frame it was sent
+// (a receiver credits its stream and its connection at most once each per
+// frame it read; Envoy's default ratio is the same 10).
+const (
+	windowUpdateBase     = 1000
+	windowUpdatesPerData = 10
+)
+
+// windowUpdateCost counts a WINDOW_UPDATE frame: credit that no DATA
+// frame used up costs the server work for nothing (70,000 a second took
+// three quarters of a core), and past the ratio above the connection
+// ends. It reports false when the limit ended the connection.
+func (c *Conn) windowUpdateCost() bool {
+	c.windowUpdates++
+	if c.windowUpdates > windowUpdateBase+windowUpdatesPerData*c.dataSent {
+		c.event(EventControlFlood, nil)
+		c.fail(http2.ErrCodeEnhanceYourCalm, "too many WINDOW_UPDATE frames for the DATA frames sent")
+		return false
+	}
+	return true
+}
+
 func (c *Conn) refill() {
 	if c.lastRefill == 0 {
 		c.lastRefill = c.now

@@ -133,6 +133,7 @@ func (c *Conn) Produce(s Sink, budget int) int {
 			flags = http2.FlagDataEndStream
 		}
 		appendFrameHeader(hdr[:0], int(size), http2.FrameData, flags, st.ID)
+		c.dataSent++
 		if size == 0 {
 			if !trailers {
 				s.Bytes(hdr[:]) // a streamed body's end: an empty DATA frame
