@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -223,13 +222,13 @@ func (s *Server) edgeFetch(o *edgeOrigin, f *edgecache.Fill, q edgeReq, fields h
 	}
 	meta := edgecache.Meta{Status: resp.StatusCode, StoredAt: now, Until: fr.until, ETag: resp.Header.Get("ETag"),
 		LastModified: resp.Header.Get("Last-Modified"), StaleWhileRevalidate: fr.swr, StaleIfError: fr.sie, Header: keptFields(resp.Header)}
+	if lm, err := http.ParseTime(meta.LastModified); err == nil {
+		meta.Mtime = lm // its Last-Modified as a file is the origin's
+	}
 	obj, err := f.Commit(meta)
 	switch {
 	case err == nil:
 		s.stats.EdgeStored.Add(1)
-		if lm, err := http.ParseTime(meta.LastModified); err == nil {
-			os.Chtimes(obj.Path, lm, lm) // its Last-Modified as a file is the origin's
-		}
 		s.edgeLearn(obj)
 	case errors.Is(err, edgecache.ErrDigestMismatch):
 		s.stats.EdgeIntegrityFailures.Add(1)

@@ -358,6 +358,14 @@ func (f *Fill) place(meta Meta) (*Object, error) {
 	if err := f.f.Sync(); err != nil {
 		return nil, fmt.Errorf("edgecache: %w", err)
 	}
+	if !meta.Mtime.IsZero() {
+		os.Chtimes(f.path, meta.Mtime, meta.Mtime)
+	}
+	fi, err := f.f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("edgecache: %w", err)
+	}
+	meta.FileIno, meta.FileMtime = fileIno(fi), fi.ModTime().UnixNano()
 	b, err := json.Marshal(&meta)
 	if err != nil {
 		return nil, err

@@ -42,6 +42,21 @@ type Meta struct {
 	// ("sha-256", "blake3"), or "" when the origin stated none.
 	Verified string `json:"verified"`
 	Data     string `json:"data"` // the data file's name, in the object's directory
+	// Mtime is the modification time the data file is given (the
+	// origin's Last-Modified; zero: when it was written).
+	Mtime time.Time `json:"mtime,omitzero"`
+	// The data file's identity once complete (its inode and modification
+	// time): a file that no longer has it was changed or replaced after
+	// it was stored, and is not the object (0: not known).
+	FileIno   uint64 `json:"file_ino,omitempty"`
+	FileMtime int64  `json:"file_mtime_ns,omitempty"`
+}
+
+// unchanged reports whether a data file of identity (ino, size, mtime in
+// nanoseconds) is still the object's bytes as stored.
+func (o *Object) unchanged(ino uint64, size, mtimeNs int64) bool {
+	m := &o.Meta
+	return size == m.Size && (m.FileIno == 0 || ino == m.FileIno && mtimeNs == m.FileMtime)
 }
 
 // Object is a complete object: its bytes are in Path.
@@ -209,6 +224,9 @@ func (s *Store) readMeta(dir, p string) (*Object, time.Time, error) {
 	}
 	if fi.Size() != m.Size {
 		return nil, time.Time{}, fmt.Errorf("data of %d bytes, metadata says %d", fi.Size(), m.Size)
+	}
+	if o := (&Object{Meta: m}); !o.unchanged(fileIno(fi), fi.Size(), fi.ModTime().UnixNano()) {
+		return nil, time.Time{}, errors.New("the data file was changed or replaced after it was stored")
 	}
 	mi, err := os.Stat(p)
 	if err != nil {
