@@ -92,13 +92,14 @@ func (s *Server) listenH3() error {
 	var wtHook h3.WebTransport
 	if w := &s.cfg.WebTransport; w.Enabled {
 		s.wt = wt.NewServer(wt.Config{
-			MaxSessions:          w.MaxSessions,
-			MaxStreamsPerSession: w.MaxStreamsPerSession,
-			MaxDatagramBytes:     w.MaxDatagramBytes,
-			MaxBytesPerSession:   int64(w.MaxBytesPerSession),
-			IdleTimeout:          w.IdleTimeout.D(),
-			HeaderTimeout:        s.cfg.Limits.HeaderTimeout.D(),
-			Logger:               s.log,
+			MaxSessions:           w.MaxSessions,
+			MaxSessionsPerAddress: w.MaxSessionsPerAddress,
+			MaxStreamsPerSession:  w.MaxStreamsPerSession,
+			MaxDatagramBytes:      w.MaxDatagramBytes,
+			MaxBytesPerSession:    int64(w.MaxBytesPerSession),
+			IdleTimeout:           w.IdleTimeout.D(),
+			HeaderTimeout:         s.cfg.Limits.HeaderTimeout.D(),
+			Logger:                s.log,
 		})
 		wtHook = s.wt
 	}

@@ -220,9 +220,12 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 	}
 	sess, err := srv.wt.Accept(h3.ConnOf(r.Context()), w, r)
 	if err != nil {
-		if errors.Is(err, wt.ErrTooManySessions) {
+		switch {
+		case errors.Is(err, wt.ErrTooManySessions):
 			refuse(503, fmt.Sprintf("webtransport.max_sessions (%d) sessions open", srv.wt.Config().MaxSessions))
-		} else {
+		case errors.Is(err, wt.ErrTooManyFromAddress):
+			refuse(429, fmt.Sprintf("webtransport.max_sessions_per_address (%d) sessions open from this address", srv.wt.Config().MaxSessionsPerAddress))
+		default:
 			refuse(503, err.Error())
 		}
 		return

@@ -256,3 +256,36 @@ func TestClientServerCloses(t *testing.T) {
 		t.Errorf("after the grace: %v, want the server's close with 0x105 or its H3_NO_ERROR", s.Err())
 	}
 }
+
+// TestClientAddressShare: one client address holds at most
+// max_sessions_per_address sessions at once; the next is refused (429)
+// until one of its sessions ends.
+func TestClientAddressShare(t *testing.T) {
+	base, _ := serve(t, "[webtransport]\nenabled = true\nmax_sessions = 8\nmax_sessions_per_address = 2\n")
+	ctx := ctxFor(t)
+	var open []*wt.ClientSession
+	for i := range 2 {
+		s, rsp, err := wt.Dial(ctx, base+"?mode=echo", insecure, nil)
+		if err != nil {
+			t.Fatalf("session %d: %v %v", i+1, rsp, err)
+		}
+		open = append(open, s)
+	}
+	if s, rsp, err := wt.Dial(ctx, base+"?mode=echo", insecure, nil); s != nil || err == nil || rsp == nil || rsp.StatusCode != 429 {
+		t.Fatalf("a third session from the address: %v, %v; want 429", rsp, err)
+	}
+	open[0].Close(0, "done")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, rsp, err := wt.Dial(ctx, base+"?mode=echo", insecure, nil)
+		if err == nil {
+			s.Close(0, "done")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after one of its sessions ended: %v, %v", rsp, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	open[1].Close(0, "done")
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,10 @@ type Config struct {
 	// MaxSessions bounds the sessions open at once, over all
 	// connections. Zero means 64.
 	MaxSessions int
+	// MaxSessionsPerAddress bounds the sessions of one client address
+	// (IPv6 by /64) open at once, so that one client cannot hold them
+	// all. Zero means a quarter of MaxSessions (at least 1).
+	MaxSessionsPerAddress int
 	// MaxStreamsPerSession bounds the streams a client has open at once
 	// in one session; one more closes the session (CodeTooManyStreams).
 	// Zero means 16.
@@ -72,15 +78,17 @@ type Server struct {
 	open atomic.Int64 // sessions open now; at most cfg.MaxSessions
 	stat Stats        // counters (atomics)
 
-	mu    sync.Mutex               // guards conns and draining
-	conns map[*quic.Conn]*connSess // guarded by mu: connections with sessions or streams waiting
-	drain bool                     // guarded by mu: Drain was called
+	mu     sync.Mutex               // guards conns, draining and byAddr
+	conns  map[*quic.Conn]*connSess // guarded by mu: connections with sessions or streams waiting
+	drain  bool                     // guarded by mu: Drain was called
+	byAddr map[netip.Prefix]int     // guarded by mu: sessions open by client address (IPv6 /64)
 }
 
 // Stats are a Server's counters.
 type Stats struct {
 	Sessions       atomic.Int64    `metric:"webtransport_sessions_total" help:"WebTransport sessions opened."`
-	Refused        atomic.Int64    `metric:"webtransport_sessions_refused_total" help:"WebTransport sessions refused at max_sessions or during a stop (503)."`
+	Refused        atomic.Int64    `metric:"webtransport_sessions_refused_total" help:"WebTransport sessions refused at max_sessions, at max_sessions_per_address, or during a stop (503, 429)."`
+	RefusedAddress atomic.Int64    `metric:"webtransport_sessions_refused_address_total" help:"WebTransport sessions refused at max_sessions_per_address: their client address had its share open (429)."`
 	Streams        atomic.Int64    `metric:"webtransport_streams_total" help:"Client streams bound to a WebTransport session."`
 	StreamsOrphan  atomic.Int64    `metric:"webtransport_streams_orphaned_total" help:"Client streams refused because their session was not found (WT_BUFFERED_STREAM_REJECTED)."`
 	DatagramsIn    atomic.Int64    `metric:"webtransport_datagrams_received_total" help:"WebTransport datagrams received."`
@@ -109,6 +117,9 @@ const maxOrphans = 16
 func NewServer(cfg Config) *Server {
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = 64
+	}
+	if cfg.MaxSessionsPerAddress == 0 {
+		cfg.MaxSessionsPerAddress = max(1, cfg.MaxSessions/4)
 	}
 	if cfg.MaxStreamsPerSession == 0 {
 		cfg.MaxStreamsPerSession = 16
@@ -160,6 +171,25 @@ func (s *Server) Settings() map[uint64]uint64 {
 // answers 503.
 var ErrTooManySessions = errors.New("wt: too many sessions")
 
+// ErrTooManyFromAddress is Accept's answer at MaxSessionsPerAddress for
+// the client's address: nothing was sent.
+var ErrTooManyFromAddress = errors.New("wt: too many sessions from this address")
+
+// addrKey is the share a client address counts against: the address,
+// or its /64 for IPv6.
+func addrKey(a net.Addr) netip.Prefix {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Prefix{}
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		return netip.PrefixFrom(ip, 32)
+	}
+	p, _ := ip.Prefix(64)
+	return p
+}
+
 // errDraining refuses sessions once the server is stopping.
 var errDraining = errors.New("wt: server is shutting down")
 
@@ -189,13 +219,29 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		s.stat.Refused.Add(1)
 		return nil, ErrTooManySessions
 	}
+	key := addrKey(conn.RemoteAddr())
+	s.mu.Lock()
+	if s.byAddr[key] >= s.cfg.MaxSessionsPerAddress {
+		s.mu.Unlock()
+		s.open.Add(-1)
+		s.stat.Refused.Add(1)
+		s.stat.RefusedAddress.Add(1)
+		return nil, ErrTooManyFromAddress
+	}
+	if s.byAddr == nil {
+		s.byAddr = map[netip.Prefix]int{}
+	}
+	s.byAddr[key]++
+	s.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 	str, err := hs.HTTPStream()
 	if err != nil {
 		s.open.Add(-1)
+		s.leaveAddr(key)
 		return nil, err
 	}
 	ss := newSession(s, conn, str, r)
+	ss.addr = key
 	draining = !s.register(ss)
 	s.stat.Sessions.Add(1)
 	go ss.readCapsules()
@@ -205,6 +251,15 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		go ss.sendDrain()
 	}
 	return ss, nil
+}
+
+// leaveAddr ends a session's count against its client address.
+func (s *Server) leaveAddr(key netip.Prefix) {
+	s.mu.Lock()
+	if s.byAddr[key]--; s.byAddr[key] <= 0 {
+		delete(s.byAddr, key)
+	}
+	s.mu.Unlock()
 }
 
 // register adds ss to its connection's sessions and wakes the streams

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ type Session struct {
 	cancel  context.CancelFunc
 	bidi    chan *Stream        // client bidirectional streams not yet accepted
 	uni     chan *ReceiveStream // client unidirectional streams not yet accepted
+	addr    netip.Prefix        // the client address's share it counts against (set by Accept)
 
 	in, out  atomic.Int64 // payload bytes from and to the client
 	capsules atomic.Int64 // bytes read from the CONNECT stream
@@ -436,6 +438,7 @@ func (ss *Session) end(code uint32, msg string, remote, abrupt bool) {
 	}
 	ss.srv.unregister(ss)
 	ss.srv.open.Add(-1)
+	ss.srv.leaveAddr(ss.addr)
 	st := &ss.srv.stat
 	switch {
 	case abrupt:

@@ -22,6 +22,9 @@ type WebTransport struct {
 	// MaxSessions bounds the sessions open at once, over all
 	// connections. Zero means 64.
 	MaxSessions int `toml:"max_sessions"`
+	// MaxSessionsPerAddress bounds the sessions of one client address
+	// (IPv6 by /64). Zero means a quarter of max_sessions (at least 1).
+	MaxSessionsPerAddress int `toml:"max_sessions_per_address"`
 	// MaxStreamsPerSession bounds a session's streams. Zero means 16.
 	MaxStreamsPerSession int `toml:"max_streams_per_session"`
 	// MaxDatagramBytes bounds a datagram's payload. Zero means 1200.
@@ -70,6 +73,12 @@ func (c *Config) validateWebTransport(errs *Errors) {
 		} else if *n.v < n.min || *n.v > n.max {
 			errs.add(c.errAt(n.key, "%d is out of range; expected %d to %d", *n.v, n.min, n.max))
 		}
+	}
+	switch {
+	case w.MaxSessionsPerAddress == 0:
+		w.MaxSessionsPerAddress = max(1, w.MaxSessions/4)
+	case w.MaxSessionsPerAddress < 1 || w.MaxSessionsPerAddress > w.MaxSessions:
+		errs.add(c.errAt("webtransport.max_sessions_per_address", "%d is out of range; expected 1 to max_sessions (%d)", w.MaxSessionsPerAddress, w.MaxSessions))
 	}
 	switch {
 	case w.MaxBytesPerSession == 0:
