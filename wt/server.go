@@ -40,7 +40,7 @@ type Config struct {
 	MaxSessions int
 	// MaxSessionsPerAddress bounds the sessions of one client address
 	// (IPv6 by /64) open at once, so that one client cannot hold them
-	// all. Zero means a quarter of MaxSessions (at least 1).
+	// all. Zero means DefaultPerAddress(MaxSessions).
 	MaxSessionsPerAddress int
 	// MaxStreamsPerSession bounds the streams a client has open at once
 	// in one session; one more closes the session (CodeTooManyStreams).
@@ -119,7 +119,7 @@ func NewServer(cfg Config) *Server {
 		cfg.MaxSessions = 64
 	}
 	if cfg.MaxSessionsPerAddress == 0 {
-		cfg.MaxSessionsPerAddress = max(1, cfg.MaxSessions/4)
+		cfg.MaxSessionsPerAddress = DefaultPerAddress(cfg.MaxSessions)
 	}
 	if cfg.MaxStreamsPerSession == 0 {
 		cfg.MaxStreamsPerSession = 16
@@ -170,6 +170,10 @@ func (s *Server) Settings() map[uint64]uint64 {
 // ErrTooManySessions is Accept's answer at MaxSessions: the caller
 // answers 503.
 var ErrTooManySessions = errors.New("wt: too many sessions")
+
+// DefaultPerAddress is the share of one client address when none is
+// set: a quarter of n, at least 4 (all of n when it is smaller).
+func DefaultPerAddress(n int) int { return max(min(n, 4), n/4) }
 
 // ErrTooManyFromAddress is Accept's answer at MaxSessionsPerAddress for
 // the client's address: nothing was sent.

@@ -23,7 +23,8 @@ type WebTransport struct {
 	// connections. Zero means 64.
 	MaxSessions int `toml:"max_sessions"`
 	// MaxSessionsPerAddress bounds the sessions of one client address
-	// (IPv6 by /64). Zero means a quarter of max_sessions (at least 1).
+	// (IPv6 by /64). Zero means a quarter of max_sessions, at least 4
+	// (all of them when max_sessions is smaller).
 	MaxSessionsPerAddress int `toml:"max_sessions_per_address"`
 	// MaxStreamsPerSession bounds a session's streams. Zero means 16.
 	MaxStreamsPerSession int `toml:"max_streams_per_session"`
@@ -76,7 +77,7 @@ func (c *Config) validateWebTransport(errs *Errors) {
 	}
 	switch {
 	case w.MaxSessionsPerAddress == 0:
-		w.MaxSessionsPerAddress = max(1, w.MaxSessions/4)
+		w.MaxSessionsPerAddress = max(min(w.MaxSessions, 4), w.MaxSessions/4) // wt.DefaultPerAddress
 	case w.MaxSessionsPerAddress < 1 || w.MaxSessionsPerAddress > w.MaxSessions:
 		errs.add(c.errAt("webtransport.max_sessions_per_address", "%d is out of range; expected 1 to max_sessions (%d)", w.MaxSessionsPerAddress, w.MaxSessions))
 	}
