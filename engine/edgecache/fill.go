@@ -390,7 +390,9 @@ func (f *Fill) place(meta Meta) (*Object, error) {
 		return nil, fmt.Errorf("edgecache: %w", err)
 	}
 	syncDir(dir)
-	return &Object{Meta: meta, Path: data}, nil
+	o := &Object{Meta: meta, Path: data}
+	o.used.Store(time.Now().UnixNano()) // its metadata was just written
+	return o, nil
 }
 
 // Abort ends the fill as failed (the origin went away, or sent bytes

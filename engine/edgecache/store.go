@@ -64,6 +64,9 @@ type Object struct {
 	Meta Meta
 	Path string // the data file
 	elem *list.Element
+	// used is when the use Touch last recorded on disk was (unix
+	// nanoseconds): hits in between touch nothing.
+	used atomic.Int64
 }
 
 // Rel is the object's data file relative to ObjectsDir, with "/".
@@ -232,7 +235,9 @@ func (s *Store) readMeta(dir, p string) (*Object, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	return &Object{Meta: m, Path: data}, mi.ModTime(), nil
+	o := &Object{Meta: m, Path: data}
+	o.used.Store(mi.ModTime().UnixNano())
+	return o, mi.ModTime(), nil
 }
 
 // Lookup returns the complete object of key, counted as used, or nil.
@@ -306,6 +311,7 @@ func (s *Store) Refresh(o *Object, meta Meta) (*Object, error) {
 		return nil, fmt.Errorf("edgecache: %w", err)
 	}
 	n := &Object{Meta: m, Path: o.Path, elem: o.elem}
+	n.used.Store(time.Now().UnixNano()) // the metadata was just written
 	n.elem.Value = n
 	s.objects[m.Key] = n
 	return n, nil
@@ -348,13 +354,16 @@ func (s *Store) Passing(key string, now time.Time) bool {
 
 // Touch records that o was used, on disk, for the order of eviction
 // after a restart; at most once a minute per object.
+// It touches no file in between (a loop calls it on every hit): the
+// metadata's time is set on a goroutine of its own.
 func (s *Store) Touch(o *Object) {
-	dir, name := s.name(o.Meta.Key)
-	p := filepath.Join(dir, name+".meta")
-	if fi, err := os.Stat(p); err == nil && time.Since(fi.ModTime()) > time.Minute {
-		now := time.Now()
-		os.Chtimes(p, now, now)
+	now := time.Now()
+	last := o.used.Load()
+	if now.UnixNano()-last <= int64(time.Minute) || !o.used.CompareAndSwap(last, now.UnixNano()) {
+		return
 	}
+	dir, name := s.name(o.Meta.Key)
+	go os.Chtimes(filepath.Join(dir, name+".meta"), now, now)
 }
 
 // Size is the bytes of the complete objects.
