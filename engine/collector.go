@@ -19,6 +19,7 @@ type collector struct {
 	requests, ttfb, duration, bytes, handshakes, open, socketErrors *prometheus.Desc
 	integrity, h2Events, h3ConnErrors, passFailures                 *prometheus.Desc
 	wtCloses, build, refusals                                       *prometheus.Desc
+	connRefused, connClosedForRoom                                  *prometheus.Desc
 	simple                                                          []simpleMetric
 }
 
@@ -41,20 +42,22 @@ func newCollector(s *Server) *collector {
 		return prometheus.NewDesc("engine_"+name, help, labels, nil)
 	}
 	c := &collector{s: s,
-		requests:     d("requests_total", "Responses sent, by protocol (h1, h2, h3), status class and site (the configured domain; \"-\" for none, such as malformed requests and redirects; \"proxy\" for the reverse proxy).", "protocol", "status", "site"),
-		ttfb:         d("ttfb_seconds", "Time from a request's head parsed to its response head queued on the socket.", "protocol"),
-		duration:     d("response_duration_seconds", "Time from a request's head parsed to the last byte of its response handed to the kernel (or the response cut short).", "protocol"),
-		bytes:        d("response_bytes_total", "Response bytes (heads and bodies, before encryption) by the path that carried them: plain_sendfile (plain TCP: sendfile and writes), userspace_tls (sealed by the engine's record layer), kernel_tls_sendfile (sealed by kernel TLS), quic (HTTP/3 bodies).", "transport"),
-		handshakes:   d("tls_handshakes_total", "TLS handshakes over TCP: full, resumed, failed (including connections that were not TLS at all).", "result"),
-		open:         d("open_connections", "TCP connections open now, per reactor loop.", "listener", "reactor"),
-		socketErrors: d("socket_errors_total", "TCP connections ended by an error: timeout (a deadline), aborted (reset by the engine: a file shrank, a proxied exchange failed), write_error (the peer went away), accept_error (accept failed, out of descriptors), rejected (over max_connections).", "kind"),
-		integrity:    d("integrity_mismatches_total", "Files whose bytes contradicted what the engine knew of them: manifest (a B3SUMS manifest), short_body (a file shrank while an HTTP/2 response was sending it).", "kind"),
-		h2Events:     d("h2_events_total", "HTTP/2 limits hit and protocol errors, by kind.", "event"),
-		h3ConnErrors: d("h3_connection_errors_total", "HTTP/3 connections closed with an error, by side and code.", "side_code"),
-		passFailures: d("passthrough_failures_total", "Connections TLS passthrough did not relay, by protocol (tcp, quic) and reason.", "protocol", "reason"),
-		build:        d("build_info", "The build that serves: always 1, its labels the version, the VCS revision and working tree (\"\" when the build recorded none) and the Go version.", "version", "revision", "tree", "goversion"),
-		refusals:     d("policy_refusals_total", "Requests a path's or route's policy refused, by site (as in requests_total) and reason: address (allow/deny), preflight (a CORS preflight not allowed), unsigned, signature (a bad, malformed or out-of-scope signature, or one for another address), expired, token (bearer), password (basic), forward (the auth endpoint said no or did not answer), secrets (none to check against), throttled (too many password checks waiting for the client), ambiguous (two Authorization fields).", "site", "reason"),
-		wtCloses:     d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
+		requests:          d("requests_total", "Responses sent, by protocol (h1, h2, h3), status class and site (the configured domain; \"-\" for none, such as malformed requests and redirects; \"proxy\" for the reverse proxy).", "protocol", "status", "site"),
+		ttfb:              d("ttfb_seconds", "Time from a request's head parsed to its response head queued on the socket.", "protocol"),
+		duration:          d("response_duration_seconds", "Time from a request's head parsed to the last byte of its response handed to the kernel (or the response cut short).", "protocol"),
+		bytes:             d("response_bytes_total", "Response bytes (heads and bodies, before encryption) by the path that carried them: plain_sendfile (plain TCP: sendfile and writes), userspace_tls (sealed by the engine's record layer), kernel_tls_sendfile (sealed by kernel TLS), quic (HTTP/3 bodies).", "transport"),
+		handshakes:        d("tls_handshakes_total", "TLS handshakes over TCP: full, resumed, failed (including connections that were not TLS at all).", "result"),
+		open:              d("open_connections", "TCP connections open now, per reactor loop.", "listener", "reactor"),
+		socketErrors:      d("socket_errors_total", "TCP connections ended by an error: timeout (a deadline), aborted (reset by the engine: a file shrank, a proxied exchange failed), write_error (the peer went away), accept_error (accept failed, out of descriptors), rejected (over max_connections).", "kind"),
+		integrity:         d("integrity_mismatches_total", "Files whose bytes contradicted what the engine knew of them: manifest (a B3SUMS manifest), short_body (a file shrank while an HTTP/2 response was sending it).", "kind"),
+		h2Events:          d("h2_events_total", "HTTP/2 limits hit and protocol errors, by kind.", "event"),
+		h3ConnErrors:      d("h3_connection_errors_total", "HTTP/3 connections closed with an error, by side and code.", "side_code"),
+		passFailures:      d("passthrough_failures_total", "Connections TLS passthrough did not relay, by protocol (tcp, quic) and reason.", "protocol", "reason"),
+		build:             d("build_info", "The build that serves: always 1, its labels the version, the VCS revision and working tree (\"\" when the build recorded none) and the Go version.", "version", "revision", "tree", "goversion"),
+		refusals:          d("policy_refusals_total", "Requests a path's or route's policy refused, by site (as in requests_total) and reason: address (allow/deny), preflight (a CORS preflight not allowed), unsigned, signature (a bad, malformed or out-of-scope signature, or one for another address), expired, token (bearer), password (basic), forward (the auth endpoint said no or did not answer), secrets (none to check against), throttled (too many password checks waiting for the client), ambiguous (two Authorization fields).", "site", "reason"),
+		connRefused:       d("connections_refused_total", "New client connections refused, by transport (tcp, quic) and reason: max_connections (every slot held, none idle or slow) or per_address (the client's address held max_connections_per_address).", "transport", "reason"),
+		connClosedForRoom: d("connections_closed_for_room_total", "Connections closed to admit new ones at max_connections, by transport (tcp, quic) and reason: waiting (for its client: silent, a head under way, keep-alive), idle (a relay or an HTTP/3 connection with no request in progress), slow (a response in flight below min_send_rate).", "transport", "reason"),
+		wtCloses:          d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
 	}
 	c.simple = append(c.simple,
 		simpleMetric{prometheus.NewDesc("process_cpu_seconds_total", "User and system CPU time spent, in seconds.", nil, nil), prometheus.CounterValue,
@@ -72,7 +75,7 @@ func newCollector(s *Server) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.ttfb, c.duration, c.bytes, c.handshakes, c.open, c.socketErrors,
+	for _, d := range []*prometheus.Desc{c.connRefused, c.connClosedForRoom, c.requests, c.ttfb, c.duration, c.bytes, c.handshakes, c.open, c.socketErrors,
 		c.integrity, c.h2Events, c.h3ConnErrors, c.passFailures, c.wtCloses, c.build, c.refusals} {
 		ch <- d
 	}
@@ -122,12 +125,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		socket.WriteError += r.WriteError
 		socket.AcceptErr += r.AcceptErr
 		socket.Rejected += r.Rejected
+		socket.RefusedAddress += r.RefusedAddress
+		socket.ReclaimedWaiting += r.ReclaimedWaiting
+		socket.ReclaimedIdle += r.ReclaimedIdle
+		socket.ReclaimedSlow += r.ReclaimedSlow
 	}
 	counter(c.socketErrors, socket.Timeouts, "timeout")
 	counter(c.socketErrors, socket.Aborted, "aborted")
 	counter(c.socketErrors, socket.WriteError, "write_error")
 	counter(c.socketErrors, socket.AcceptErr, "accept_error")
 	counter(c.socketErrors, socket.Rejected, "rejected")
+	counter(c.connRefused, socket.Rejected, "tcp", "max_connections")
+	counter(c.connRefused, socket.RefusedAddress, "tcp", "per_address")
+	counter(c.connRefused, snap.H3Refused, "quic", "max_connections")
+	counter(c.connRefused, snap.H3RefusedAddress, "quic", "per_address")
+	counter(c.connClosedForRoom, socket.ReclaimedWaiting, "tcp", "waiting")
+	counter(c.connClosedForRoom, socket.ReclaimedIdle, "tcp", "idle")
+	counter(c.connClosedForRoom, socket.ReclaimedSlow, "tcp", "slow")
+	counter(c.connClosedForRoom, snap.H3ReclaimedIdle, "quic", "idle")
+	counter(c.connClosedForRoom, snap.H3ReclaimedSlow, "quic", "slow")
 	for k, v := range snap.H2Events {
 		counter(c.h2Events, v, k)
 	}

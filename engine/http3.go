@@ -122,6 +122,9 @@ func (s *Server) listenH3() error {
 		// it: within header_timeout, as on TCP (stateHandshake).
 		HandshakeTimeout: min(10*time.Second, s.cfg.Limits.HeaderTimeout.D()/2),
 		MaxConnections:   int64(s.cfg.Limits.MaxConnections),
+		PerAddress:       s.peers,
+		MinRate:          int64(s.cfg.Limits.MinSendRate),
+		RateWindow:       s.cfg.Limits.MinSendRateWindow.D(),
 		Allow0RTT:        c.Allow0RTT,
 		UDPBuffer:        int(c.UDPBuffer),
 		Wrap:             wrap,

@@ -735,40 +735,6 @@ func TestH3UDPPortInUse(t *testing.T) {
 	ln.Close()
 }
 
-// TestH3MaxConnections: past max_connections new QUIC connections are
-// refused; the open one is unharmed.
-func TestH3MaxConnections(t *testing.T) {
-	root := siteRoot(t)
-	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 1\n")
-	first := (&http3.Transport{}).NewClientConn(dialQUIC(t, ts.addr, pki))
-	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().H3Active == 1 }) {
-		t.Fatal("first connection not counted")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
-	defer cancel()
-	c, err := quic.DialAddr(ctx, ts.addr, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}}, nil)
-	if err == nil {
-		c.CloseWithError(0, "")
-		t.Fatal("a second connection was accepted with max_connections = 1")
-	}
-	var te *quic.TransportError
-	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
-		t.Errorf("second connection: %v, want CONNECTION_REFUSED", err)
-	}
-	if st := ts.Stats(); st.H3Refused < 1 { // counted per Initial packet refused
-		t.Errorf("refused %d", st.H3Refused)
-	}
-	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
-	resp, err := first.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Error(resp.Status)
-	}
-}
-
 // TestH3FileShrinks: a file cut short while it is sent resets the stream,
 // so the client never takes a short body for the whole file.
 func TestH3FileShrinks(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/proxy"
+	"github.com/mediaship/engine/internal/peershare"
 	"github.com/mediaship/engine/internal/reuseport"
 
 	"github.com/mediaship/engine/engine/accesslog"
@@ -48,6 +49,7 @@ type Server struct {
 	cache   *files.Cache
 	digests *digests.Store
 	group   *reactor.Group
+	peers   *peershare.Table // connections per client address: TCP (every listener) and QUIC
 	alog    *accesslog.Log
 	limits  h1.Limits
 	h3      *h3.Server              // nil when no site serves HTTP/3
@@ -149,12 +151,17 @@ type Stats struct {
 	// (h2.Event).
 	H2Events map[string]int64
 
-	H3Connections int64 `metric:"h3_connections_total" help:"HTTP/3 connections accepted."`                            // HTTP/3 connections accepted
-	H3Active      int64 `metric:"h3_open_connections,gauge" help:"HTTP/3 connections open now."`                       // HTTP/3 connections open now
-	H3Refused     int64 `metric:"h3_refused_total" help:"HTTP/3 connection attempts refused at max_connections."`      // HTTP/3 connection attempts (Initial packets) refused at max_connections
-	H3Streams     int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
-	H3Resets      int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned
-	H3Stalled     int64 `metric:"h3_stalled_total" help:"HTTP/3 responses reset after send_timeout without progress."` // HTTP/3 responses reset after send_timeout without progress
+	H3Connections int64 `metric:"h3_connections_total" help:"HTTP/3 connections accepted."`                       // HTTP/3 connections accepted
+	H3Active      int64 `metric:"h3_open_connections,gauge" help:"HTTP/3 connections open now."`                  // HTTP/3 connections open now
+	H3Refused     int64 `metric:"h3_refused_total" help:"HTTP/3 connection attempts refused at max_connections."` // HTTP/3 connection attempts (Initial packets) refused at max_connections
+	// The fair share on QUIC (h3/share.go): attempts refused at their
+	// address's share, connections closed to admit new ones (idle, or
+	// slower than min_send_rate), new clients asked for a Retry first.
+	H3RefusedAddress, H3ReclaimedIdle, H3ReclaimedSlow int64
+	H3Retries                                          int64 `metric:"quic_retries_total" help:"New QUIC connections asked to prove their address with a Retry first (under pressure, or from an address holding half its share)."`
+	H3Streams                                          int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
+	H3Resets                                           int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned
+	H3Stalled                                          int64 `metric:"h3_stalled_total" help:"HTTP/3 responses reset after send_timeout without progress."` // HTTP/3 responses reset after send_timeout without progress
 	// H3ConnErrors counts HTTP/3 connections closed with an error, by
 	// side and code ("local H3_FRAME_UNEXPECTED").
 	H3ConnErrors map[string]int64
@@ -187,6 +194,10 @@ type Stats struct {
 	// response, while idle, or found when taken from the pool): they
 	// would have been read as the next request's response.
 	ProxyUnsolicited int64 `metric:"upstream_unsolicited_total" help:"Upstream connections closed, not reused, for bytes no request asked for (an upstream answering twice)." when:"proxy"`
+	// ProxyPreempted counts proxied responses reset because their client
+	// took nothing for 5 s while another request waited for their
+	// upstream connection.
+	ProxyPreempted int64 `metric:"upstream_preempted_total" help:"Proxied responses reset because their client took no bytes for 5s while another request waited for their upstream connection (max_conns)." when:"proxy"`
 
 	// The edge cache: requests of cached routes answered from it and
 	// sent to the origin, objects stored, fills whose bytes did not match
@@ -290,10 +301,21 @@ func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error)
 		return nil, err
 	}
 	s.cache = files.NewCache(files.Config{Logger: log, KnownDigest: s.digests.Known, Outboards: s.digests.Trees()})
+	// A share as large as max_connections limits nothing: an address
+	// then holds every slot only as any connections do, and at the limit
+	// max_connections' own reclaiming decides.
+	perAddr := cfg.Limits.MaxConnectionsPerAddress
+	if perAddr >= cfg.Limits.MaxConnections {
+		perAddr = 0
+	}
+	s.peers = peershare.New(perAddr, cfg.Limits.AddressIPv6Prefix, cfg.ReverseProxy.Trusted)
 	rc := reactor.Config{
-		Addr:     cfg.Listen,
-		Workers:  cfg.Workers,
-		MaxConns: cfg.Limits.MaxConnections,
+		Addr:       cfg.Listen,
+		Workers:    cfg.Workers,
+		MaxConns:   cfg.Limits.MaxConnections,
+		PerAddress: s.peers,
+		MinRate:    int64(cfg.Limits.MinSendRate),
+		RateWindow: cfg.Limits.MinSendRateWindow.D(),
 		// Room for a request head, and for a whole HTTP/2 frame.
 		ReadBuffer:  max(int(cfg.Limits.MaxHeaderBytes)+4<<10, 20<<10),
 		SendTimeout: cfg.Limits.SendTimeout.D(),

@@ -84,9 +84,15 @@ func newPKIFor(t testing.TB, dir string, use x509.ExtKeyUsage, names ...string) 
 // startTLS serves root over TLS with a fresh certificate for localhost.
 func startTLS(t testing.TB, root, extra string) (*testServer, *testPKI) {
 	t.Helper()
+	return startTLSLog(t, root, extra, nil)
+}
+
+// startTLSLog is startTLS with the server's log also written to w.
+func startTLSLog(t testing.TB, root, extra string, w io.Writer) (*testServer, *testPKI) {
+	t.Helper()
 	pki := newPKI(t, t.TempDir(), "localhost")
-	ts := start(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s",
-		root, root, pki.certFile, pki.keyFile, extra))
+	ts := startLog(t, fmt.Sprintf("root = %q\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s",
+		root, root, pki.certFile, pki.keyFile, extra), w)
 	return ts, pki
 }
 

@@ -17,6 +17,9 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/mediaship/engine/internal/loglimit"
+	"github.com/mediaship/engine/internal/peershare"
 )
 
 // Config tunes an HTTP/3 listener. The zero value of each field means its
@@ -67,9 +70,21 @@ type Config struct {
 	// wait for a stream's first bytes and for a request's HEADERS frame;
 	// the stream is reset past it. Zero means 10s.
 	HeaderTimeout time.Duration
-	// MaxConnections refuses new connections (CONNECTION_REFUSED) while
-	// this many are open. Zero means 8192.
+	// MaxConnections bounds connections, handshakes under way included.
+	// At the limit a new connection is admitted by closing the one idle
+	// longest (no request in progress), else the slowest below MinRate,
+	// and refused (CONNECTION_REFUSED) when there is none (share.go).
+	// Zero means 8192.
 	MaxConnections int64
+	// PerAddress, when set, bounds the connections of one client address
+	// (counted with the TCP listeners sharing the table): past it a new
+	// one is refused.
+	PerAddress *peershare.Table
+	// MinRate is the rate, bytes a second over RateWindow, below which a
+	// connection with requests in flight may be closed at
+	// MaxConnections. Zero: never. RateWindow zero means 20s.
+	MinRate    int64
+	RateWindow time.Duration
 	// Allow0RTT accepts requests in 0-RTT data. They can be replayed by
 	// an attacker; off unless set.
 	Allow0RTT bool
@@ -120,6 +135,11 @@ type Server struct {
 	// neither reached the pumps nor ended: handshakes under way.
 	handshaking atomic.Int64
 	stats       counters
+	live        live
+	lim         *loglimit.Limiter // refusals and closings at the limits
+	rollOnce    sync.Once         // starts rollWindows
+	closed      chan struct{}     // closed by Close and Shutdown: rollWindows ends
+	closeOnce   sync.Once
 }
 
 // handshake marks one connection quic-go began; its end is counted once,
@@ -140,7 +160,8 @@ func (h *handshake) end() {
 // counters are a Server's statistics, updated from quic-go's goroutines
 // and read by Stats.
 type counters struct {
-	conns, refused, handshakeFailures atomic.Int64 // independent counts
+	conns, refused, handshakeFailures                     atomic.Int64 // independent counts
+	refusedAddress, reclaimedIdle, reclaimedSlow, retries atomic.Int64
 
 	mu     sync.Mutex       // guards errors
 	errors map[string]int64 // guarded by mu; connection closes with an error, by code
@@ -151,6 +172,11 @@ type Stats struct {
 	Connections int64 // accepted after the handshake
 	Active      int64 // open now
 	Refused     int64 // refused at MaxConnections
+	// RefusedAddress were refused at their address's share (PerAddress);
+	// ReclaimedIdle and ReclaimedSlow closed to admit new ones at
+	// MaxConnections; Retries the new connections asked to prove their
+	// address first.
+	RefusedAddress, ReclaimedIdle, ReclaimedSlow, Retries int64
 	// ConnErrors counts connections closed with an error, by error code
 	// ("H3_FRAME_UNEXPECTED", "STREAM_LIMIT_ERROR", …) and by who sent
 	// it: "local " or "remote " before the code.
@@ -186,11 +212,16 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.UDPBuffer == 0 {
 		cfg.UDPBuffer = 7 << 20
 	}
+	if cfg.RateWindow == 0 {
+		cfg.RateWindow = 20 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, accepting: make(chan struct{}),
-		pumped: make(chan *quic.Conn, acceptQueue), pumpDone: make(chan struct{})}
+		pumped: make(chan *quic.Conn, acceptQueue), pumpDone: make(chan struct{}), closed: make(chan struct{})}
+	s.live.conns = map[*quic.Conn]*connWatch{}
+	s.lim = loglimit.New(s.log, 5)
 	s.stats.errors = map[string]int64{}
 
 	var err error
@@ -237,18 +268,22 @@ func Listen(cfg Config) (*Server, error) {
 	s.tr = &quic.Transport{
 		Conn:                  pc,
 		ConnectionIDGenerator: cfg.ConnectionIDs,
-		ConnContext: func(ctx context.Context, _ *quic.ClientInfo) (context.Context, error) {
-			if s.active.Load() >= s.cfg.MaxConnections {
-				s.stats.refused.Add(1)
-				return nil, errors.New("h3: too many connections")
+		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+			key, err := s.admit(ci.RemoteAddr)
+			if err != nil {
+				return nil, err
 			}
 			// quic-go cancels ctx when the connection ends, accepted or
 			// not.
 			h := &handshake{s: s}
 			s.handshaking.Add(1)
-			context.AfterFunc(ctx, h.end)
+			context.AfterFunc(ctx, func() {
+				h.end()
+				s.cfg.PerAddress.Release(key)
+			})
 			return context.WithValue(ctx, handshakeKey{}, h), nil
 		},
+		VerifySourceAddress: s.verifyAddress,
 	}
 	qc := &quic.Config{
 		HandshakeIdleTimeout:           cfg.HandshakeTimeout,
@@ -283,7 +318,9 @@ func Listen(cfg Config) (*Server, error) {
 		Logger:         nil, // quic-go's own debug lines are not ours to print
 		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
 			ctx = context.WithValue(ctx, connKey{}, c)
-			return context.WithValue(ctx, watchKey{}, newConnWatch(c, cfg.IdleTimeout))
+			w := newConnWatch(c, cfg.IdleTimeout)
+			s.track(c, w)
+			return context.WithValue(ctx, watchKey{}, w)
 		},
 	}
 	if cfg.WebTransport != nil {
@@ -304,10 +341,16 @@ func Listen(cfg Config) (*Server, error) {
 // never became requests is closed (H3_NO_ERROR) idle_timeout after its
 // last request, whatever its streams are doing.
 type connWatch struct {
-	idle   time.Duration // immutable
-	mu     sync.Mutex    // guards active and the timer's Stop and Reset
-	active int           // guarded by mu: requests in the handler
-	timer  *time.Timer   // fires idle after the last request ended
+	idle      time.Duration // immutable
+	mu        sync.Mutex    // guards active, idleSince and the timer's Stop and Reset
+	active    int           // guarded by mu: requests in the handler
+	idleSince time.Time     // guarded by mu: when active last fell to 0
+	timer     *time.Timer   // fires idle after the last request ended
+
+	// The rate window, guarded by Server.live.mu: bytes sent at the
+	// start of this window and of the one before, and when they began.
+	winSent, prevSent   uint64
+	winStart, prevStart time.Time
 }
 
 type watchKey struct{}
@@ -340,6 +383,7 @@ func (a activity) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			w.mu.Lock()
 			if w.active--; w.active == 0 {
 				w.timer.Reset(w.idle)
+				w.idleSince = time.Now()
 			}
 			w.mu.Unlock()
 		}()
@@ -391,6 +435,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.tr.Close()
 	s.udp.Close() // the Transport closes only a socket it made itself
+	s.closeOnce.Do(func() { close(s.closed) })
 	return err
 }
 
@@ -447,6 +492,7 @@ func (s *Server) Close() error {
 	s.ln.Close()
 	s.tr.Close()
 	s.udp.Close()
+	s.closeOnce.Do(func() { close(s.closed) })
 	return err
 }
 
@@ -464,7 +510,12 @@ func (s *Server) Stats() Stats {
 		Connections: s.stats.conns.Load(),
 		Active:      s.active.Load(),
 		Refused:     s.stats.refused.Load(),
-		ConnErrors:  map[string]int64{},
+
+		RefusedAddress: s.stats.refusedAddress.Load(),
+		ReclaimedIdle:  s.stats.reclaimedIdle.Load(),
+		ReclaimedSlow:  s.stats.reclaimedSlow.Load(),
+		Retries:        s.stats.retries.Load(),
+		ConnErrors:     map[string]int64{},
 	}
 	s.stats.mu.Lock()
 	for k, v := range s.stats.errors {

@@ -254,6 +254,29 @@ type Limits struct {
 	// (keep-alive idle, no request yet), never one with a response in
 	// progress, and refuses it when there is none. Zero means 8192.
 	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerAddress bounds the connections one client address
+	// holds, TCP and QUIC together, over every worker (IPv6 addresses by
+	// their AddressIPv6Prefix, which one client usually owns): past it a
+	// new connection is closed at once, counted and logged. Addresses in
+	// [reverse_proxy] trusted_proxies (a load balancer carrying many
+	// clients) are not limited. Zero means max_connections/8, at least
+	// 64 and at most max_connections; max_connections turns it off.
+	MaxConnectionsPerAddress int `toml:"max_connections_per_address"`
+	// AddressIPv6Prefix is the prefix length by which IPv6 clients are
+	// counted (max_connections_per_address, the reverse proxy's shares;
+	// WebTransport's max_sessions_per_address always counts by /64).
+	// Zero means 64.
+	AddressIPv6Prefix int `toml:"address_ipv6_prefix"`
+	// MinSendRate is the rate, in bytes a second over MinSendRateWindow,
+	// below which a response in flight may be closed to admit a new
+	// client at max_connections, the slowest first, once no connection
+	// waits for its client (in the spirit of Apache's MinRate): a client
+	// reading a few bytes a second keeps its slot only while nobody else
+	// needs it. TCP, TLS and QUIC alike. Zero means 4KiB.
+	MinSendRate Size `toml:"min_send_rate"`
+	// MinSendRateWindow is what MinSendRate is measured over: one to two
+	// of these. Zero means 20s.
+	MinSendRateWindow Duration `toml:"min_send_rate_window"`
 }
 
 // Runtime holds tuning knobs in the seed product's shape.

@@ -374,6 +374,30 @@ func (c *Config) validateLimits(errs *Errors) {
 	if l.MaxConnections < 1 || l.MaxConnections > 1<<24 {
 		errs.add(c.errAt("limits.max_connections", "%d is out of range; expected 1 to 16777216", l.MaxConnections))
 	}
+	if l.MaxConnectionsPerAddress == 0 {
+		l.MaxConnectionsPerAddress = min(l.MaxConnections, max(64, l.MaxConnections/8))
+	}
+	if l.MaxConnectionsPerAddress < 1 || l.MaxConnectionsPerAddress > l.MaxConnections {
+		errs.add(c.errAt("limits.max_connections_per_address", "%d is out of range; expected 1 up to max_connections (%d), which turns the limit off", l.MaxConnectionsPerAddress, l.MaxConnections))
+	}
+	if l.AddressIPv6Prefix == 0 {
+		l.AddressIPv6Prefix = 64
+	}
+	if l.AddressIPv6Prefix < 16 || l.AddressIPv6Prefix > 128 {
+		errs.add(c.errAt("limits.address_ipv6_prefix", "%d is out of range; expected a prefix length of 16 to 128 (64 counts each /64 as one client)", l.AddressIPv6Prefix))
+	}
+	if l.MinSendRate == 0 {
+		l.MinSendRate = 4 << 10
+	}
+	if l.MinSendRate < 1 || l.MinSendRate > 1<<30 {
+		errs.add(c.errAt("limits.min_send_rate", "%v is out of range; expected 1B (only stalled responses) to 1GiB, in bytes a second", l.MinSendRate))
+	}
+	if l.MinSendRateWindow == 0 {
+		l.MinSendRateWindow = Duration(20e9)
+	}
+	if l.MinSendRateWindow < Duration(1e9) || l.MinSendRateWindow > Duration(600e9) {
+		errs.add(c.errAt("limits.min_send_rate_window", "%v is out of range; expected 1s to 10m", l.MinSendRateWindow.D()))
+	}
 }
 
 // validateRuntime checks [runtime.settings].

@@ -121,9 +121,14 @@ type Exchange struct {
 	// carry the next request instead of being closed.
 	draining   bool
 	drained    int64
-	drainUntil time.Time // the drain's end, whatever the upstream sends
-	moved      int64     // response body bytes passed to the client
-	started    time.Time // NewExchange: the upstream header time counts from here
+	drainUntil time.Time  // the drain's end, whatever the upstream sends
+	moved      int64      // response body bytes passed to the client
+	peerKey    netip.Addr // the client's count in Table.Peers while it holds a connection
+	// The upstream connection's progress (reactor.Conn.Progress) when
+	// last looked at by preempt, and since when it has been that.
+	lastProg  uint64
+	progSince int64
+	started   time.Time // NewExchange: the upstream header time counts from here
 }
 
 // NewExchange is the exchange of a request for route rt on loop l,
@@ -288,6 +293,8 @@ func (ex *Exchange) holdUp(uc *upConn) {
 	ex.tried = uc.up.Addr
 	uc.up.Active.Add(1)
 	ex.l.byIP[ex.peer.Addr()]++
+	ex.peerKey, _ = ex.l.t.Peers.Acquire(ex.peer.Addr())
+	ex.l.held[ex] = struct{}{}
 }
 
 // dropUp takes the exchange's upstream connection from it, uncounted; the
@@ -303,6 +310,9 @@ func (ex *Exchange) dropUp() *upConn {
 	if p.byIP[ip]--; p.byIP[ip] <= 0 {
 		delete(p.byIP, ip)
 	}
+	p.t.Peers.Release(ex.peerKey)
+	ex.peerKey = netip.Addr{}
+	delete(p.held, ex)
 	return uc
 }
 

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/reactor"
@@ -27,8 +28,9 @@ type Loop struct {
 	idle   map[*routing.Upstream][]*upConn
 	open   map[*routing.Upstream]int // connections open (connecting, busy or idle)
 	wait   map[*routing.Upstream][]*Exchange
-	byIP   map[netip.Addr]int // upstream connections held by each client address's exchanges
-	parser *h1.Parser         // upstream response heads
+	byIP   map[netip.Addr]int     // upstream connections held by each client address's exchanges
+	held   map[*Exchange]struct{} // exchanges holding an upstream connection
+	parser *h1.Parser             // upstream response heads
 }
 
 // NewLoop is t's proxy on loop rl, logging to log (and through lim),
@@ -37,6 +39,7 @@ type Loop struct {
 func NewLoop(t *Table, rl *reactor.Loop, log *slog.Logger, lim *loglimit.Limiter, limits *config.Limits, requests *atomic.Int64) *Loop {
 	return &Loop{t: t, rl: rl, log: log, lim: lim, requests: requests,
 		idle: map[*routing.Upstream][]*upConn{}, open: map[*routing.Upstream]int{}, wait: map[*routing.Upstream][]*Exchange{}, byIP: map[netip.Addr]int{},
+		held:   map[*Exchange]struct{}{},
 		parser: h1.NewParser(h1.Limits{MaxHeadBytes: int(limits.MaxHeaderBytes), MaxHeaders: limits.MaxHeaders * 2})}
 }
 
@@ -93,14 +96,15 @@ func (p *Loop) full(u *routing.Upstream, r *routing.Route) bool {
 }
 
 // overShare reports whether the client at ip holds half of max_conns
-// already (its exchanges on this loop, to any upstream), and should wait
-// for one of its own to end even though a connection may be free: so
-// that one client that stops reading on many streams cannot hold every
-// connection. Addresses in trusted_proxies (a load balancer in front,
-// carrying many clients) are not limited.
+// already, on this loop or over every loop together (its exchanges, to
+// any upstream; IPv6 by prefix), and should wait for one of its own to
+// end even though a connection may be free: so that one client that
+// stops reading on many streams cannot hold every connection. Addresses
+// in trusted_proxies (a load balancer in front, carrying many clients)
+// are not limited.
 func (p *Loop) overShare(r *routing.Route, ip netip.Addr) bool {
 	limit := *r.Cfg.MaxConns
-	if limit == 0 || p.byIP[ip] < max(1, limit/2) {
+	if limit == 0 || p.byIP[ip] < max(1, limit/2) && p.t.Peers.Held(ip) < max(1, limit*max(1, p.t.workers)/2) {
 		return false
 	}
 	for _, t := range p.t.Trusted {
@@ -120,10 +124,24 @@ func (p *Loop) admitLater(u *routing.Upstream) {
 	}
 	p.rl.Post(func() {
 		l := p.wait[u]
-		for i, ex := range l {
-			if !ex.done && (len(p.idle[u]) == 0 && p.full(u, ex.r) || p.overShare(ex.r, ex.peer.Addr())) {
-				continue // no connection for it yet; the oldest that can go, goes
+		// The request whose client address holds the fewest upstream
+		// connections goes first, the oldest of those: a crowd of
+		// addresses with requests queued cannot keep a newcomer waiting.
+		i, least := -1, 0
+		for j, ex := range l {
+			if ex.done {
+				i = j // gone: taken out first
+				break
 			}
+			if len(p.idle[u]) == 0 && p.full(u, ex.r) || p.overShare(ex.r, ex.peer.Addr()) {
+				continue // no connection for it yet
+			}
+			if n := p.t.Peers.Held(ex.peer.Addr()); i < 0 || n < least {
+				i, least = j, n
+			}
+		}
+		if i >= 0 {
+			ex := l[i]
 			p.wait[u] = append(l[:i], l[i+1:]...)
 			l[len(l)-1] = nil
 			if ex.done {
@@ -156,8 +174,52 @@ func (p *Loop) Expire(now int64) (waiting bool) {
 			delete(p.wait, u)
 		}
 		waiting = waiting || len(l) > 0
+		if len(l) > 0 {
+			p.preempt(u, now)
+		}
 	}
 	return waiting
+}
+
+// stallGrace is how long an exchange's client may take no bytes of a
+// response before the exchange gives up its upstream connection to a
+// request that waits for one (preempt).
+const stallGrace = 5 * time.Second
+
+// preempt resets the exchange on u whose client has taken nothing for
+// stallGrace, the longest stalled, when a request waits for a connection
+// to u that only a full pool keeps from it: an upstream connection is
+// held for a client that reads, while one that stops reading keeps it
+// only as long as nobody else needs it (send_timeout bounds it when
+// nobody does). A client slow but reading is left alone.
+func (p *Loop) preempt(u *routing.Upstream, now int64) {
+	needed := false
+	for _, ex := range p.wait[u] {
+		if !ex.done && p.full(u, ex.r) && len(p.idle[u]) == 0 && !p.overShare(ex.r, ex.peer.Addr()) {
+			needed = true
+			break
+		}
+	}
+	var victim *Exchange
+	for ex := range p.held {
+		if ex.up == nil || ex.up.up != u || ex.done || !ex.respHead || ex.respDone || ex.draining {
+			continue
+		}
+		if pr := ex.up.c.Progress(); pr != ex.lastProg || ex.progSince == 0 || !ex.splicing && ex.cl.Room() {
+			ex.lastProg, ex.progSince = pr, now // moving, or waiting on its upstream, not its client
+			continue
+		}
+		if needed && now-ex.progSince >= int64(stallGrace) && (victim == nil || ex.progSince < victim.progSince) {
+			victim = ex
+		}
+	}
+	if victim == nil {
+		return
+	}
+	p.t.Stats.ProxyPreempted.Add(1)
+	p.lim.Note("proxy: a client that took no response bytes for 5s gave up its upstream connection to a waiting request",
+		"route", victim.r.Key, "upstream", u.Name, "client", victim.peer, "path", victim.path)
+	victim.abort("client stalled while a request waited for its connection")
 }
 
 func (p *Loop) remove(uc *upConn) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/routing"
+	"github.com/mediaship/engine/internal/peershare"
 )
 
 // Table is the reverse proxy's routes (those that terminate TLS), and
@@ -12,6 +13,14 @@ import (
 type Table struct {
 	*routing.Routes
 	Stats Counters
+	// Peers counts the upstream connections each client address's
+	// exchanges hold, over every loop (never limits by itself: overShare
+	// compares it with the route's share).
+	Peers *peershare.Table
+	// workers is the number of loops sharing the table: a route's
+	// max_conns is per loop, so its connections over all loops are
+	// max_conns times this.
+	workers int
 	// H2Buffered is the proxied response bytes every HTTP/2 stream of
 	// the server holds ahead of its client (proxy_h2_tls_total_send_buffer_bytes
 	// bounds it).
@@ -25,6 +34,10 @@ type Counters struct {
 	ProxyBadResponses, ProxyDrained, ProxyQueued                       atomic.Int64
 	// ProxyUnsolicited: connections closed for bytes no request asked for.
 	ProxyUnsolicited atomic.Int64
+	// ProxyPreempted: exchanges whose client took nothing for
+	// stallGrace, reset to give their upstream connection to a request
+	// that waited for one.
+	ProxyPreempted atomic.Int64
 }
 
 // New is cfg's table; nil without routes that terminate TLS.
@@ -33,5 +46,5 @@ func New(cfg *config.Config) (*Table, error) {
 	if rt == nil || err != nil {
 		return nil, err
 	}
-	return &Table{Routes: rt}, nil
+	return &Table{Routes: rt, Peers: peershare.New(0, cfg.Limits.AddressIPv6Prefix, rt.Trusted), workers: cfg.WorkerCount()}, nil
 }

@@ -58,11 +58,16 @@ type Conn struct {
 	idleSince       int64 // MarkIdle: loop time since when; 0 = not idle
 	sendTimeout     int64 // overrides Config.SendTimeout when set
 	pipe            [2]int
-	pipeLen         int   // bytes in pipe, read from the source and not yet written
-	bulk            bool  // SetBulkInput: read into bulkReadBuffer
-	streamed        int64 // bytes taken from the socket in bulk since it was last unbatched
-	batched         bool  // SO_RCVLOWAT raised (batch.go)
-	batchWake       int64 // when a batched socket last woke the loop
+	pipeLen         int        // bytes in pipe, read from the source and not yet written
+	bulk            bool       // SetBulkInput: read into bulkReadBuffer
+	streamed        int64      // bytes taken from the socket in bulk since it was last unbatched
+	batched         bool       // SO_RCVLOWAT raised (batch.go)
+	batchWake       int64      // when a batched socket last woke the loop
+	addrKey         netip.Addr // what Config.PerAddress counts it under; zero: not counted
+	// The rate window (Config.MinRate): sent at the start of the current
+	// window and of the one before it, and when they began (0: not yet).
+	winSent, prevSent   int64
+	winStart, prevStart int64
 
 	// Outbound connections (Loop.Dial) only.
 	h          Handler // serves this connection instead of the loop's handler
@@ -163,6 +168,10 @@ func (c *Conn) Write(p []byte) {
 }
 
 // WriteRef queues p without copying it. The caller keeps p unchanged until
+// Progress is a count that changes whenever the connection's input or
+// output moves (bytes read or consumed, written, spliced from it).
+func (c *Conn) Progress() uint64 { return c.progress }
+
 // Pending reports false or the connection closes.
 func (c *Conn) WriteRef(p []byte) {
 	if len(p) > 0 {

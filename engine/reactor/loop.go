@@ -3,10 +3,13 @@ package reactor
 import (
 	"errors"
 	"log/slog"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mediaship/engine/internal/loglimit"
 )
 
 // Special epoll data values; connection slots are >= 0.
@@ -25,7 +28,8 @@ type Loop struct {
 	cfg      *Config
 	log      *slog.Logger
 	handler  Handler
-	maxConns int // this loop's share of Config.MaxConns
+	maxConns int               // this loop's share of Config.MaxConns
+	lim      *loglimit.Limiter // lines clients cause: refusals, closings at max_connections
 	epfd     int
 	efd      int // eventfd: the door into the loop
 	sys      loopSys
@@ -288,13 +292,27 @@ func (l *Loop) acceptAll() {
 			}
 			return
 		}
+		var key netip.Addr
+		if t := l.cfg.PerAddress; t != nil {
+			var ok bool
+			if key, ok = t.Acquire(peer.Addr()); !ok {
+				l.stats.refusedAddress.Add(1)
+				l.lim.Note("connection refused: its client address holds max_connections_per_address", "addr", peer.Addr(), "limit", t.Limit())
+				closeFd(fd)
+				continue
+			}
+		}
 		if !l.admit() {
+			l.cfg.PerAddress.Release(key)
 			l.stats.rejected.Add(1)
-			l.warnFull("max_connections reached and no connection is idle: new connection refused")
+			l.warnFull("max_connections reached and no connection is idle or slow: new connection refused")
+			l.lim.Note("connection refused at max_connections", "addr", peer.Addr())
 			closeFd(fd)
 			continue
 		}
 		c := l.newConn(fd, peer)
+		c.addrKey = key
+		c.winStart = l.now
 		if err := epollAdd(l.epfd, fd, c.slot); err != nil {
 			l.log.Warn("epoll add", "err", err)
 			l.freeConn(c)
@@ -334,9 +352,11 @@ func (l *Loop) admit() bool {
 			victim = c
 		}
 	}
+	why := &l.stats.reclaimedWaiting
 	if victim == nil {
 		// Then the connection idle longest past ReclaimAfter by its
 		// handler's word (MarkIdle).
+		why = &l.stats.reclaimedIdle
 		for _, c := range l.slots {
 			if c == nil || c.outbound || c.closed || c.busy || c.idleSince == 0 || l.now-c.idleSince < int64(l.cfg.ReclaimAfter) {
 				continue
@@ -346,11 +366,32 @@ func (l *Loop) admit() bool {
 			}
 		}
 	}
+	if victim == nil && l.cfg.MinRate > 0 {
+		// Last, the response in flight that moved the fewest bytes over
+		// the rate window, if that is below MinRate: a client reading a
+		// few bytes a second holds its slot no longer than it takes
+		// another to ask for it.
+		why = &l.stats.reclaimedSlow
+		var least float64
+		for _, c := range l.slots {
+			if c == nil || c.outbound || c.closed || c.busy || len(c.out) == 0 || c.prevStart == 0 {
+				continue
+			}
+			rate := float64(c.sent-c.prevSent) / time.Duration(l.now-c.prevStart).Seconds()
+			if rate < float64(l.cfg.MinRate) && (victim == nil || rate < least) {
+				victim, least = c, rate
+			}
+		}
+		if victim != nil {
+			l.lim.Note("closing a slow response to admit a new connection at max_connections", "addr", victim.peer.Addr(), "bytes_per_second", int64(least), "min_send_rate", l.cfg.MinRate)
+		}
+	}
 	if victim == nil {
 		return false
 	}
+	why.Add(1)
 	l.stats.reclaimed.Add(1)
-	l.warnFull("max_connections reached: closing connections that wait for their clients to admit new ones")
+	l.warnFull("max_connections reached: closing connections that wait for their clients, or the slowest, to admit new ones")
 	l.closeConn(victim, false)
 	return true
 }
@@ -642,6 +683,8 @@ func (l *Loop) closeConn(c *Conn, abort bool) {
 		l.outbound--
 	} else {
 		l.stats.open.Add(-1)
+		l.cfg.PerAddress.Release(c.addrKey)
+		c.addrKey = netip.Addr{}
 	}
 	if c.busy {
 		c.closedLater = true // a worker still uses the handler's state
@@ -728,9 +771,16 @@ func (l *Loop) sweep() {
 		}
 	}
 	send := int64(l.cfg.SendTimeout)
+	window := int64(l.cfg.RateWindow)
 	for _, c := range l.slots {
 		if c == nil || c.closed {
 			continue
+		}
+		if l.cfg.MinRate > 0 && l.now-c.winStart >= window {
+			// The rate is measured from the start of the window before
+			// this one: over one to two windows, never less.
+			c.prevSent, c.prevStart = c.winSent, c.winStart
+			c.winSent, c.winStart = c.sent, l.now
 		}
 		limit := send
 		if c.sendTimeout > 0 {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mediaship/engine/internal/peershare"
 	"github.com/mediaship/engine/internal/reuseport"
 )
 
@@ -76,6 +77,18 @@ type Config struct {
 	// More than Workers is refused: a socket no loop watches would hold
 	// its queued connections until they time out.
 	Inherit []int
+	// PerAddress, when set, bounds the connections of one client
+	// address (counted with every other transport and worker sharing the
+	// table): past its limit a new connection is closed at once.
+	PerAddress *peershare.Table
+	// MinRate is the transfer rate, in bytes a second over RateWindow,
+	// below which a connection with a response in flight may be closed
+	// to admit a new one at MaxConns (the slowest first), when no
+	// connection waits for its client. Zero: responses in flight are
+	// never closed for this.
+	MinRate int64
+	// RateWindow is what MinRate is measured over. Zero means 20s.
+	RateWindow time.Duration
 	// Steering is the previous group's steering program, adopted with
 	// Inherit (one socket per worker) so that connections keep being
 	// spread by CPU across a handover; nil attaches a new one.
@@ -101,6 +114,9 @@ func (c *Config) withDefaults() {
 	if c.SendTimeout <= 0 {
 		c.SendTimeout = 60 * time.Second
 	}
+	if c.RateWindow <= 0 {
+		c.RateWindow = 20 * time.Second
+	}
 	if c.LingerTimeout <= 0 {
 		c.LingerTimeout = 2 * time.Second
 	}
@@ -115,17 +131,26 @@ func (c *Config) withDefaults() {
 // Stats are counters summed over loops. A field's metric and help tags
 // name and describe it on the engine's /metrics.
 type Stats struct {
-	Accepted    int64 `metric:"connections_accepted_total" help:"TCP connections accepted."` // connections accepted
-	Rejected    int64 // closed at once: over MaxConns with no waiting connection to close
-	Reclaimed   int64 `metric:"connections_reclaimed_total" help:"Idle connections closed to admit new ones at max_connections."` // waiting connections closed to admit new ones at MaxConns
-	Open        int64 // connections open now
-	BytesMem    int64 // bytes written from memory
-	BytesFile   int64 // bytes written by sendfile
-	BytesSplice int64 // bytes written by splice from another socket (proxied bodies)
-	Timeouts    int64 // connections closed by a deadline
-	Aborted     int64 // connections reset (file shrank, handler abort)
-	WriteError  int64 // connections closed on a write error (peer gone)
-	AcceptErr   int64 // accept failures (out of descriptors), each pausing accepts briefly
+	Accepted  int64 `metric:"connections_accepted_total" help:"TCP connections accepted."` // connections accepted
+	Rejected  int64 // closed at once: over MaxConns with no waiting connection to close
+	Reclaimed int64 `metric:"connections_reclaimed_total" help:"Idle connections closed to admit new ones at max_connections."` // waiting connections closed to admit new ones at MaxConns
+	// Why connections were closed to admit new ones at MaxConns:
+	// ReclaimedWaiting waited for their client (silent, a head under
+	// way, keep-alive), ReclaimedIdle were idle relays, ReclaimedSlow had
+	// a response in flight moving slower than MinRate. Reclaimed is the
+	// three together.
+	ReclaimedWaiting, ReclaimedIdle, ReclaimedSlow int64
+	// RefusedAddress is connections closed at once because their client
+	// address held its share (Config.PerAddress).
+	RefusedAddress int64
+	Open           int64 // connections open now
+	BytesMem       int64 // bytes written from memory
+	BytesFile      int64 // bytes written by sendfile
+	BytesSplice    int64 // bytes written by splice from another socket (proxied bodies)
+	Timeouts       int64 // connections closed by a deadline
+	Aborted        int64 // connections reset (file shrank, handler abort)
+	WriteError     int64 // connections closed on a write error (peer gone)
+	AcceptErr      int64 // accept failures (out of descriptors), each pausing accepts briefly
 	// How output met the sockets: Writes is the write calls (sendmsg,
 	// sendfile) that moved bytes; SocketFull how often a socket refused
 	// more (EAGAIN), and FullWait the time, summed over connections, from
@@ -146,6 +171,7 @@ type counters struct {
 	accepted, rejected, reclaimed, open, bytesMem, bytesFile, bytesSplice, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 	writes, full, fullWait                                                                                           atomic.Int64
 	batches                                                                                                          atomic.Int64 // sockets whose input was batched (batch.go)
+	reclaimedWaiting, reclaimedIdle, reclaimedSlow, refusedAddress                                                   atomic.Int64
 }
 
 // ErrClosed is returned by Run after Shutdown.
@@ -391,6 +417,10 @@ func (g *Group) Stats() Stats {
 		s.Accepted += c.accepted.Load()
 		s.Rejected += c.rejected.Load()
 		s.Reclaimed += c.reclaimed.Load()
+		s.ReclaimedWaiting += c.reclaimedWaiting.Load()
+		s.ReclaimedIdle += c.reclaimedIdle.Load()
+		s.ReclaimedSlow += c.reclaimedSlow.Load()
+		s.RefusedAddress += c.refusedAddress.Load()
 		s.Open += c.open.Load()
 		s.BytesMem += c.bytesMem.Load()
 		s.BytesFile += c.bytesFile.Load()

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mediaship/engine/internal/loglimit"
 	"github.com/mediaship/engine/internal/reuseport"
 )
 
@@ -36,6 +37,7 @@ type loopSys struct {
 func newLoop(g *Group, id int, addr string, maxConns, inherit int) (*Loop, string, error) {
 	l := &Loop{id: id, group: g, cfg: &g.cfg, log: g.log.With("loop", id), maxConns: maxConns,
 		epfd: -1, efd: -1, lfd: -1}
+	l.lim = loglimit.New(l.log, 5)
 	l.handler = g.cfg.NewHandler(l)
 	var err error
 	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {

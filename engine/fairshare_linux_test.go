@@ -1,0 +1,304 @@
+package engine_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// The fair share of connection slots (issue 40): a limit per client
+// address over TCP and QUIC together, responses slower than
+// min_send_rate closed to admit new clients at max_connections, idle
+// QUIC connections reclaimed there as TCP ones are, and a proxied
+// response whose client stopped reading giving its upstream connection
+// to a request that waits. Loopback's 127.0.0.0/8 gives the tests as
+// many client addresses as they need.
+
+// dialFrom opens a TCP connection to addr from the loopback address src.
+func dialFrom(t *testing.T, src, addr string) *rawConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: scale(5 * time.Second)}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(scale(60 * time.Second)))
+	return &rawConn{t: t, Conn: c, r: bufio.NewReaderSize(c, 64<<10)}
+}
+
+// quicFrom dials addr over QUIC (h3) from the loopback address src.
+func quicFrom(t *testing.T, src, addr string, pki *testPKI) (*quic.Conn, error) {
+	t.Helper()
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(src)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	t.Cleanup(func() { tr.Close(); udp.Close() })
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scale(5*time.Second))
+	defer cancel()
+	c, err := tr.Dial(ctx, ua, &tls.Config{RootCAs: pki.pool, ServerName: "localhost", NextProtos: []string{"h3"}}, &quic.Config{HandshakeIdleTimeout: scale(5 * time.Second)})
+	if err == nil {
+		t.Cleanup(func() { c.CloseWithError(0, "") })
+	}
+	return c, err
+}
+
+func refused(err error) bool {
+	var te *quic.TransportError
+	return errors.As(err, &te) && te.ErrorCode == quic.ConnectionRefused
+}
+
+// TestPerAddressLimit: max_connections_per_address counts one address's
+// TCP and QUIC connections together; past it a new one from that address
+// is closed at once (TCP) or refused (QUIC), counted and logged with the
+// address, while another address is served; a connection that ends gives
+// its address the room back.
+func TestPerAddressLimit(t *testing.T) {
+	root := siteRoot(t)
+	var log syncBuffer
+	ts, pki := startTLSLog(t, root, ktlsAuto+"[limits]\nmax_connections_per_address = 2\n", &log)
+	a := dialFrom(t, "127.0.0.2", ts.addr)
+	if _, err := quicFrom(t, "127.0.0.2", ts.addr, pki); err != nil {
+		t.Fatalf("the address's second connection (QUIC) was refused: %v", err)
+	}
+	// The third, over either transport, is one too many.
+	if c := dialFrom(t, "127.0.0.2", ts.addr); !c.closed(scale(5 * time.Second)) {
+		t.Error("a third TCP connection from the address stayed open")
+	}
+	if _, err := quicFrom(t, "127.0.0.2", ts.addr, pki); !refused(err) {
+		t.Errorf("a third connection (QUIC) from the address: %v, want CONNECTION_REFUSED", err)
+	}
+	// Another address is not concerned.
+	other := dialFrom(t, "127.0.0.3", ts.addr)
+	if other.closed(300 * time.Millisecond) {
+		t.Error("another address's connection was closed")
+	}
+	if _, err := quicFrom(t, "127.0.0.3", ts.addr, pki); err != nil {
+		t.Errorf("another address's QUIC connection: %v", err)
+	}
+	st := ts.Stats()
+	if st.RefusedAddress < 1 || st.H3RefusedAddress < 1 {
+		t.Errorf("refused per address: tcp %d, quic %d; want both counted", st.RefusedAddress, st.H3RefusedAddress)
+	}
+	if !strings.Contains(log.String(), "max_connections_per_address") || !strings.Contains(log.String(), "127.0.0.2") {
+		t.Errorf("no log line names the refused address:\n%s", log.String())
+	}
+	// The room comes back when a connection ends.
+	a.Close()
+	if !waitFor(scale(5*time.Second), func() bool {
+		c, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+		if err == nil {
+			c.CloseWithError(0, "")
+		}
+		return err == nil
+	}) {
+		t.Error("the address got no connection back after one of its own closed")
+	}
+}
+
+// stallTCP starts a download of path on c and stops reading once the head
+// is in: the response stays in flight, moving nothing.
+func stallTCP(t *testing.T, c *rawConn, path string) {
+	t.Helper()
+	c.send("GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if resp := c.head("GET"); resp.StatusCode != 200 {
+		t.Fatalf("%s: %s", path, resp.Status)
+	}
+}
+
+// tryGet asks for path on a new connection from src and reports whether
+// it was answered 200 within a second (false: the connection was closed
+// unanswered, refused at max_connections).
+func tryGet(t *testing.T, src, addr, path string) bool {
+	c := dialFrom(t, src, addr)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"); err != nil {
+		return false
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return false
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err == nil && resp.StatusCode == 200
+}
+
+// TestSlowResponseMakesRoom: at max_connections, with nobody waiting for
+// its client, a response in flight that moved less than min_send_rate
+// over its window is closed to admit a new client; one not yet measured
+// over a whole window is not, and the new client is refused.
+func TestSlowResponseMakesRoom(t *testing.T) {
+	for _, tc := range []struct {
+		window string
+		room   bool
+	}{{"1s", true}, {"10m", false}} {
+		t.Run("window "+tc.window, func(t *testing.T) {
+			root := siteRoot(t)
+			linkBig(t, root, "big.bin")
+			ts := start(t, fmt.Sprintf("root = %q\nworkers = 1\n[limits]\nmax_connections = 1\nmin_send_rate = \"1MiB\"\nmin_send_rate_window = %q\n", root, tc.window))
+			slow := dialFrom(t, "127.0.0.2", ts.addr)
+			stallTCP(t, slow, "/big.bin")
+			limit := scale(15 * time.Second)
+			if !tc.room {
+				limit = 3 * time.Second
+			}
+			got := waitFor(limit, func() bool { return tryGet(t, "127.0.0.3", ts.addr, "/alpha.txt") })
+			if got != tc.room {
+				t.Fatalf("a new client served: %v, want %v (slow response closed for room: %d)", got, tc.room, ts.Stats().ReclaimedSlow)
+			}
+			if !tc.room {
+				if ts.Stats().Rejected < 1 {
+					t.Error("refusals not counted")
+				}
+				return
+			}
+			if st := ts.Stats(); st.ReclaimedSlow != 1 {
+				t.Errorf("slow responses closed: %d, want 1", st.ReclaimedSlow)
+			}
+			slow.SetReadDeadline(time.Now().Add(scale(10 * time.Second)))
+			if _, err := io.Copy(io.Discard, slow.r); err != nil && !isReset(err) {
+				t.Errorf("the slow client's connection: %v, want it closed", err)
+			}
+		})
+	}
+}
+
+func isReset(err error) bool {
+	return errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "reset")
+}
+
+// TestH3MaxConnectionsShare: handshakes and connections count against
+// max_connections; at the limit a new QUIC connection is refused while
+// the open one has a request in flight (not yet measured slow), and is
+// admitted by closing the open one once it is idle.
+func TestH3MaxConnectionsShare(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 1\nmin_send_rate_window = \"10m\"\n")
+	qc, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := (&http3.Transport{}).NewClientConn(qc)
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+	resp, err := first.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In flight, unread.
+	if _, err := quicFrom(t, "127.0.0.3", ts.addr, pki); !refused(err) {
+		t.Fatalf("a second connection with max_connections = 1 and the first busy: %v, want CONNECTION_REFUSED", err)
+	}
+	if st := ts.Stats(); st.H3Refused < 1 {
+		t.Errorf("refused %d", st.H3Refused)
+	}
+	resp.Body.Close() // the request ends: the connection is idle
+	if !waitFor(scale(10*time.Second), func() bool {
+		c, err := quicFrom(t, "127.0.0.3", ts.addr, pki)
+		if err != nil {
+			return false
+		}
+		h := (&http3.Transport{}).NewClientConn(c)
+		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+		resp, err := h.RoundTrip(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}) {
+		t.Fatal("no new connection admitted in place of an idle one")
+	}
+	select {
+	case <-qc.Context().Done():
+	case <-time.After(scale(5 * time.Second)):
+		t.Error("the idle connection was not closed")
+	}
+	if st := ts.Stats(); st.H3ReclaimedIdle != 1 {
+		t.Errorf("idle connections closed for room: %d, want 1", st.H3ReclaimedIdle)
+	}
+}
+
+// TestH3SlowMakesRoom: at max_connections a QUIC connection whose
+// responses moved less than min_send_rate over the window is closed to
+// admit a new one.
+func TestH3SlowMakesRoom(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 1\nmin_send_rate = \"1MiB\"\nmin_send_rate_window = \"1s\"\n")
+	qc, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+	resp, err := (&http3.Transport{}).NewClientConn(qc).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !waitFor(scale(20*time.Second), func() bool {
+		_, err := quicFrom(t, "127.0.0.3", ts.addr, pki)
+		return err == nil
+	}) {
+		t.Fatal("no new connection admitted in place of a stalled one")
+	}
+	select {
+	case <-qc.Context().Done():
+	case <-time.After(scale(5 * time.Second)):
+		t.Error("the stalled connection was not closed")
+	}
+	if st := ts.Stats(); st.H3ReclaimedSlow != 1 {
+		t.Errorf("slow connections closed for room: %d, want 1", st.H3ReclaimedSlow)
+	}
+}
+
+// TestProxyStalledClientGivesWay: a proxied response whose client stops
+// reading gives its upstream connection (max_conns = 1) to a request
+// that waits for one, about 5 s on; without that the request would wait
+// for send_timeout or response_timeout.
+func TestProxyStalledClientGivesWay(t *testing.T) {
+	big := strings.Repeat("x", 64<<20)
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, big)
+			return
+		}
+		io.WriteString(w, "small")
+	}))
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "max_conns = 1\nresponse_timeout = \"5m\"\n", b.hostPort())+"[limits]\nsend_timeout = \"5m\"\n")
+	stalled := dialFrom(t, "127.0.0.2", ts.addr)
+	stallTCP(t, stalled, "/big")
+	c := dialFrom(t, "127.0.0.3", ts.addr)
+	c.SetDeadline(time.Now().Add(scale(30 * time.Second)))
+	c.send("GET /small HTTP/1.1\r\nHost: a\r\n\r\n")
+	resp, body := c.response("GET")
+	if resp.StatusCode != 200 || string(body) != "small" {
+		t.Fatalf("the waiting request: %s %q", resp.Status, body)
+	}
+	if st := ts.Stats(); st.ProxyPreempted != 1 {
+		t.Errorf("preempted %d, want 1", st.ProxyPreempted)
+	}
+	stalled.SetReadDeadline(time.Now().Add(scale(10 * time.Second)))
+	n, err := io.Copy(io.Discard, stalled.r)
+	if err == nil && n >= int64(len(big)) {
+		t.Error("the stalled client got its whole response anyway")
+	}
+}

@@ -1,0 +1,170 @@
+package h3
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// The fair share of QUIC connection slots (Config.MaxConnections,
+// Config.PerAddress, Config.MinRate), as the reactor keeps it for TCP:
+// handshakes under way hold a slot; at the limit a new connection is
+// admitted by closing the connection with no request in progress that
+// has been so longest, else the one with requests in flight that moved
+// the fewest bytes over the rate window, below MinRate; under pressure
+// (handshakes piling up, or most slots taken) new clients prove their
+// address first with a Retry, so that spoofed Initials cannot take
+// slots, or an address's share, for a handshake timeout.
+
+// live is the registry of accepted connections, for choosing one to
+// close at the limit.
+type live struct {
+	mu    sync.Mutex                // guards conns and each connWatch's rate fields
+	conns map[*quic.Conn]*connWatch // accepted and not yet ended
+}
+
+// rateTick is how often the rate windows are rolled.
+const rateTick = time.Second
+
+// track registers c (its watch w) until it ends.
+func (s *Server) track(c *quic.Conn, w *connWatch) {
+	now := time.Now()
+	s.live.mu.Lock()
+	w.winStart = now
+	w.idleSince = now
+	first := len(s.live.conns) == 0
+	s.live.conns[c] = w
+	s.live.mu.Unlock()
+	if first {
+		s.rollOnce.Do(func() { go s.rollWindows() })
+	}
+	context.AfterFunc(c.Context(), func() {
+		s.live.mu.Lock()
+		delete(s.live.conns, c)
+		s.live.mu.Unlock()
+	})
+}
+
+// rollWindows rolls each connection's rate window once it has lasted
+// Config.RateWindow, so that a rate is measured over one to two windows,
+// until the server closes.
+func (s *Server) rollWindows() {
+	t := time.NewTicker(rateTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case now := <-t.C:
+			s.live.mu.Lock()
+			for c, w := range s.live.conns {
+				if now.Sub(w.winStart) >= s.cfg.RateWindow {
+					w.prevSent, w.prevStart = w.winSent, w.winStart
+					w.winSent, w.winStart = c.ConnectionStats().BytesSent, now
+				}
+			}
+			s.live.mu.Unlock()
+		}
+	}
+}
+
+// admit decides a new connection from addr: ok with the per-address key
+// to release when it ends, or an error refusing it.
+func (s *Server) admit(addr net.Addr) (key netip.Addr, err error) {
+	if t := s.cfg.PerAddress; t != nil {
+		var ok bool
+		if key, ok = t.Acquire(addrOf(addr)); !ok {
+			s.stats.refusedAddress.Add(1)
+			s.lim.Note("HTTP/3 connection refused: its client address holds max_connections_per_address", "addr", addr, "limit", t.Limit())
+			return key, errRefusedAddress
+		}
+	}
+	if s.active.Load()+s.handshaking.Load() >= s.cfg.MaxConnections && !s.reclaim() {
+		s.cfg.PerAddress.Release(key)
+		s.stats.refused.Add(1)
+		s.lim.Note("HTTP/3 connection refused at max_connections: no connection is idle or slow", "addr", addr, "max_connections", s.cfg.MaxConnections)
+		return netip.Addr{}, errTooMany
+	}
+	return key, nil
+}
+
+var (
+	errTooMany        = errors.New("h3: too many connections")
+	errRefusedAddress = errors.New("h3: too many connections from this address")
+)
+
+// reclaim closes one connection to make room for a new one, and reports
+// whether it did.
+func (s *Server) reclaim() bool {
+	now := time.Now()
+	var victim *quic.Conn
+	var slow bool
+	var least float64
+	s.live.mu.Lock()
+	var idleSince time.Time
+	for c, w := range s.live.conns {
+		w.mu.Lock()
+		idle, since := w.active == 0, w.idleSince
+		w.mu.Unlock()
+		if idle && (victim == nil || since.Before(idleSince)) {
+			victim, idleSince = c, since
+		}
+	}
+	if victim == nil && s.cfg.MinRate > 0 {
+		for c, w := range s.live.conns {
+			if w.prevStart.IsZero() {
+				continue
+			}
+			rate := float64(c.ConnectionStats().BytesSent-w.prevSent) / now.Sub(w.prevStart).Seconds()
+			if rate < float64(s.cfg.MinRate) && (victim == nil || rate < least) {
+				victim, least, slow = c, rate, true
+			}
+		}
+	}
+	if victim != nil {
+		delete(s.live.conns, victim) // not chosen twice while it closes
+	}
+	s.live.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	if slow {
+		s.stats.reclaimedSlow.Add(1)
+		s.lim.Note("closing a slow HTTP/3 connection to admit a new one at max_connections", "addr", victim.RemoteAddr(), "bytes_per_second", int64(least), "min_send_rate", s.cfg.MinRate)
+		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "too slow at max_connections")
+	} else {
+		s.stats.reclaimedIdle.Add(1)
+		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "idle connection closed to admit a new one")
+	}
+	return true
+}
+
+// verifyAddress is quic.Transport.VerifySourceAddress: a Retry first when
+// handshakes pile up or most slots are taken, or when the address holds
+// half its share already.
+func (s *Server) verifyAddress(addr net.Addr) bool {
+	hs := s.handshaking.Load()
+	retry := hs >= max(64, s.cfg.MaxConnections/8) || s.active.Load()+hs >= s.cfg.MaxConnections*3/4
+	if t := s.cfg.PerAddress; !retry && t != nil && t.Limit() > 0 {
+		retry = t.Held(addrOf(addr)) >= max(1, t.Limit()/2)
+	}
+	if retry {
+		s.stats.retries.Add(1)
+	}
+	return retry
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	if u, ok := a.(*net.UDPAddr); ok {
+		ip, _ := netip.AddrFromSlice(u.IP)
+		return ip
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap.Addr()
+}
