@@ -56,7 +56,7 @@ func newCollector(s *Server) *collector {
 		build:             d("build_info", "The build that serves: always 1, its labels the version, the VCS revision and working tree (\"\" when the build recorded none) and the Go version.", "version", "revision", "tree", "goversion"),
 		refusals:          d("policy_refusals_total", "Requests a path's or route's policy refused, by site (as in requests_total) and reason: address (allow/deny), preflight (a CORS preflight not allowed), unsigned, signature (a bad, malformed or out-of-scope signature, or one for another address), expired, token (bearer), password (basic), forward (the auth endpoint said no or did not answer), secrets (none to check against), throttled (too many password checks waiting for the client), ambiguous (two Authorization fields).", "site", "reason"),
 		connRefused:       d("connections_refused_total", "New client connections refused, by transport (tcp, quic) and reason: max_connections (every slot held, none idle or slow) or per_address (the client's address held max_connections_per_address).", "transport", "reason"),
-		connClosedForRoom: d("connections_closed_for_room_total", "Connections closed to admit new ones at max_connections, by transport (tcp, quic) and reason: waiting (for its client: silent, a head under way, keep-alive), idle (a relay or an HTTP/3 connection with no request in progress), slow (a response in flight below min_send_rate).", "transport", "reason"),
+		connClosedForRoom: d("connections_closed_for_room_total", "Connections closed to admit new ones at max_connections, by transport (tcp, quic) and reason: waiting (for its client: silent, a head under way, keep-alive), idle (a relay or an HTTP/3 connection with no request in progress), slow (a response in flight below min_send_rate), share (a response in flight of an address holding more connections than the newcomer's).", "transport", "reason"),
 		wtCloses:          d("webtransport_session_ends_total", "WebTransport sessions ended: by the client (its capsule or FIN), gone (CONNECT stream reset, connection closed), or by the server with its close code (docs/WEBTRANSPORT.md).", "by", "code"),
 	}
 	c.simple = append(c.simple,
@@ -129,6 +129,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		socket.ReclaimedWaiting += r.ReclaimedWaiting
 		socket.ReclaimedIdle += r.ReclaimedIdle
 		socket.ReclaimedSlow += r.ReclaimedSlow
+		socket.ReclaimedShare += r.ReclaimedShare
 	}
 	counter(c.socketErrors, socket.Timeouts, "timeout")
 	counter(c.socketErrors, socket.Aborted, "aborted")
@@ -142,6 +143,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.connClosedForRoom, socket.ReclaimedWaiting, "tcp", "waiting")
 	counter(c.connClosedForRoom, socket.ReclaimedIdle, "tcp", "idle")
 	counter(c.connClosedForRoom, socket.ReclaimedSlow, "tcp", "slow")
+	counter(c.connClosedForRoom, socket.ReclaimedShare, "tcp", "share")
+	counter(c.connClosedForRoom, snap.H3ReclaimedShare, "quic", "share")
 	counter(c.connClosedForRoom, snap.H3ReclaimedIdle, "quic", "idle")
 	counter(c.connClosedForRoom, snap.H3ReclaimedSlow, "quic", "slow")
 	for k, v := range snap.H2Events {

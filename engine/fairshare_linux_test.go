@@ -302,3 +302,114 @@ func TestProxyStalledClientGivesWay(t *testing.T) {
 		t.Error("the stalled client got its whole response anyway")
 	}
 }
+
+// TestFairShareAtCapacity: at max_connections, with nothing waiting and
+// nothing slow by min_send_rate (its window not yet over), a client
+// whose address holds next to nothing is admitted by closing a response
+// of the address holding the most, over TCP and over QUIC; a newcomer
+// from that address itself is refused, and so is one from an address
+// holding as many as every other.
+func TestFairShareAtCapacity(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	pki := newPKI(t, t.TempDir(), "localhost")
+	ts := start(t, fmt.Sprintf("workers = 1\n[[sites]]\ndomain = \"localhost\"\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n%s[limits]\nmax_connections = 4\nmin_send_rate_window = \"10m\"\n",
+		root, pki.certFile, pki.keyFile, ktlsAuto))
+	tlsGet := func(src string) (*tls.Conn, *bufio.Reader) {
+		c := dialFrom(t, src, ts.addr)
+		tc := tls.Client(c.Conn, &tls.Config{RootCAs: pki.pool, ServerName: "localhost"})
+		tc.SetDeadline(time.Now().Add(scale(20 * time.Second)))
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		io.WriteString(tc, "GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		r := bufio.NewReader(tc)
+		if resp, err := http.ReadResponse(r, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v", src, err)
+		}
+		return tc, r
+	}
+	// served reports whether a new TLS connection from src is answered.
+	served := func(src string) bool {
+		c := dialFrom(t, src, ts.addr)
+		defer c.Close()
+		tc := tls.Client(c.Conn, &tls.Config{RootCAs: pki.pool, ServerName: "localhost"})
+		tc.SetDeadline(time.Now().Add(scale(5 * time.Second)))
+		if err := tc.Handshake(); err != nil {
+			return false
+		}
+		io.WriteString(tc, "GET /alpha.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		return err == nil && resp.StatusCode == 200
+	}
+	var heavy []*tls.Conn
+	for range 3 {
+		c, _ := tlsGet("127.0.0.2")
+		heavy = append(heavy, c)
+	}
+	light, _ := tlsGet("127.0.0.3")
+	if served("127.0.0.2") {
+		t.Error("the address holding the most took a fourth slot from others")
+	}
+	if !served("127.0.0.5") {
+		t.Fatal("a client holding nothing was refused at max_connections while one address held three slots")
+	}
+	if st := ts.Stats(); st.ReclaimedShare != 1 {
+		t.Errorf("closed for the fair share: %d, want 1", st.ReclaimedShare)
+	}
+	// The closed one is the heavy address's; the light one's goes on.
+	closed := 0
+	for _, c := range heavy {
+		c.SetReadDeadline(time.Now().Add(scale(5 * time.Second)))
+		if _, err := io.Copy(io.Discard, c); err == nil || !isTimeout(err) {
+			closed++
+		}
+	}
+	if closed != 1 {
+		t.Errorf("%d of the heavy address's responses closed, want 1", closed)
+	}
+	light.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := io.Copy(io.Discard, light); err == nil || !isTimeout(err) {
+		t.Errorf("the light address's response was closed: %v", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestH3FairShareAtCapacity: the fair share over QUIC (h3/share.go).
+func TestH3FairShareAtCapacity(t *testing.T) {
+	root := siteRoot(t)
+	linkBig(t, root, "big.bin")
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 2\nmin_send_rate_window = \"10m\"\n")
+	var heavy []*quic.Conn
+	for range 2 {
+		qc, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
+		resp, err := (&http3.Transport{}).NewClientConn(qc).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		heavy = append(heavy, qc)
+	}
+	if _, err := quicFrom(t, "127.0.0.2", ts.addr, pki); !refused(err) {
+		t.Errorf("the address holding every slot took another: %v", err)
+	}
+	if _, err := quicFrom(t, "127.0.0.3", ts.addr, pki); err != nil {
+		t.Fatalf("a client holding nothing: %v", err)
+	}
+	if st := ts.Stats(); st.H3ReclaimedShare != 1 {
+		t.Errorf("closed for the fair share: %d, want 1", st.H3ReclaimedShare)
+	}
+	if !waitFor(scale(5*time.Second), func() bool {
+		return heavy[0].Context().Err() != nil || heavy[1].Context().Err() != nil
+	}) {
+		t.Error("none of the heavy address's connections was closed")
+	}
+}

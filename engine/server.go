@@ -157,7 +157,7 @@ type Stats struct {
 	// The fair share on QUIC (h3/share.go): attempts refused at their
 	// address's share, connections closed to admit new ones (idle, or
 	// slower than min_send_rate), new clients asked for a Retry first.
-	H3RefusedAddress, H3ReclaimedIdle, H3ReclaimedSlow int64
+	H3RefusedAddress, H3ReclaimedIdle, H3ReclaimedSlow, H3ReclaimedShare int64
 	H3Retries                                          int64 `metric:"quic_retries_total" help:"New QUIC connections asked to prove their address with a Retry first (under pressure, or from an address holding half its share)."`
 	H3Streams                                          int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
 	H3Resets                                           int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned

@@ -82,6 +82,7 @@ func (s *Server) h3Stats(st *Stats) {
 	h := s.h3.Stats()
 	st.H3Connections, st.H3Active, st.H3Refused, st.H3ConnErrors = h.Connections, h.Active, h.Refused, h.ConnErrors
 	st.H3RefusedAddress, st.H3ReclaimedIdle, st.H3ReclaimedSlow, st.H3Retries = h.RefusedAddress, h.ReclaimedIdle, h.ReclaimedSlow, h.Retries
+	st.H3ReclaimedShare = h.ReclaimedShare
 }
 
 func (s *Server) h2Events() map[string]int64 {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -146,6 +147,7 @@ type Server struct {
 // when a pump takes it or when it ends unaccepted.
 type handshake struct {
 	s    *Server
+	key  netip.Addr // the client's count in Config.PerAddress
 	done atomic.Bool
 }
 
@@ -160,8 +162,8 @@ func (h *handshake) end() {
 // counters are a Server's statistics, updated from quic-go's goroutines
 // and read by Stats.
 type counters struct {
-	conns, refused, handshakeFailures                     atomic.Int64 // independent counts
-	refusedAddress, reclaimedIdle, reclaimedSlow, retries atomic.Int64
+	conns, refused, handshakeFailures                                     atomic.Int64 // independent counts
+	refusedAddress, reclaimedIdle, reclaimedSlow, reclaimedShare, retries atomic.Int64
 
 	mu     sync.Mutex       // guards errors
 	errors map[string]int64 // guarded by mu; connection closes with an error, by code
@@ -176,7 +178,7 @@ type Stats struct {
 	// ReclaimedIdle and ReclaimedSlow closed to admit new ones at
 	// MaxConnections; Retries the new connections asked to prove their
 	// address first.
-	RefusedAddress, ReclaimedIdle, ReclaimedSlow, Retries int64
+	RefusedAddress, ReclaimedIdle, ReclaimedSlow, ReclaimedShare, Retries int64
 	// ConnErrors counts connections closed with an error, by error code
 	// ("H3_FRAME_UNEXPECTED", "STREAM_LIMIT_ERROR", …) and by who sent
 	// it: "local " or "remote " before the code.
@@ -275,7 +277,7 @@ func Listen(cfg Config) (*Server, error) {
 			}
 			// quic-go cancels ctx when the connection ends, accepted or
 			// not.
-			h := &handshake{s: s}
+			h := &handshake{s: s, key: key}
 			s.handshaking.Add(1)
 			context.AfterFunc(ctx, func() {
 				h.end()
@@ -351,6 +353,7 @@ type connWatch struct {
 	// start of this window and of the one before, and when they began.
 	winSent, prevSent   uint64
 	winStart, prevStart time.Time
+	key                 netip.Addr // the client's count in Config.PerAddress (immutable once tracked)
 }
 
 type watchKey struct{}
@@ -514,6 +517,7 @@ func (s *Server) Stats() Stats {
 		RefusedAddress: s.stats.refusedAddress.Load(),
 		ReclaimedIdle:  s.stats.reclaimedIdle.Load(),
 		ReclaimedSlow:  s.stats.reclaimedSlow.Load(),
+		ReclaimedShare: s.stats.reclaimedShare.Load(),
 		Retries:        s.stats.retries.Load(),
 		ConnErrors:     map[string]int64{},
 	}

@@ -38,6 +38,9 @@ func (s *Server) track(c *quic.Conn, w *connWatch) {
 	s.live.mu.Lock()
 	w.winStart = now
 	w.idleSince = now
+	if h, ok := c.Context().Value(handshakeKey{}).(*handshake); ok {
+		w.key = h.key
+	}
 	first := len(s.live.conns) == 0
 	s.live.conns[c] = w
 	s.live.mu.Unlock()
@@ -85,7 +88,7 @@ func (s *Server) admit(addr net.Addr) (key netip.Addr, err error) {
 			return key, errRefusedAddress
 		}
 	}
-	if s.active.Load()+s.handshaking.Load() >= s.cfg.MaxConnections && !s.reclaim() {
+	if s.active.Load()+s.handshaking.Load() >= s.cfg.MaxConnections && !s.reclaim(key) {
 		s.cfg.PerAddress.Release(key)
 		s.stats.refused.Add(1)
 		s.lim.Note("HTTP/3 connection refused at max_connections: no connection is idle or slow", "addr", addr, "max_connections", s.cfg.MaxConnections)
@@ -99,50 +102,91 @@ var (
 	errRefusedAddress = errors.New("h3: too many connections from this address")
 )
 
-// reclaim closes one connection to make room for a new one, and reports
-// whether it did.
-func (s *Server) reclaim() bool {
+// reclaim closes one connection to make room for a new one from the
+// address counted under key, and reports whether it did. In order: the
+// connection with no request in progress for longest, the one whose
+// responses moved the fewest bytes over the rate window below MinRate,
+// and one with requests in flight of an address holding more
+// connections than the newcomer's would (the fair share). As on TCP
+// (reactor's admit), a connection is closed only for a newcomer whose
+// address holds no more than the victim's (strictly fewer for the
+// last), and within an order the address holding the most goes first.
+func (s *Server) reclaim(key netip.Addr) bool {
 	now := time.Now()
-	var victim *quic.Conn
-	var slow bool
-	var least float64
+	t := s.cfg.PerAddress
+	memo := map[netip.Addr]int{}
+	held := func(a netip.Addr) int {
+		if t == nil || !a.IsValid() {
+			return 0
+		}
+		h, ok := memo[a]
+		if !ok {
+			h = t.HeldKey(a)
+			memo[a] = h
+		}
+		return h
+	}
+	n := 0
+	if t != nil {
+		n = max(1, held(key))
+	}
+	var (
+		victim        *quic.Conn
+		vOrder, vHeld int
+		vRank         float64
+	)
 	s.live.mu.Lock()
-	var idleSince time.Time
 	for c, w := range s.live.conns {
 		w.mu.Lock()
 		idle, since := w.active == 0, w.idleSince
 		w.mu.Unlock()
-		if idle && (victim == nil || since.Before(idleSince)) {
-			victim, idleSince = c, since
+		h := held(w.key)
+		var order int
+		var rank float64
+		switch {
+		case idle:
+			order, rank = 0, float64(since.UnixNano())
+		case s.cfg.MinRate > 0 && !w.prevStart.IsZero() && w.rate(c, now) < float64(s.cfg.MinRate):
+			order, rank = 1, w.rate(c, now)
+		case t != nil && h > n:
+			order, rank = 2, float64(c.ConnectionStats().BytesSent-w.prevSent)
+		default:
+			continue
 		}
-	}
-	if victim == nil && s.cfg.MinRate > 0 {
-		for c, w := range s.live.conns {
-			if w.prevStart.IsZero() {
-				continue
-			}
-			rate := float64(c.ConnectionStats().BytesSent-w.prevSent) / now.Sub(w.prevStart).Seconds()
-			if rate < float64(s.cfg.MinRate) && (victim == nil || rate < least) {
-				victim, least, slow = c, rate, true
-			}
+		if h < n {
+			continue
+		}
+		if victim == nil || order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank) {
+			victim, vOrder, vHeld, vRank = c, order, h, rank
 		}
 	}
 	if victim != nil {
 		delete(s.live.conns, victim) // not chosen twice while it closes
 	}
 	s.live.mu.Unlock()
-	if victim == nil {
+	switch {
+	case victim == nil:
 		return false
-	}
-	if slow {
-		s.stats.reclaimedSlow.Add(1)
-		s.lim.Note("closing a slow HTTP/3 connection to admit a new one at max_connections", "addr", victim.RemoteAddr(), "bytes_per_second", int64(least), "min_send_rate", s.cfg.MinRate)
-		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "too slow at max_connections")
-	} else {
+	case vOrder == 0:
 		s.stats.reclaimedIdle.Add(1)
 		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "idle connection closed to admit a new one")
+	case vOrder == 1:
+		s.stats.reclaimedSlow.Add(1)
+		s.lim.Note("closing a slow HTTP/3 connection to admit a new one at max_connections", "addr", victim.RemoteAddr(), "bytes_per_second", int64(vRank), "min_send_rate", s.cfg.MinRate)
+		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "too slow at max_connections")
+	default:
+		s.stats.reclaimedShare.Add(1)
+		s.lim.Note("closing an HTTP/3 connection of the address holding the most to admit a client holding fewer at max_connections",
+			"addr", victim.RemoteAddr(), "its_connections", vHeld, "newcomer_connections", n)
+		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "fair share at max_connections")
 	}
 	return true
+}
+
+// rate is the bytes a second c sent over its rate window; only for a
+// watch with one (prevStart set). Called with Server.live.mu held.
+func (w *connWatch) rate(c *quic.Conn, now time.Time) float64 {
+	return float64(c.ConnectionStats().BytesSent-w.prevSent) / now.Sub(w.prevStart).Seconds()
 }
 
 // verifyAddress is quic.Transport.VerifySourceAddress: a Retry first when

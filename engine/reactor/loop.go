@@ -28,8 +28,9 @@ type Loop struct {
 	cfg      *Config
 	log      *slog.Logger
 	handler  Handler
-	maxConns int               // this loop's share of Config.MaxConns
-	lim      *loglimit.Limiter // lines clients cause: refusals, closings at max_connections
+	maxConns int                // this loop's share of Config.MaxConns
+	lim      *loglimit.Limiter  // lines clients cause: refusals, closings at max_connections
+	heldMemo map[netip.Addr]int // admit's: connections per address key, looked up once a scan
 	epfd     int
 	efd      int // eventfd: the door into the loop
 	sys      loopSys
@@ -302,7 +303,7 @@ func (l *Loop) acceptAll() {
 				continue
 			}
 		}
-		if !l.admit() {
+		if !l.admit(key) {
 			l.cfg.PerAddress.Release(key)
 			l.stats.rejected.Add(1)
 			l.warnFull("max_connections reached and no connection is idle or slow: new connection refused")
@@ -328,72 +329,113 @@ func (l *Loop) acceptAll() {
 }
 
 // admit takes one of this loop's connection slots (its share of
-// MaxConns). When every slot is taken it frees one by closing a
-// connection that waits for its client (one that has sent nothing yet
-// first, then the one nearest its deadline: a keep-alive connection
-// between requests, a request head or TLS handshake under way, a
-// lingering close), as nginx reuses keep-alive connections when it runs
-// out, so that connections that merely wait cannot lock new clients out.
-// Connections with a response in progress are never closed for this. It
-// reports false when no slot could be had.
-func (l *Loop) admit() bool {
+// MaxConns) for a new connection from the address counted under key
+// (Config.PerAddress; the zero Addr when not counted). When every slot
+// is taken it frees one by closing, in this order:
+//
+//  0. a connection that has sent nothing at all (a flood of silent
+//     connections then evicts itself before it reaches a client that
+//     has begun its handshake or request);
+//  1. one waiting for its client nearest its deadline (a request head
+//     or TLS handshake under way, keep-alive between requests, a
+//     lingering close), as nginx reuses keep-alive connections when it
+//     runs out;
+//  2. a relay idle longest past ReclaimAfter by its handler's word
+//     (MarkIdle);
+//  3. the response in flight that moved the fewest bytes over the rate
+//     window, below MinRate;
+//  4. a response in flight of an address that holds more connections
+//     than the newcomer's would: the fair share, so that a crowd of
+//     addresses holding every slot gives way to a client that holds
+//     next to none.
+//
+// Whatever the order, a connection is closed only for a newcomer whose
+// address holds no more connections than the victim's (strictly fewer
+// for 4): a crowd cannot take slots from a client that holds less than
+// each of its addresses. Within an order, the address holding the most
+// goes first. It reports false when no slot could be had.
+func (l *Loop) admit(key netip.Addr) bool {
 	if int(l.stats.open.Load()) < l.maxConns {
 		return true
 	}
-	// A connection that has sent nothing at all goes first: a flood of
-	// silent connections then evicts itself before it reaches a client
-	// that has begun its handshake or request.
-	var victim *Conn
+	t := l.cfg.PerAddress
+	held := func(netip.Addr) int { return 0 }
+	n := 0 // the newcomer's address's connections, itself included
+	if t != nil {
+		clear(l.heldMemo)
+		held = func(a netip.Addr) int {
+			if !a.IsValid() {
+				return 0
+			}
+			h, ok := l.heldMemo[a]
+			if !ok {
+				h = t.HeldKey(a)
+				l.heldMemo[a] = h
+			}
+			return h
+		}
+		n = max(1, held(key))
+	}
+	var (
+		victim        *Conn
+		vOrder, vHeld int
+		vRank         float64 // lower goes first within an order
+	)
+	window := l.cfg.MinRate > 0
 	for _, c := range l.slots {
-		if c == nil || c.outbound || c.closed || c.busy || len(c.out) > 0 || c.deadline == 0 {
+		if c == nil || c.outbound || c.closed || c.busy {
 			continue
 		}
-		if victim == nil || c.heard != victim.heard && !c.heard || c.heard == victim.heard && c.deadline < victim.deadline {
-			victim = c
+		var order int
+		var rank float64
+		h := held(c.addrKey)
+		switch {
+		case len(c.out) == 0 && c.deadline != 0 && !c.heard:
+			order, rank = 0, float64(c.deadline)
+		case len(c.out) == 0 && c.deadline != 0:
+			order, rank = 1, float64(c.deadline)
+		case c.idleSince != 0 && l.now-c.idleSince >= int64(l.cfg.ReclaimAfter):
+			order, rank = 2, float64(c.idleSince)
+		case len(c.out) > 0 && window && c.prevStart != 0 && c.rate(l.now) < float64(l.cfg.MinRate):
+			order, rank = 3, c.rate(l.now)
+		case len(c.out) > 0 && t != nil && h > n:
+			order, rank = 4, float64(c.sent-c.prevSent)
+		default:
+			continue
 		}
-	}
-	why := &l.stats.reclaimedWaiting
-	if victim == nil {
-		// Then the connection idle longest past ReclaimAfter by its
-		// handler's word (MarkIdle).
-		why = &l.stats.reclaimedIdle
-		for _, c := range l.slots {
-			if c == nil || c.outbound || c.closed || c.busy || c.idleSince == 0 || l.now-c.idleSince < int64(l.cfg.ReclaimAfter) {
-				continue
-			}
-			if victim == nil || c.idleSince < victim.idleSince {
-				victim = c
-			}
+		if h < n {
+			continue // never from an address holding fewer than the newcomer's
 		}
-	}
-	if victim == nil && l.cfg.MinRate > 0 {
-		// Last, the response in flight that moved the fewest bytes over
-		// the rate window, if that is below MinRate: a client reading a
-		// few bytes a second holds its slot no longer than it takes
-		// another to ask for it.
-		why = &l.stats.reclaimedSlow
-		var least float64
-		for _, c := range l.slots {
-			if c == nil || c.outbound || c.closed || c.busy || len(c.out) == 0 || c.prevStart == 0 {
-				continue
-			}
-			rate := float64(c.sent-c.prevSent) / time.Duration(l.now-c.prevStart).Seconds()
-			if rate < float64(l.cfg.MinRate) && (victim == nil || rate < least) {
-				victim, least = c, rate
-			}
-		}
-		if victim != nil {
-			l.lim.Note("closing a slow response to admit a new connection at max_connections", "addr", victim.peer.Addr(), "bytes_per_second", int64(least), "min_send_rate", l.cfg.MinRate)
+		if victim == nil || order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank) {
+			victim, vOrder, vHeld, vRank = c, order, h, rank
 		}
 	}
 	if victim == nil {
 		return false
 	}
-	why.Add(1)
+	switch vOrder {
+	case 0, 1:
+		l.stats.reclaimedWaiting.Add(1)
+	case 2:
+		l.stats.reclaimedIdle.Add(1)
+	case 3:
+		l.stats.reclaimedSlow.Add(1)
+		l.lim.Note("closing a slow response to admit a new connection at max_connections", "addr", victim.peer.Addr(), "bytes_per_second", int64(vRank), "min_send_rate", l.cfg.MinRate)
+	case 4:
+		l.stats.reclaimedShare.Add(1)
+		l.lim.Note("closing a response of the address holding the most connections to admit a client holding fewer at max_connections",
+			"addr", victim.peer.Addr(), "its_connections", vHeld, "newcomer_connections", n)
+	}
 	l.stats.reclaimed.Add(1)
-	l.warnFull("max_connections reached: closing connections that wait for their clients, or the slowest, to admit new ones")
+	l.warnFull("max_connections reached: closing connections that wait for their clients, the slowest, or those of the addresses holding most, to admit new ones")
 	l.closeConn(victim, false)
 	return true
+}
+
+// rate is the bytes a second c sent over its rate window (one to two of
+// Config.RateWindow); only for a connection with one (prevStart set).
+func (c *Conn) rate(now int64) float64 {
+	return float64(c.sent-c.prevSent) / time.Duration(now-c.prevStart).Seconds()
 }
 
 // warnFull logs msg at most once a minute per loop.

@@ -140,6 +140,9 @@ type Stats struct {
 	// a response in flight moving slower than MinRate. Reclaimed is the
 	// three together.
 	ReclaimedWaiting, ReclaimedIdle, ReclaimedSlow int64
+	// ReclaimedShare had a response in flight for an address holding
+	// more connections than the newcomer's (the fair share).
+	ReclaimedShare int64
 	// RefusedAddress is connections closed at once because their client
 	// address held its share (Config.PerAddress).
 	RefusedAddress int64
@@ -171,7 +174,7 @@ type counters struct {
 	accepted, rejected, reclaimed, open, bytesMem, bytesFile, bytesSplice, timeouts, aborted, writeErr, acceptErrors atomic.Int64
 	writes, full, fullWait                                                                                           atomic.Int64
 	batches                                                                                                          atomic.Int64 // sockets whose input was batched (batch.go)
-	reclaimedWaiting, reclaimedIdle, reclaimedSlow, refusedAddress                                                   atomic.Int64
+	reclaimedWaiting, reclaimedIdle, reclaimedSlow, reclaimedShare, refusedAddress                                   atomic.Int64
 }
 
 // ErrClosed is returned by Run after Shutdown.
@@ -420,6 +423,7 @@ func (g *Group) Stats() Stats {
 		s.ReclaimedWaiting += c.reclaimedWaiting.Load()
 		s.ReclaimedIdle += c.reclaimedIdle.Load()
 		s.ReclaimedSlow += c.reclaimedSlow.Load()
+		s.ReclaimedShare += c.reclaimedShare.Load()
 		s.RefusedAddress += c.refusedAddress.Load()
 		s.Open += c.open.Load()
 		s.BytesMem += c.bytesMem.Load()

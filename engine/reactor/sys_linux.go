@@ -38,6 +38,7 @@ func newLoop(g *Group, id int, addr string, maxConns, inherit int) (*Loop, strin
 	l := &Loop{id: id, group: g, cfg: &g.cfg, log: g.log.With("loop", id), maxConns: maxConns,
 		epfd: -1, efd: -1, lfd: -1}
 	l.lim = loglimit.New(l.log, 5)
+	l.heldMemo = map[netip.Addr]int{}
 	l.handler = g.cfg.NewHandler(l)
 	var err error
 	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {

@@ -113,8 +113,10 @@ func (t *Table) Release(key netip.Addr) {
 }
 
 // Held is what a's key holds now.
-func (t *Table) Held(a netip.Addr) int {
-	key := t.Key(a)
+func (t *Table) Held(a netip.Addr) int { return t.HeldKey(t.Key(a)) }
+
+// HeldKey is what key (as Key or Acquire returned it) holds now.
+func (t *Table) HeldKey(key netip.Addr) int {
 	if !key.IsValid() {
 		return 0
 	}
