@@ -186,51 +186,54 @@ func isReset(err error) bool {
 }
 
 // TestH3MaxConnectionsShare: handshakes and connections count against
-// max_connections; at the limit a new QUIC connection is refused while
-// the open one has a request in flight (not yet measured slow), and is
-// admitted by closing the open one once it is idle.
+// max_connections; at the limit a new QUIC connection is admitted by
+// closing an idle connection of an address that holds more than the
+// newcomer's, never one with a request in flight (not yet measured
+// slow), and a newcomer from the address holding every slot is refused.
 func TestH3MaxConnectionsShare(t *testing.T) {
 	root := siteRoot(t)
 	linkBig(t, root, "big.bin")
-	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 1\nmin_send_rate_window = \"10m\"\n")
-	qc, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections = 2\nmin_send_rate_window = \"10m\"\n")
+	busy, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := (&http3.Transport{}).NewClientConn(qc)
 	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/big.bin", nil)
-	resp, err := first.RoundTrip(req)
+	resp, err := (&http3.Transport{}).NewClientConn(busy).RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// In flight, unread.
-	if _, err := quicFrom(t, "127.0.0.3", ts.addr, pki); !refused(err) {
-		t.Fatalf("a second connection with max_connections = 1 and the first busy: %v, want CONNECTION_REFUSED", err)
+	defer resp.Body.Close() // in flight, unread
+	idle, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().H3Active == 2 }) {
+		t.Fatal("the two connections not counted")
+	}
+	if _, err := quicFrom(t, "127.0.0.2", ts.addr, pki); !refused(err) {
+		t.Fatalf("a third connection from the address holding both slots: %v, want CONNECTION_REFUSED", err)
 	}
 	if st := ts.Stats(); st.H3Refused < 1 {
 		t.Errorf("refused %d", st.H3Refused)
 	}
-	resp.Body.Close() // the request ends: the connection is idle
-	if !waitFor(scale(10*time.Second), func() bool {
-		c, err := quicFrom(t, "127.0.0.3", ts.addr, pki)
-		if err != nil {
-			return false
-		}
-		h := (&http3.Transport{}).NewClientConn(c)
-		req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
-		resp, err := h.RoundTrip(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}) {
-		t.Fatal("no new connection admitted in place of an idle one")
+	c, err := quicFrom(t, "127.0.0.3", ts.addr, pki)
+	if err != nil {
+		t.Fatalf("a client holding nothing: %v", err)
 	}
+	req, _ = http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+	r, err := (&http3.Transport{}).NewClientConn(c).RoundTrip(req)
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("the new client's request: %v", err)
+	}
+	r.Body.Close()
 	select {
-	case <-qc.Context().Done():
+	case <-idle.Context().Done():
 	case <-time.After(scale(5 * time.Second)):
 		t.Error("the idle connection was not closed")
+	}
+	if busy.Context().Err() != nil {
+		t.Error("the connection with a request in flight was closed")
 	}
 	if st := ts.Stats(); st.H3ReclaimedIdle != 1 {
 		t.Errorf("idle connections closed for room: %d, want 1", st.H3ReclaimedIdle)

@@ -158,10 +158,10 @@ type Stats struct {
 	// address's share, connections closed to admit new ones (idle, or
 	// slower than min_send_rate), new clients asked for a Retry first.
 	H3RefusedAddress, H3ReclaimedIdle, H3ReclaimedSlow, H3ReclaimedShare int64
-	H3Retries                                          int64 `metric:"quic_retries_total" help:"New QUIC connections asked to prove their address with a Retry first (under pressure, or from an address holding half its share)."`
-	H3Streams                                          int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
-	H3Resets                                           int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned
-	H3Stalled                                          int64 `metric:"h3_stalled_total" help:"HTTP/3 responses reset after send_timeout without progress."` // HTTP/3 responses reset after send_timeout without progress
+	H3Retries                                                            int64 `metric:"quic_retries_total" help:"New QUIC connections asked to prove their address with a Retry first (under pressure, or from an address holding half its share)."`
+	H3Streams                                                            int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
+	H3Resets                                                             int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned
+	H3Stalled                                                            int64 `metric:"h3_stalled_total" help:"HTTP/3 responses reset after send_timeout without progress."` // HTTP/3 responses reset after send_timeout without progress
 	// H3ConnErrors counts HTTP/3 connections closed with an error, by
 	// side and code ("local H3_FRAME_UNEXPECTED").
 	H3ConnErrors map[string]int64

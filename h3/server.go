@@ -223,6 +223,7 @@ func Listen(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, accepting: make(chan struct{}),
 		pumped: make(chan *quic.Conn, acceptQueue), pumpDone: make(chan struct{}), closed: make(chan struct{})}
 	s.live.conns = map[*quic.Conn]*connWatch{}
+	s.live.memo = map[netip.Addr]int{}
 	s.lim = loglimit.New(s.log, 5)
 	s.stats.errors = map[string]int64{}
 

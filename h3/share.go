@@ -27,7 +27,13 @@ import (
 type live struct {
 	mu    sync.Mutex                // guards conns and each connWatch's rate fields
 	conns map[*quic.Conn]*connWatch // accepted and not yet ended
+	memo  map[netip.Addr]int        // reclaim's: connections per address key, looked up once a scan
 }
+
+// reclaimIdleAfter is how long a connection with no request in progress
+// must have been so to be closed for a newcomer whose address holds as
+// many connections as its own (one holding more, at once).
+const reclaimIdleAfter = 10 * time.Second
 
 // rateTick is how often the rate windows are rolled.
 const rateTick = time.Second
@@ -114,7 +120,9 @@ var (
 func (s *Server) reclaim(key netip.Addr) bool {
 	now := time.Now()
 	t := s.cfg.PerAddress
-	memo := map[netip.Addr]int{}
+	s.live.mu.Lock()
+	memo := s.live.memo
+	clear(memo)
 	held := func(a netip.Addr) int {
 		if t == nil || !a.IsValid() {
 			return 0
@@ -131,11 +139,10 @@ func (s *Server) reclaim(key netip.Addr) bool {
 		n = max(1, held(key))
 	}
 	var (
-		victim        *quic.Conn
-		vOrder, vHeld int
-		vRank         float64
+		victim                *quic.Conn
+		vClass, vOrder, vHeld int
+		vRank                 float64
 	)
-	s.live.mu.Lock()
 	for c, w := range s.live.conns {
 		w.mu.Lock()
 		idle, since := w.active == 0, w.idleSince
@@ -144,7 +151,11 @@ func (s *Server) reclaim(key netip.Addr) bool {
 		var order int
 		var rank float64
 		switch {
-		case idle:
+		case idle && (h > n || now.Sub(since) >= reclaimIdleAfter):
+			// An idle connection of an address holding as many as the
+			// newcomer's goes only once idle a while: a crowd
+			// reconnecting would otherwise evict its own connections
+			// over and over, a handshake each.
 			order, rank = 0, float64(since.UnixNano())
 		case s.cfg.MinRate > 0 && !w.prevStart.IsZero() && w.rate(c, now) < float64(s.cfg.MinRate):
 			order, rank = 1, w.rate(c, now)
@@ -156,8 +167,15 @@ func (s *Server) reclaim(key netip.Addr) bool {
 		if h < n {
 			continue
 		}
-		if victim == nil || order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank) {
-			victim, vOrder, vHeld, vRank = c, order, h, rank
+		// Addresses holding more than the newcomer's first, whatever
+		// their connections do; then the orders (as reactor's
+		// victimClass, QUIC having no silent connections).
+		class := 1
+		if h > n {
+			class = 0
+		}
+		if victim == nil || class < vClass || class == vClass && (order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank)) {
+			victim, vClass, vOrder, vHeld, vRank = c, class, order, h, rank
 		}
 	}
 	if victim != nil {

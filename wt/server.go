@@ -30,6 +30,7 @@ const (
 	CodeBadCapsule       uint32 = 0x106 // a malformed capsule on the CONNECT stream
 	CodeSourceFailed     uint32 = 0x107 // the data to send could not be read, or changed
 	CodeAborted          uint32 = 0x108 // (stream resets) the client reset the other side
+	CodeFairShare        uint32 = 0x109 // closed at MaxSessions to admit a session of a client holding fewer
 )
 
 // Config bounds a Server's sessions. The zero value of each field means
@@ -86,18 +87,19 @@ type Server struct {
 
 // Stats are a Server's counters.
 type Stats struct {
-	Sessions       atomic.Int64    `metric:"webtransport_sessions_total" help:"WebTransport sessions opened."`
-	Refused        atomic.Int64    `metric:"webtransport_sessions_refused_total" help:"WebTransport sessions refused at max_sessions, at max_sessions_per_address, or during a stop (503, 429)."`
-	RefusedAddress atomic.Int64    `metric:"webtransport_sessions_refused_address_total" help:"WebTransport sessions refused at max_sessions_per_address: their client address had its share open (429)."`
-	Streams        atomic.Int64    `metric:"webtransport_streams_total" help:"Client streams bound to a WebTransport session."`
-	StreamsOrphan  atomic.Int64    `metric:"webtransport_streams_orphaned_total" help:"Client streams refused because their session was not found (WT_BUFFERED_STREAM_REJECTED)."`
-	DatagramsIn    atomic.Int64    `metric:"webtransport_datagrams_received_total" help:"WebTransport datagrams received."`
-	DatagramsOut   atomic.Int64    `metric:"webtransport_datagrams_sent_total" help:"WebTransport datagrams sent."`
-	BytesIn        atomic.Int64    `metric:"webtransport_bytes_received_total" help:"WebTransport payload bytes received (streams, datagrams, capsules)."`
-	BytesOut       atomic.Int64    `metric:"webtransport_bytes_sent_total" help:"WebTransport payload bytes sent (streams, datagrams)."`
-	ClosedByClient atomic.Int64    // sessions the client ended (its capsule or FIN)
-	ClosedAbruptly atomic.Int64    // CONNECT stream reset or connection gone
-	ClosedByCode   [9]atomic.Int64 // server closes by code: [0] CodeDone and others, [1+code-0x100] for 0x100..0x107
+	Sessions       atomic.Int64     `metric:"webtransport_sessions_total" help:"WebTransport sessions opened."`
+	Refused        atomic.Int64     `metric:"webtransport_sessions_refused_total" help:"WebTransport sessions refused at max_sessions, at max_sessions_per_address, or during a stop (503, 429)."`
+	RefusedAddress atomic.Int64     `metric:"webtransport_sessions_refused_address_total" help:"WebTransport sessions refused at max_sessions_per_address: their client address had its share open (429)."`
+	ClosedForRoom  atomic.Int64     `metric:"webtransport_sessions_closed_for_room_total" help:"WebTransport sessions closed at max_sessions (0x109) to admit one of a client address holding fewer, or one idle 10 s of an address holding as many."`
+	Streams        atomic.Int64     `metric:"webtransport_streams_total" help:"Client streams bound to a WebTransport session."`
+	StreamsOrphan  atomic.Int64     `metric:"webtransport_streams_orphaned_total" help:"Client streams refused because their session was not found (WT_BUFFERED_STREAM_REJECTED)."`
+	DatagramsIn    atomic.Int64     `metric:"webtransport_datagrams_received_total" help:"WebTransport datagrams received."`
+	DatagramsOut   atomic.Int64     `metric:"webtransport_datagrams_sent_total" help:"WebTransport datagrams sent."`
+	BytesIn        atomic.Int64     `metric:"webtransport_bytes_received_total" help:"WebTransport payload bytes received (streams, datagrams, capsules)."`
+	BytesOut       atomic.Int64     `metric:"webtransport_bytes_sent_total" help:"WebTransport payload bytes sent (streams, datagrams)."`
+	ClosedByClient atomic.Int64     // sessions the client ended (its capsule or FIN)
+	ClosedAbruptly atomic.Int64     // CONNECT stream reset or connection gone
+	ClosedByCode   [10]atomic.Int64 // server closes by code: [0] CodeDone and others, [1+code-0x100] for 0x100..0x108
 }
 
 // connSess is one connection's sessions, and the streams waiting for
@@ -218,12 +220,17 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		s.stat.Refused.Add(1)
 		return nil, errDraining
 	}
+	key := addrKey(conn.RemoteAddr())
 	if s.open.Add(1) > int64(s.cfg.MaxSessions) {
 		s.open.Add(-1)
-		s.stat.Refused.Add(1)
-		return nil, ErrTooManySessions
+		if !s.makeRoom(key) || s.open.Add(1) > int64(s.cfg.MaxSessions) {
+			if s.open.Load() > int64(s.cfg.MaxSessions) {
+				s.open.Add(-1) // the slot made was taken by another first
+			}
+			s.stat.Refused.Add(1)
+			return nil, ErrTooManySessions
+		}
 	}
-	key := addrKey(conn.RemoteAddr())
 	s.mu.Lock()
 	if s.byAddr[key] >= s.cfg.MaxSessionsPerAddress {
 		s.mu.Unlock()
@@ -255,6 +262,48 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		go ss.sendDrain()
 	}
 	return ss, nil
+}
+
+// reclaimIdleAfter is how long a session must have moved nothing to be
+// closed for a newcomer whose address holds as many sessions as its own.
+const reclaimIdleAfter = 10 * time.Second
+
+// makeRoom closes one session at MaxSessions for a newcomer from the
+// address counted under key, and reports whether it did: the session
+// that moved nothing for longest of the address holding the most, when
+// that address holds more sessions than the newcomer's would (the fair
+// share: a crowd holding every session gives way to a client holding
+// fewer), or, failing that, a session idle past reclaimIdleAfter of an
+// address holding as many. With more addresses than sessions, each
+// holding one, only the idle ones make room.
+func (s *Server) makeRoom(key netip.Prefix) bool {
+	now := time.Now()
+	s.mu.Lock()
+	n := s.byAddr[key] + 1
+	var victim *Session
+	var vHeld int
+	var vIdle time.Duration
+	for _, cs := range s.conns {
+		cs.mu.Lock()
+		for _, ss := range cs.sessions {
+			h := s.byAddr[ss.addr]
+			idle := now.Sub(ss.start) - time.Duration(ss.lastMove.Load())
+			if h < n || h == n && idle < reclaimIdleAfter {
+				continue
+			}
+			if victim == nil || h > vHeld || h == vHeld && idle > vIdle {
+				victim, vHeld, vIdle = ss, h, idle
+			}
+		}
+		cs.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	s.stat.ClosedForRoom.Add(1)
+	victim.end(CodeFairShare, "closed at max_sessions to admit a session of a client holding fewer", false, false)
+	return true
 }
 
 // leaveAddr ends a session's count against its client address.

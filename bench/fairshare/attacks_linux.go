@@ -51,7 +51,7 @@ var attacks = []attack{
 	{name: "stalled proxied streams", what: "TLS connections that ask for the 100 MiB file through the reverse proxy and read nothing past the head", run: stalledProxy},
 	{name: "HTTP/2 WINDOW_UPDATE flood", what: "HTTP/2 connections (one per address) that send WINDOW_UPDATE frames as fast as the server takes them", perAdr: 1, addrs: 50, run: windowUpdates},
 	{name: "idle QUIC connections", what: "QUIC connections (ALPN h3) that make no request and keep the connection alive with PINGs", quic: true, run: idleQUIC},
-	{name: "idle WebTransport sessions", what: "WebTransport sessions (mode=echo) opened and left idle, 4 per connection", perAdr: 2, quic: true, wt: true, run: idleWT},
+	{name: "idle WebTransport sessions", what: "WebTransport sessions (mode=echo) opened and left idle, 4 per connection (max_sessions is 64: with more addresses than that, each holding one, nothing tells the honest client from the crowd)", perAdr: 2, addrs: 50, quic: true, wt: true, run: idleWT},
 }
 
 // forever runs one connection's attack again and again until ctx ends.

@@ -56,6 +56,9 @@ type server struct {
 	pids func() []int
 }
 
+// engineAdmin is the engine's admin listener (metrics, profiles).
+var engineAdmin string
+
 // honest is the honest client's address.
 var honest = net.IPv4(127, 1, 0, 1)
 
@@ -68,7 +71,7 @@ func main() {
 	capacity := flag.Int("capacity", 1024, "max_connections (engine) and worker_connections (nginx)")
 	ramp := flag.Duration("ramp", 10*time.Second, "attack time before the honest client starts")
 	out := flag.String("out", "docs/BENCHMARKS-fairshare.md", "page to write")
-	only := flag.String("only", "", "run only the attacks whose name contains this")
+	only := flag.String("only", "", "run only the attacks whose names contain one of these (comma-separated)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	installNginx()
@@ -124,7 +127,7 @@ func main() {
 	for _, d := range []string{"run", "logs"} {
 		os.MkdirAll(filepath.Join(work, d), 0o755)
 	}
-	ports, err := peer.FreePorts(false, true, false)
+	ports, err := peer.FreePorts(false, true, false, false)
 	if err != nil {
 		die("%v", err)
 	}
@@ -185,7 +188,11 @@ max_conns = 64
 enabled = true
 path = "/wt"
 allowed_origins = ["*"]
-`, ports[1], filepath.Join(work, "state"), *capacity, headerTimeout, idleTimeout, sendTimeout, www, certFile, keyFile, origin)), 0o644)
+[admin]
+listen = "127.0.0.1:%d"
+pprof = true
+`, ports[1], filepath.Join(work, "state"), *capacity, headerTimeout, idleTimeout, sendTimeout, www, certFile, keyFile, origin, ports[3])), 0o644)
+	engineAdmin = fmt.Sprintf("http://127.0.0.1:%d", ports[3])
 	ec := start(peer.Command(1, h.Engine, "serve", "-c", ecfg), "engine")
 
 	ncfg := filepath.Join(work, "nginx.conf")
@@ -261,7 +268,7 @@ http {
 
 	chosen := []attack{{name: "none", what: "no attack: the honest client's own speed"}}
 	for _, a := range attacks {
-		if *only == "" || strings.Contains(a.name, *only) {
+		if *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(o string) bool { return strings.Contains(a.name, o) }) {
 			chosen = append(chosen, a)
 		}
 	}
@@ -281,6 +288,9 @@ http {
 	}
 	for _, p := range procs {
 		p.Stop(os.Interrupt)
+		if os.Getenv("FAIRSHARE_DEBUG") != "" {
+			log.Printf("%s:\n%s", p.Log, p.Tail(6000))
+		}
 	}
 	page := render(h, pin, servers, chosen, res, *repeats, *addrs, *perAddr, *capacity, *ramp, headerTimeout, idleTimeout, sendTimeout)
 	if err := os.WriteFile(*out, []byte(page), 0o644); err != nil {
@@ -295,6 +305,7 @@ type cell struct {
 	dlErr        map[string]string
 	small        []time.Duration // each 1 KiB request's time; failed ones count as failedAfter
 	smallFailed  int
+	smallErrs    []string // the first few failures and slow ones, for the log
 	wtOK, wtTried int
 	rssPeak       float64 // MiB
 	cpu           float64 // server CPU share over the attack, 1 = one CPU
@@ -317,6 +328,9 @@ func (c cell) String() string {
 		fmt.Fprintf(&b, "wt %d/%d  ", c.wtOK, c.wtTried)
 	}
 	fmt.Fprintf(&b, "rss %.0f MiB  cpu %.0f%%  attack conns %d (ended %d)", c.rssPeak, c.cpu*100, c.opened, c.ended)
+	for _, e := range c.smallErrs {
+		fmt.Fprintf(&b, "\n    1 KiB: %s", e)
+	}
 	for p, e := range c.dlErr {
 		fmt.Fprintf(&b, "  %s error: %s", p, e)
 	}
@@ -396,7 +410,13 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 				if err != nil {
 					r.small = append(r.small, failedAfter)
 					r.smallFailed++
+					if len(r.smallErrs) < 3 {
+						r.smallErrs = append(r.smallErrs, fmt.Sprintf("%s at %v: %v", path, time.Since(begun).Round(time.Millisecond), err))
+					}
 				} else {
+					if d > time.Second && len(r.smallErrs) < 3 {
+						r.smallErrs = append(r.smallErrs, fmt.Sprintf("%s at %v: took %v", path, time.Since(begun).Round(time.Millisecond), d))
+					}
 					r.small = append(r.small, d)
 				}
 				mu.Unlock()
@@ -420,6 +440,17 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 			r.wtTried++
 			if openWT(s) == nil {
 				r.wtOK++
+			}
+		}
+	}
+	if dir := os.Getenv("FAIRSHARE_PPROF"); dir != "" && s.name == "engine" {
+		// The engine's heap and its metrics at the end of the attack, for
+		// a person looking into its memory.
+		for _, f := range []struct{ path, name string }{{"/debug/pprof/heap", ".heap"}, {"/metrics", ".metrics"}} {
+			if resp, err := http.Get(engineAdmin + f.path); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				os.WriteFile(filepath.Join(dir, strings.ReplaceAll(a.name, " ", "_")+f.name), b, 0o644)
 			}
 		}
 	}
@@ -454,6 +485,7 @@ func newHonest(s server, conf *tls.Config) *honestClient {
 func (c *honestClient) get(ctx context.Context, path string, want []byte) (time.Duration, error) {
 	t0 := time.Now()
 	req, _ := http.NewRequestWithContext(ctx, "GET", c.url+path, nil)
+	req.Host = "localhost" // the site's name; the connection goes to the address
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, err
@@ -505,6 +537,7 @@ func download(s server, proto string, conf *tls.Config, want string) (float64, e
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+s.addr+"/big.bin", nil)
+	req.Host = "localhost"
 	t0 := time.Now()
 	resp, err := rt.RoundTrip(req)
 	if err != nil {

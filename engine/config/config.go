@@ -277,6 +277,15 @@ type Limits struct {
 	// MinSendRateWindow is what MinSendRate is measured over: one to two
 	// of these. Zero means 20s.
 	MinSendRateWindow Duration `toml:"min_send_rate_window"`
+	// MemoryLimit is the Go runtime's soft memory limit for the server
+	// (GOMEMLIMIT, which wins when set): past it the collector works
+	// harder rather than letting the heap grow to five times what is
+	// live (the engine runs with GOGC=400). It bounds what attacks that
+	// churn connections leave behind; what is live (about 20 KiB per TCP
+	// connection, 160 KiB per QUIC connection) is bounded by
+	// max_connections. Zero means 64 MiB plus 320 KiB per
+	// max_connections (384 MiB at 1024).
+	MemoryLimit Size `toml:"memory_limit"`
 }
 
 // Runtime holds tuning knobs in the seed product's shape.

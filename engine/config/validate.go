@@ -392,6 +392,12 @@ func (c *Config) validateLimits(errs *Errors) {
 	if l.MinSendRate < 1 || l.MinSendRate > 1<<30 {
 		errs.add(c.errAt("limits.min_send_rate", "%v is out of range; expected 1B (only stalled responses) to 1GiB, in bytes a second", l.MinSendRate))
 	}
+	if l.MemoryLimit == 0 {
+		l.MemoryLimit = 64<<20 + Size(l.MaxConnections)*320<<10
+	}
+	if l.MemoryLimit < 32<<20 {
+		errs.add(c.errAt("limits.memory_limit", "%v is too small to serve with; expected 32MiB or more (the default is 64MiB plus 320KiB per max_connections)", l.MemoryLimit))
+	}
 	if l.MinSendRateWindow == 0 {
 		l.MinSendRateWindow = Duration(20e9)
 	}

@@ -256,6 +256,11 @@ func (ex *Exchange) connect(fresh bool) bool {
 				ex.waitSince = now
 				pool.wait[u] = append(pool.wait[u], ex)
 				ex.l.t.Stats.ProxyQueued.Add(1)
+				if !share {
+					// A response whose client stopped reading long ago
+					// gives its connection now, not at the next tick.
+					pool.preempt(u, now)
+				}
 				return false
 			}
 			uc = &upConn{up: u, pool: pool, ex: ex}

@@ -174,11 +174,29 @@ func (p *Loop) Expire(now int64) (waiting bool) {
 			delete(p.wait, u)
 		}
 		waiting = waiting || len(l) > 0
+	}
+	p.watchStalls(now)
+	for u, l := range p.wait {
 		if len(l) > 0 {
 			p.preempt(u, now)
 		}
 	}
-	return waiting
+	return waiting || len(p.held) > 0
+}
+
+// watchStalls notes, for each exchange sending a response, since when
+// its upstream connection has not moved while its client had no room:
+// preempt reads it. Expire calls it on every tick, waiting or not, so
+// that a request that comes to wait finds the stalls already timed.
+func (p *Loop) watchStalls(now int64) {
+	for ex := range p.held {
+		if ex.up == nil || ex.done || !ex.respHead || ex.respDone || ex.draining {
+			continue
+		}
+		if pr := ex.up.c.Progress(); pr != ex.lastProg || ex.progSince == 0 || !ex.splicing && ex.cl.Room() {
+			ex.lastProg, ex.progSince = pr, now // moving, or waiting on its upstream, not its client
+		}
+	}
 }
 
 // stallGrace is how long an exchange's client may take no bytes of a
@@ -200,16 +218,18 @@ func (p *Loop) preempt(u *routing.Upstream, now int64) {
 			break
 		}
 	}
+	if !needed {
+		return
+	}
 	var victim *Exchange
 	for ex := range p.held {
-		if ex.up == nil || ex.up.up != u || ex.done || !ex.respHead || ex.respDone || ex.draining {
+		if ex.up == nil || ex.up.up != u || ex.done || !ex.respHead || ex.respDone || ex.draining || ex.progSince == 0 {
 			continue
 		}
-		if pr := ex.up.c.Progress(); pr != ex.lastProg || ex.progSince == 0 || !ex.splicing && ex.cl.Room() {
-			ex.lastProg, ex.progSince = pr, now // moving, or waiting on its upstream, not its client
-			continue
+		if ex.up.c.Progress() != ex.lastProg || !ex.splicing && ex.cl.Room() {
+			continue // moved since the last tick, or waits on its upstream
 		}
-		if needed && now-ex.progSince >= int64(stallGrace) && (victim == nil || ex.progSince < victim.progSince) {
+		if now-ex.progSince >= int64(stallGrace) && (victim == nil || ex.progSince < victim.progSince) {
 			victim = ex
 		}
 	}

@@ -352,8 +352,10 @@ func (l *Loop) acceptAll() {
 // Whatever the order, a connection is closed only for a newcomer whose
 // address holds no more connections than the victim's (strictly fewer
 // for 4): a crowd cannot take slots from a client that holds less than
-// each of its addresses. Within an order, the address holding the most
-// goes first. It reports false when no slot could be had.
+// each of its addresses. Past order 0, connections of addresses holding
+// more than the newcomer's go before the orders (victimClass); within an
+// order, the address holding the most goes first. It reports false when
+// no slot could be had.
 func (l *Loop) admit(key netip.Addr) bool {
 	if int(l.stats.open.Load()) < l.maxConns {
 		return true
@@ -377,9 +379,9 @@ func (l *Loop) admit(key netip.Addr) bool {
 		n = max(1, held(key))
 	}
 	var (
-		victim        *Conn
-		vOrder, vHeld int
-		vRank         float64 // lower goes first within an order
+		victim                *Conn
+		vClass, vOrder, vHeld int
+		vRank                 float64 // lower goes first within an order
 	)
 	window := l.cfg.MinRate > 0
 	for _, c := range l.slots {
@@ -406,8 +408,9 @@ func (l *Loop) admit(key netip.Addr) bool {
 		if h < n {
 			continue // never from an address holding fewer than the newcomer's
 		}
-		if victim == nil || order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank) {
-			victim, vOrder, vHeld, vRank = c, order, h, rank
+		class := victimClass(order, h, n)
+		if victim == nil || class < vClass || class == vClass && (order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank)) {
+			victim, vClass, vOrder, vHeld, vRank = c, class, order, h, rank
 		}
 	}
 	if victim == nil {
@@ -430,6 +433,23 @@ func (l *Loop) admit(key netip.Addr) bool {
 	l.warnFull("max_connections reached: closing connections that wait for their clients, the slowest, or those of the addresses holding most, to admit new ones")
 	l.closeConn(victim, false)
 	return true
+}
+
+// victimClass ranks a candidate for closing at max_connections before
+// its order: a connection that has sent nothing goes first from any
+// address (order 0: it costs nobody anything); then connections of
+// addresses holding more than the newcomer's, whatever they do; then
+// those of addresses holding as many. So a client's second connection
+// does not close its own first one mid-handshake while a crowd holds
+// more; and with one address (or equal ones) the orders alone decide.
+func victimClass(order, held, newcomer int) int {
+	switch {
+	case order == 0:
+		return 0
+	case held > newcomer:
+		return 1
+	}
+	return 2
 }
 
 // rate is the bytes a second c sent over its rate window (one to two of
