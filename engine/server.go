@@ -309,6 +309,9 @@ func NewFrom(cfg *config.Config, log *slog.Logger, in *Sockets) (*Server, error)
 		perAddr = 0
 	}
 	s.peers = peershare.New(perAddr, cfg.Limits.AddressIPv6Prefix, cfg.ReverseProxy.Trusted)
+	if s.proxy != nil {
+		s.proxy.Clients = s.peers
+	}
 	rc := reactor.Config{
 		Addr:       cfg.Listen,
 		Workers:    cfg.Workers,

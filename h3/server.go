@@ -348,6 +348,7 @@ type connWatch struct {
 	mu        sync.Mutex    // guards active, idleSince and the timer's Stop and Reset
 	active    int           // guarded by mu: requests in the handler
 	idleSince time.Time     // guarded by mu: when active last fell to 0
+	live      *live         // the server's registry (its gen), set by track
 	timer     *time.Timer   // fires idle after the last request ended
 
 	// The rate window, guarded by Server.live.mu: bytes sent at the
@@ -388,6 +389,9 @@ func (a activity) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			if w.active--; w.active == 0 {
 				w.timer.Reset(w.idle)
 				w.idleSince = time.Now()
+				if w.live != nil {
+					w.live.gen.Add(1)
+				}
 			}
 			w.mu.Unlock()
 		}()

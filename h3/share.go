@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -28,7 +29,18 @@ type live struct {
 	mu    sync.Mutex                // guards conns and each connWatch's rate fields
 	conns map[*quic.Conn]*connWatch // accepted and not yet ended
 	memo  map[netip.Addr]int        // reclaim's: connections per address key, looked up once a scan
+	// gen changes whenever a connection ends, a request ends or the
+	// rate windows roll: what reclaim may find. The last scan that found
+	// nothing, for a newcomer holding failN, saw failGen at failAt.
+	gen     atomic.Int64
+	failGen int64
+	failN   int
+	failAt  time.Time
 }
+
+// failMemory is how long a scan that found nothing stands for newcomers
+// holding as many or more, nothing having changed.
+const failMemory = 250 * time.Millisecond
 
 // reclaimIdleAfter is how long a connection with no request in progress
 // must have been so to be closed for a newcomer whose address holds as
@@ -44,6 +56,7 @@ func (s *Server) track(c *quic.Conn, w *connWatch) {
 	s.live.mu.Lock()
 	w.winStart = now
 	w.idleSince = now
+	w.live = &s.live
 	if h, ok := c.Context().Value(handshakeKey{}).(*handshake); ok {
 		w.key = h.key
 	}
@@ -57,6 +70,7 @@ func (s *Server) track(c *quic.Conn, w *connWatch) {
 		s.live.mu.Lock()
 		delete(s.live.conns, c)
 		s.live.mu.Unlock()
+		s.live.gen.Add(1)
 	})
 }
 
@@ -71,6 +85,7 @@ func (s *Server) rollWindows() {
 		case <-s.closed:
 			return
 		case now := <-t.C:
+			s.live.gen.Add(1)
 			s.live.mu.Lock()
 			for c, w := range s.live.conns {
 				if now.Sub(w.winStart) >= s.cfg.RateWindow {
@@ -121,6 +136,18 @@ func (s *Server) reclaim(key netip.Addr) bool {
 	now := time.Now()
 	t := s.cfg.PerAddress
 	s.live.mu.Lock()
+	n0 := 0
+	if t != nil {
+		n0 = max(1, t.HeldKey(key))
+	}
+	gen := s.live.gen.Load()
+	if s.live.failGen == gen && n0 >= s.live.failN && now.Sub(s.live.failAt) < failMemory {
+		// Nothing ended or went idle since a scan found nothing for a
+		// newcomer holding as many: a crowd retrying costs a lookup, not a
+		// scan, each.
+		s.live.mu.Unlock()
+		return false
+	}
 	memo := s.live.memo
 	clear(memo)
 	held := func(a netip.Addr) int {
@@ -180,6 +207,8 @@ func (s *Server) reclaim(key netip.Addr) bool {
 	}
 	if victim != nil {
 		delete(s.live.conns, victim) // not chosen twice while it closes
+	} else {
+		s.live.failGen, s.live.failN, s.live.failAt = gen, n0, now
 	}
 	s.live.mu.Unlock()
 	switch {

@@ -365,6 +365,15 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 	}
 	cpu0 := cpuOf(s.pids())
 	t0 := time.Now()
+	if dir := os.Getenv("FAIRSHARE_PPROF"); dir != "" && s.name == "engine" {
+		go func() {
+			if resp, err := http.Get(engineAdmin + "/debug/pprof/profile?seconds=5"); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				os.WriteFile(filepath.Join(dir, strings.ReplaceAll(a.name, " ", "_")+".cpu"), b, 0o644)
+			}
+		}()
+	}
 	// Memory, sampled until the end.
 	memDone := make(chan struct{})
 	var rssPeak float64

@@ -125,9 +125,14 @@ func (p *Loop) admitLater(u *routing.Upstream) {
 	p.rl.Post(func() {
 		l := p.wait[u]
 		// The request whose client address holds the fewest upstream
-		// connections goes first, the oldest of those: a crowd of
-		// addresses with requests queued cannot keep a newcomer waiting.
-		i, least := -1, 0
+		// connections goes first, then the fewest client connections,
+		// then the oldest; behind every other go the requests of
+		// addresses whose clients stalled a response lately (preempt):
+		// a crowd of addresses with requests queued cannot keep a
+		// newcomer waiting.
+		now := time.Now().UnixNano()
+		i := -1
+		var best [3]int // stalled (0 or 1), upstream connections, client connections
 		for j, ex := range l {
 			if ex.done {
 				i = j // gone: taken out first
@@ -136,8 +141,16 @@ func (p *Loop) admitLater(u *routing.Upstream) {
 			if len(p.idle[u]) == 0 && p.full(u, ex.r) || p.overShare(ex.r, ex.peer.Addr()) {
 				continue // no connection for it yet
 			}
-			if n := p.t.Peers.Held(ex.peer.Addr()); i < 0 || n < least {
-				i, least = j, n
+			key := p.t.Peers.Key(ex.peer.Addr())
+			rank := [3]int{0, p.t.Peers.HeldKey(key), 0}
+			if p.t.stalls.recent(key, now) {
+				rank[0] = 1
+			}
+			if p.t.Clients != nil {
+				rank[2] = p.t.Clients.Held(ex.peer.Addr())
+			}
+			if i < 0 || rank[0] < best[0] || rank[0] == best[0] && (rank[1] < best[1] || rank[1] == best[1] && rank[2] < best[2]) {
+				i, best = j, rank
 			}
 		}
 		if i >= 0 {
@@ -237,6 +250,7 @@ func (p *Loop) preempt(u *routing.Upstream, now int64) {
 		return
 	}
 	p.t.Stats.ProxyPreempted.Add(1)
+	p.t.stalls.mark(p.t.Peers.Key(victim.peer.Addr()), now)
 	p.lim.Note("proxy: a client that took no response bytes for 5s gave up its upstream connection to a waiting request",
 		"route", victim.r.Key, "upstream", u.Name, "client", victim.peer, "path", victim.path)
 	victim.abort("client stalled while a request waited for its connection")

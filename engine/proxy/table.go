@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"net/netip"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/routing"
@@ -17,6 +20,15 @@ type Table struct {
 	// exchanges hold, over every loop (never limits by itself: overShare
 	// compares it with the route's share).
 	Peers *peershare.Table
+	// Clients, when set, counts the client connections each address
+	// holds (the server's, TCP and QUIC): of two waiting requests whose
+	// addresses hold as many upstream connections, the one whose address
+	// holds fewer client connections goes first. Set before serving.
+	Clients *peershare.Table
+	// stalls remembers the client addresses that had a response
+	// preempted (their client stopped reading while others waited), and
+	// when: their requests wait behind others' for a minute.
+	stalls stallMemory
 	// workers is the number of loops sharing the table: a route's
 	// max_conns is per loop, so its connections over all loops are
 	// max_conns times this.
@@ -47,4 +59,45 @@ func New(cfg *config.Config) (*Table, error) {
 		return nil, err
 	}
 	return &Table{Routes: rt, Peers: peershare.New(0, cfg.Limits.AddressIPv6Prefix, rt.Trusted), workers: cfg.WorkerCount()}, nil
+}
+
+// stallMemory is the addresses whose clients stalled a response while
+// others waited for its connection. Safe for concurrent use (every loop).
+type stallMemory struct {
+	mu sync.Mutex
+	at map[netip.Addr]int64 // guarded by mu: address key -> when (unix ns)
+}
+
+// stallMemoryFor is how long an address is remembered.
+const stallMemoryFor = int64(time.Minute)
+
+func (m *stallMemory) mark(key netip.Addr, now int64) {
+	if !key.IsValid() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at == nil {
+		m.at = map[netip.Addr]int64{}
+	}
+	if len(m.at) >= 1<<16 {
+		for k, t := range m.at {
+			if now-t > stallMemoryFor {
+				delete(m.at, k)
+			}
+		}
+	}
+	if len(m.at) < 1<<16 {
+		m.at[key] = now
+	}
+}
+
+func (m *stallMemory) recent(key netip.Addr, now int64) bool {
+	if !key.IsValid() {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.at[key]
+	return ok && now-t <= stallMemoryFor
 }

@@ -64,6 +64,7 @@ type Conn struct {
 	batched         bool       // SO_RCVLOWAT raised (batch.go)
 	batchWake       int64      // when a batched socket last woke the loop
 	addrKey         netip.Addr // what Config.PerAddress counts it under; zero: not counted
+	accepted        int64      // loop time it was accepted
 	// The rate window (Config.MinRate): sent at the start of the current
 	// window and of the one before it, and when they began (0: not yet).
 	winSent, prevSent   int64

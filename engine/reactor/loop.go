@@ -313,7 +313,7 @@ func (l *Loop) acceptAll() {
 		}
 		c := l.newConn(fd, peer)
 		c.addrKey = key
-		c.winStart = l.now
+		c.winStart, c.accepted = l.now, l.now
 		if err := epollAdd(l.epfd, fd, c.slot); err != nil {
 			l.log.Warn("epoll add", "err", err)
 			l.freeConn(c)
@@ -352,10 +352,10 @@ func (l *Loop) acceptAll() {
 // Whatever the order, a connection is closed only for a newcomer whose
 // address holds no more connections than the victim's (strictly fewer
 // for 4): a crowd cannot take slots from a client that holds less than
-// each of its addresses. Past order 0, connections of addresses holding
-// more than the newcomer's go before the orders (victimClass); within an
-// order, the address holding the most goes first. It reports false when
-// no slot could be had.
+// each of its addresses. The orders rank within classes that put the
+// connections of addresses holding more than the newcomer's first
+// (victimClass); within an order, the address holding the most goes
+// first. It reports false when no slot could be had.
 func (l *Loop) admit(key netip.Addr) bool {
 	if int(l.stats.open.Load()) < l.maxConns {
 		return true
@@ -408,7 +408,7 @@ func (l *Loop) admit(key netip.Addr) bool {
 		if h < n {
 			continue // never from an address holding fewer than the newcomer's
 		}
-		class := victimClass(order, h, n)
+		class := victimClass(order, h, n, l.now-c.accepted)
 		if victim == nil || class < vClass || class == vClass && (order < vOrder || order == vOrder && (h > vHeld || h == vHeld && rank < vRank)) {
 			victim, vClass, vOrder, vHeld, vRank = c, class, order, h, rank
 		}
@@ -436,20 +436,30 @@ func (l *Loop) admit(key netip.Addr) bool {
 }
 
 // victimClass ranks a candidate for closing at max_connections before
-// its order: a connection that has sent nothing goes first from any
-// address (order 0: it costs nobody anything); then connections of
-// addresses holding more than the newcomer's, whatever they do; then
-// those of addresses holding as many. So a client's second connection
-// does not close its own first one mid-handshake while a crowd holds
-// more; and with one address (or equal ones) the orders alone decide.
-func victimClass(order, held, newcomer int) int {
+// its order (age: since it was accepted):
+//
+//  0. anything but a response in flight, of an address holding more
+//     connections than the newcomer's: silent, waiting, idle, slow;
+//  1. a connection silent for a second or more of an address holding as
+//     many (it costs nobody anything);
+//  2. a response in flight of an address holding more (the fair share);
+//  3. the rest of an address holding as many.
+//
+// So a client's second connection does not close its own first one, just
+// accepted and still silent, while a crowd holds more; a fast download
+// of an address holding a few more (a NAT) goes only after the silent
+// connections of others; and with one address (or equal ones) the
+// orders alone decide.
+func victimClass(order, held, newcomer int, age int64) int {
 	switch {
-	case order == 0:
+	case held > newcomer && order < 4:
 		return 0
-	case held > newcomer:
+	case held == newcomer && order == 0 && age >= int64(time.Second):
 		return 1
+	case held > newcomer:
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // rate is the bytes a second c sent over its rate window (one to two of
