@@ -70,12 +70,20 @@ func forever(ctx context.Context, once func() error) {
 // ctx ends.
 func dialTCP(ctx context.Context, a *attackEnv, src net.IP, rcvbuf int) (net.Conn, error) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 5 * time.Second}
-	if rcvbuf > 0 {
-		d.Control = func(_, _ string, c syscall.RawConn) error {
-			var err error
-			c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf) })
-			return err
-		}
+	d.Control = func(_, _ string, c syscall.RawConn) error {
+		var err error
+		c.Control(func(fd uintptr) {
+			// An Ethernet MSS, as a remote client's SYN says: on loopback
+			// (MSS 65483) the server's kernel sizes each socket's send
+			// buffer for segments 45 times larger, and a thousand slow
+			// readers put every socket of the machine under TCP memory
+			// pressure, a loopback effect, not one of the server.
+			err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, 1460)
+			if err == nil && rcvbuf > 0 {
+				err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf)
+			}
+		})
+		return err
 	}
 	c, err := d.DialContext(ctx, "tcp", a.target)
 	if err != nil {

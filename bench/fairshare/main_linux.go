@@ -72,8 +72,14 @@ func main() {
 	ramp := flag.Duration("ramp", 10*time.Second, "attack time before the honest client starts")
 	out := flag.String("out", "docs/BENCHMARKS-fairshare.md", "page to write")
 	only := flag.String("only", "", "run only the attacks whose names contain one of these (comma-separated)")
+	child := flag.String("attack-child", "", "(internal) run this attack against --target until stdin closes")
+	target := flag.String("target", "", "(internal) the attacked server's address")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *child != "" {
+		attackChild(*child, *target, *addrs, *perAddr)
+		return
+	}
 	installNginx()
 	h, err := bench.NewHarness("fairshare-")
 	if err != nil {
@@ -249,7 +255,6 @@ http {
 		{"nginx", fmt.Sprintf("127.0.0.1:%d", ports[2]), false, false, nginxPids},
 	}
 	tlsConf := &tls.Config{InsecureSkipVerify: true, ServerName: "localhost", NextProtos: []string{"http/1.1"}}
-	h2Conf := &tls.Config{InsecureSkipVerify: true, ServerName: "localhost", NextProtos: []string{"h2"}}
 	for _, s := range servers {
 		c := newHonest(s, tlsConf)
 		deadline := time.Now().Add(30 * time.Second)
@@ -280,7 +285,7 @@ http {
 				if a.quic && !s.h3 || a.wt && !s.wt {
 					continue
 				}
-				r := runCell(s, a, *addrs, *perAddr, *ramp, tlsConf, h2Conf, bigSum, small)
+				r := runCell(s, a, *addrs, *perAddr, *ramp, tlsConf, bigSum, small)
 				res.add(s.name, a.name, r)
 				log.Printf("repeat %d  %-28s %-7s %s", rep+1, a.name, s.name, r)
 			}
@@ -343,23 +348,24 @@ const failedAfter = 5 * time.Second
 // runCell attacks s with a from addrs addresses (perAddr connections
 // each, unless the attack says otherwise), lets it ramp up, and measures
 // the honest client meanwhile.
-func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf, h2Conf *tls.Config, bigSum string, small []byte) cell {
+func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf *tls.Config, bigSum string, small []byte) cell {
 	r := cell{mibps: map[string]float64{}, dlErr: map[string]string{}}
-	env := &attackEnv{target: s.addr, tls: tlsConf, h2: h2Conf}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	// The attackers run in a process of their own at the lowest
+	// priority on the honest client's CPU: attackers are other machines,
+	// and the honest client's speed should not be what their crypto
+	// leaves of its CPU.
+	var child *exec.Cmd
+	var childIn io.WriteCloser
+	var childOut strings.Builder
 	if a.run != nil {
-		if a.addrs > 0 {
-			addrs = a.addrs
-		}
-		if a.perAdr > 0 {
-			perAddr = a.perAdr
-		}
-		for i := range addrs {
-			src := net.IPv4(127, 2, byte(i/250), byte(i%250+1))
-			for range perAddr {
-				wg.Go(func() { a.run(ctx, env, src) })
-			}
+		self, _ := os.Executable()
+		child = peer.Command(0, "nice", "-n", "19", self, "--attack-child", a.name, "--target", s.addr,
+			"--addrs", strconv.Itoa(addrs), "--per-addr", strconv.Itoa(perAddr))
+		childIn, _ = child.StdinPipe()
+		child.Stdout = &childOut
+		child.Stderr = os.Stderr
+		if err := child.Start(); err != nil {
+			log.Fatalf("attackers: %v", err)
 		}
 		time.Sleep(ramp)
 	}
@@ -468,9 +474,11 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 	close(memDone)
 	r.cpu = (cpuOf(s.pids()) - cpu0).Seconds() / time.Since(t0).Seconds()
 	r.rssPeak = rssPeak
-	cancel()
-	wg.Wait()
-	r.opened, r.ended = env.opened.Load(), env.ended.Load()
+	if child != nil {
+		childIn.Close()
+		child.Wait()
+		fmt.Sscanf(childOut.String(), "opened %d ended %d", &r.opened, &r.ended)
+	}
 	// Let the server see every attacking connection go before the next
 	// cell.
 	time.Sleep(3 * time.Second)
@@ -633,3 +641,34 @@ func installNginx() {
 	}
 }
 
+
+// attackChild runs the named attack against target until stdin closes,
+// then says how many connections it made and saw end.
+func attackChild(name, target string, addrs, perAddr int) {
+	i := slices.IndexFunc(attacks, func(a attack) bool { return a.name == name })
+	if i < 0 {
+		log.Fatalf("no attack %q", name)
+	}
+	a := attacks[i]
+	env := &attackEnv{target: target,
+		tls: &tls.Config{InsecureSkipVerify: true, ServerName: "localhost", NextProtos: []string{"http/1.1"}},
+		h2:  &tls.Config{InsecureSkipVerify: true, ServerName: "localhost", NextProtos: []string{"h2"}}}
+	if a.addrs > 0 {
+		addrs = a.addrs
+	}
+	if a.perAdr > 0 {
+		perAddr = a.perAdr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range addrs {
+		src := net.IPv4(127, 2, byte(i/250), byte(i%250+1))
+		for range perAddr {
+			wg.Go(func() { a.run(ctx, env, src) })
+		}
+	}
+	io.Copy(io.Discard, os.Stdin)
+	cancel()
+	wg.Wait()
+	fmt.Printf("opened %d ended %d\n", env.opened.Load(), env.ended.Load())
+}
