@@ -556,6 +556,25 @@ func procTicks(pid int) int64 {
 	return total
 }
 
+// ProcessRSS is the resident memory of pid and its child processes now,
+// from /proc; 0 where it cannot be read.
+func ProcessRSS(pid int) int64 {
+	var total int64
+	for _, p := range family(pid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}
+
 func procHWM(pid int) int64 {
 	var total int64
 	for _, p := range family(pid) {

@@ -416,3 +416,72 @@ func TestH3FairShareAtCapacity(t *testing.T) {
 		t.Error("none of the heavy address's connections was closed")
 	}
 }
+
+// TestProxyWaitersFewestFirst: when a connection to a full upstream
+// (max_conns) frees, the waiting request whose client address holds the
+// fewest connections goes first, not the oldest: a crowd with requests
+// queued cannot keep a newcomer waiting.
+func TestProxyWaitersFewestFirst(t *testing.T) {
+	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	b := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ch, ok := release[strings.TrimPrefix(r.URL.Path, "/hold/")]; ok {
+			select {
+			case <-ch:
+			case <-time.After(scale(30 * time.Second)):
+			}
+		}
+		io.WriteString(w, r.URL.Path)
+	}))
+	ts := start(t, "workers = 1\n"+proxyConfig(t, "/", "max_conns = 2\nresponse_timeout = \"1m\"\n", b.hostPort()))
+	ask := func(c *rawConn, path string) chan string {
+		c.send("GET " + path + " HTTP/1.1\r\nHost: a\r\n\r\n")
+		got := make(chan string, 1)
+		go func() {
+			resp, err := http.ReadResponse(c.r, nil)
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			got <- string(body)
+		}()
+		return got
+	}
+	a := ask(dialFrom(t, "127.0.0.2", ts.addr), "/hold/a")
+	bb := ask(dialFrom(t, "127.0.0.3", ts.addr), "/hold/b")
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().ProxyOpened == 2 }) {
+		t.Fatal("the two held requests did not take both connections")
+	}
+	// A crowd's address with three connections asks first, then a
+	// newcomer with one.
+	crowd := dialFrom(t, "127.0.0.4", ts.addr)
+	dialFrom(t, "127.0.0.4", ts.addr)
+	dialFrom(t, "127.0.0.4", ts.addr)
+	first := ask(crowd, "/crowd")
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().ProxyQueued == 1 }) {
+		t.Fatal("the crowd's request is not waiting")
+	}
+	second := ask(dialFrom(t, "127.0.0.5", ts.addr), "/newcomer")
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().ProxyQueued == 2 }) {
+		t.Fatal("the newcomer's request is not waiting")
+	}
+	close(release["a"])
+	if got := <-a; got != "/hold/a" {
+		t.Fatalf("held request: %q", got)
+	}
+	select {
+	case got := <-second:
+		if got != "/newcomer" {
+			t.Fatalf("newcomer: %q", got)
+		}
+	case got := <-first:
+		t.Fatalf("the crowd's request (%q) went before the newcomer's", got)
+	case <-time.After(scale(10 * time.Second)):
+		t.Fatal("no waiting request went")
+	}
+	close(release["b"])
+	<-bb
+	if got := <-first; got != "/crowd" {
+		t.Fatalf("crowd: %q", got)
+	}
+}

@@ -216,6 +216,7 @@ func (s *Server) reclaim(key netip.Addr) bool {
 		return false
 	case vOrder == 0:
 		s.stats.reclaimedIdle.Add(1)
+		s.lim.Note("closing an idle HTTP/3 connection to admit a new one at max_connections", "addr", victim.RemoteAddr())
 		victim.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "idle connection closed to admit a new one")
 	case vOrder == 1:
 		s.stats.reclaimedSlow.Add(1)

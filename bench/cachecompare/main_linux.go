@@ -76,7 +76,9 @@ func main() {
 	if err != nil {
 		log.Fatalf("--size: %v", err)
 	}
-	installPeers()
+	if err := peer.InstallDebian(map[string]string{"nginx": "nginx", "varnishd": "varnish", "hitch": "hitch"}, log.Printf); err != nil {
+		log.Fatal(err)
+	}
 	h, err := bench.NewHarness("cachecompare-")
 	if err != nil {
 		log.Fatal(err)
@@ -350,31 +352,6 @@ func varnishName(v []byte) string {
 		return "Varnish " + string(m[1])
 	}
 	return "Varnish"
-}
-
-// installPeers installs the Debian packages of the peers when one is
-// missing.
-func installPeers() {
-	var missing []string
-	for tool, pkg := range map[string]string{"nginx": "nginx", "varnishd": "varnish", "hitch": "hitch"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, pkg)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	slices.Sort(missing)
-	log.Printf("installing %s (Debian packages)", strings.Join(missing, ", "))
-	args := append([]string{"apt-get", "install", "-y", "-qq", "--no-install-recommends"}, missing...)
-	if os.Getuid() != 0 {
-		args = append([]string{"sudo"}, args...)
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		log.Fatalf("apt-get install %s: %v\n%s", strings.Join(missing, " "), err, out)
-	}
 }
 
 func parseSize(s string) (int64, error) {

@@ -53,7 +53,7 @@ type server struct {
 	addr string // 127.0.0.1:port: TLS on TCP, and HTTP/3 on UDP when h3
 	h3   bool
 	wt   bool
-	pids func() []int
+	pid  int // its process; its children (nginx's workers) count with it
 }
 
 // engineAdmin is the engine's admin listener (metrics, profiles).
@@ -80,7 +80,9 @@ func main() {
 		attackChild(*child, *target, *addrs, *perAddr)
 		return
 	}
-	installNginx()
+	if err := peer.InstallDebian(map[string]string{"nginx": "nginx"}, log.Printf); err != nil {
+		log.Fatal(err)
+	}
 	h, err := bench.NewHarness("fairshare-")
 	if err != nil {
 		log.Fatal(err)
@@ -238,21 +240,10 @@ http {
 `, work, *capacity, max(64, *capacity/8), headerTimeout, idleTimeout, sendTimeout, origin, ports[2], temps("n"), certFile, keyFile, www)), 0o644)
 	nc := start(peer.Command(1, "nginx", "-c", ncfg), "nginx")
 
-	pids := func(p *peer.Process) func() []int { return func() []int { return []int{p.Cmd.Process.Pid} } }
-	nginxPids := func() []int {
-		out := []int{nc.Cmd.Process.Pid}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", nc.Cmd.Process.Pid, nc.Cmd.Process.Pid)); err == nil {
-			for _, f := range strings.Fields(string(b)) {
-				if n, err := strconv.Atoi(f); err == nil {
-					out = append(out, n)
-				}
-			}
-		}
-		return out
-	}
+	pid := func(p *peer.Process) int { return p.Cmd.Process.Pid }
 	servers := []server{
-		{"engine", fmt.Sprintf("127.0.0.1:%d", ports[1]), true, true, pids(ec)},
-		{"nginx", fmt.Sprintf("127.0.0.1:%d", ports[2]), false, false, nginxPids},
+		{"engine", fmt.Sprintf("127.0.0.1:%d", ports[1]), true, true, pid(ec)},
+		{"nginx", fmt.Sprintf("127.0.0.1:%d", ports[2]), false, false, pid(nc)},
 	}
 	tlsConf := &tls.Config{InsecureSkipVerify: true, ServerName: "localhost", NextProtos: []string{"http/1.1"}}
 	for _, s := range servers {
@@ -306,11 +297,11 @@ http {
 
 // cell is one attack against one server, once.
 type cell struct {
-	mibps        map[string]float64 // the honest download by protocol; 0: failed
-	dlErr        map[string]string
-	small        []time.Duration // each 1 KiB request's time; failed ones count as failedAfter
-	smallFailed  int
-	smallErrs    []string // the first few failures and slow ones, for the log
+	mibps         map[string]float64 // the honest download by protocol; 0: failed
+	dlErr         map[string]string
+	small         []time.Duration // each 1 KiB request's time; failed ones count as failedAfter
+	smallFailed   int
+	smallErrs     []string // the first few failures and slow ones, for the log
 	wtOK, wtTried int
 	rssPeak       float64 // MiB
 	cpu           float64 // server CPU share over the attack, 1 = one CPU
@@ -369,7 +360,7 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 		}
 		time.Sleep(ramp)
 	}
-	cpu0 := cpuOf(s.pids())
+	cpu0 := bench.ProcessCPU(s.pid)
 	t0 := time.Now()
 	if dir := os.Getenv("FAIRSHARE_PPROF"); dir != "" && s.name == "engine" {
 		go func() {
@@ -387,7 +378,7 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
-			rssPeak = max(rssPeak, rssOf(s.pids()))
+			rssPeak = max(rssPeak, float64(bench.ProcessRSS(s.pid))/(1<<20))
 			select {
 			case <-memDone:
 				return
@@ -472,7 +463,7 @@ func runCell(s server, a attack, addrs, perAddr int, ramp time.Duration, tlsConf
 	close(smallDone)
 	smallWG.Wait()
 	close(memDone)
-	r.cpu = (cpuOf(s.pids()) - cpu0).Seconds() / time.Since(t0).Seconds()
+	r.cpu = (bench.ProcessCPU(s.pid) - cpu0).Seconds() / time.Since(t0).Seconds()
 	r.rssPeak = rssPeak
 	if child != nil {
 		childIn.Close()
@@ -591,32 +582,6 @@ func openWT(s server) error {
 	return cc(ctx, "https://localhost:"+port(s.addr)+"/wt?mode=echo")
 }
 
-func cpuOf(pids []int) time.Duration {
-	var d time.Duration
-	for _, p := range pids {
-		d += bench.ProcessCPU(p)
-	}
-	return d
-}
-
-// rssOf is the resident memory of pids, MiB.
-func rssOf(pids []int) float64 {
-	var kb int64
-	for _, p := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				kb += n
-			}
-		}
-	}
-	return float64(kb) / 1024
-}
-
 // results are the cells of every repeat.
 type results map[[2]string][]cell
 
@@ -624,23 +589,6 @@ func (r results) add(server, attack string, c cell) {
 	k := [2]string{server, attack}
 	r[k] = append(r[k], c)
 }
-
-func installNginx() {
-	if _, err := exec.LookPath("nginx"); err == nil {
-		return
-	}
-	log.Printf("installing nginx (Debian package)")
-	args := []string{"apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx"}
-	if os.Getuid() != 0 {
-		args = append([]string{"sudo"}, args...)
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		log.Fatalf("apt-get install nginx: %v\n%s", err, out)
-	}
-}
-
 
 // attackChild runs the named attack against target until stdin closes,
 // then says how many connections it made and saw end.

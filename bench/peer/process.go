@@ -1,8 +1,10 @@
 package peer
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -85,4 +87,31 @@ func stopWithin(p *os.Process, sig os.Signal, done <-chan struct{}) {
 		p.Kill()
 		<-done
 	}
+}
+
+// InstallDebian installs, with apt-get (through sudo when not root), the
+// Debian packages of the tools (a tool's name to its package's) that are
+// not on the PATH; it says which on log first.
+func InstallDebian(tools map[string]string, logf func(format string, args ...any)) error {
+	var missing []string
+	for tool, pkg := range tools {
+		if _, err := exec.LookPath(tool); err != nil && !slices.Contains(missing, pkg) {
+			missing = append(missing, pkg)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	logf("installing %s (Debian packages)", strings.Join(missing, ", "))
+	args := append([]string{"apt-get", "install", "-y", "-qq", "--no-install-recommends"}, missing...)
+	if os.Getuid() != 0 {
+		args = append([]string{"sudo"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install %s: %v\n%s", strings.Join(missing, " "), err, out)
+	}
+	return nil
 }

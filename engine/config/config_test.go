@@ -181,6 +181,8 @@ func TestConfigErrors(t *testing.T) {
 				"engine.toml:5: limits.address_ipv6_prefix: 8 is out of range",
 				"engine.toml:6: limits.min_send_rate: 2GiB is out of range",
 				"engine.toml:7: limits.min_send_rate_window: 100ms is out of range; expected 1s to 10m"}},
+		{"memory limit too small", "root = \".\"\n[limits]\nmemory_limit = \"1MiB\"\n",
+			[]string{"engine.toml:3: limits.memory_limit: 1MiB is too small to serve with; expected 32MiB or more"}},
 		{"h3 pace rate too slow", "root = \".\"\n[h3]\nbulk_pace_rate = \"1KiB\"\n",
 			[]string{"engine.toml:3: h3.bulk_pace_rate: 1KiB per second is too slow to be meant"}},
 		{"h3 ranges", "root = \".\"\n[h3]\nmax_streams = -1\nudp_buffer_bytes = \"1KiB\"\n",

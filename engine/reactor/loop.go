@@ -419,8 +419,10 @@ func (l *Loop) admit(key netip.Addr) bool {
 	switch vOrder {
 	case 0, 1:
 		l.stats.reclaimedWaiting.Add(1)
+		l.lim.Note("closing a connection that waits for its client to admit a new one at max_connections", "addr", victim.peer.Addr(), "sent_nothing", vOrder == 0)
 	case 2:
 		l.stats.reclaimedIdle.Add(1)
+		l.lim.Note("closing an idle relay to admit a new connection at max_connections", "addr", victim.peer.Addr())
 	case 3:
 		l.stats.reclaimedSlow.Add(1)
 		l.lim.Note("closing a slow response to admit a new connection at max_connections", "addr", victim.peer.Addr(), "bytes_per_second", int64(vRank), "min_send_rate", l.cfg.MinRate)
