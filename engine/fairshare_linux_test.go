@@ -485,3 +485,35 @@ func TestProxyWaitersFewestFirst(t *testing.T) {
 		t.Fatalf("crowd: %q", got)
 	}
 }
+
+// TestH3RetryUnderPressure: a new QUIC connection from an address that
+// holds half its share already proves its address with a Retry first
+// (counted), and is served.
+func TestH3RetryUnderPressure(t *testing.T) {
+	root := siteRoot(t)
+	ts, pki := startTLS(t, root, ktlsAuto+"[limits]\nmax_connections_per_address = 2\n")
+	if _, err := quicFrom(t, "127.0.0.2", ts.addr, pki); err != nil {
+		t.Fatal(err)
+	}
+	if st := ts.Stats(); st.H3Retries != 0 {
+		t.Fatalf("a Retry for the address's first connection (%d)", st.H3Retries)
+	}
+	if !waitFor(scale(5*time.Second), func() bool { return ts.Stats().H3Active == 1 }) {
+		t.Fatal("the first connection not counted")
+	}
+	c, err := quicFrom(t, "127.0.0.2", ts.addr, pki)
+	if err != nil {
+		t.Fatalf("the second connection: %v", err)
+	}
+	req, _ := http.NewRequest("GET", "https://"+ts.addr+"/alpha.txt", nil)
+	resp, err := (&http3.Transport{}).NewClientConn(c).RoundTrip(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("served after the Retry: %v", err)
+	}
+	resp.Body.Close()
+	// Counted per Initial packet answered with a Retry: a ClientHello
+	// with a post-quantum key share takes two.
+	if st := ts.Stats(); st.H3Retries < 1 {
+		t.Errorf("Retries %d, want at least 1", st.H3Retries)
+	}
+}

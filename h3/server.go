@@ -176,8 +176,8 @@ type Stats struct {
 	Refused     int64 // refused at MaxConnections
 	// RefusedAddress were refused at their address's share (PerAddress);
 	// ReclaimedIdle and ReclaimedSlow closed to admit new ones at
-	// MaxConnections; Retries the new connections asked to prove their
-	// address first.
+	// MaxConnections; Retries the Initial packets answered with a Retry
+	// (a client's first flight may take two).
 	RefusedAddress, ReclaimedIdle, ReclaimedSlow, ReclaimedShare, Retries int64
 	// ConnErrors counts connections closed with an error, by error code
 	// ("H3_FRAME_UNEXPECTED", "STREAM_LIMIT_ERROR", …) and by who sent
