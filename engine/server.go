@@ -158,7 +158,7 @@ type Stats struct {
 	// address's share, connections closed to admit new ones (idle, or
 	// slower than min_send_rate), new clients asked for a Retry first.
 	H3RefusedAddress, H3ReclaimedIdle, H3ReclaimedSlow, H3ReclaimedShare int64
-	H3Retries                                                            int64 `metric:"quic_retries_total" help:"QUIC Initial packets without an address token answered with a Retry (under pressure, or from an address holding half its share): a client proves its address before its connection takes a slot. A ClientHello may take two packets."`
+	H3Retries                                                            int64 `metric:"quic_retries_total" help:"QUIC connection attempts answered with a Retry (under pressure, or from an address holding half its share): a client proves its address before its connection takes a slot."`
 	H3Streams                                                            int64 `metric:"h3_streams_total" help:"HTTP/3 responses."`                                           // HTTP/3 responses
 	H3Resets                                                             int64 `metric:"h3_resets_total" help:"HTTP/3 responses the client reset or abandoned."`              // HTTP/3 responses the client reset or abandoned
 	H3Stalled                                                            int64 `metric:"h3_stalled_total" help:"HTTP/3 responses reset after send_timeout without progress."` // HTTP/3 responses reset after send_timeout without progress

@@ -137,6 +137,8 @@ type Server struct {
 	handshaking atomic.Int64
 	stats       counters
 	live        live
+	refusals    attempts          // connection attempts refused, counted once each
+	retried     attempts          // connection attempts asked for a Retry, counted once each
 	lim         *loglimit.Limiter // refusals and closings at the limits
 	rollOnce    sync.Once         // starts rollWindows
 	closed      chan struct{}     // closed by Close and Shutdown: rollWindows ends
@@ -176,8 +178,8 @@ type Stats struct {
 	Refused     int64 // refused at MaxConnections
 	// RefusedAddress were refused at their address's share (PerAddress);
 	// ReclaimedIdle and ReclaimedSlow closed to admit new ones at
-	// MaxConnections; Retries the Initial packets answered with a Retry
-	// (a client's first flight may take two).
+	// MaxConnections; Retries the connection attempts (by address and
+	// port) answered with a Retry.
 	RefusedAddress, ReclaimedIdle, ReclaimedSlow, ReclaimedShare, Retries int64
 	// ConnErrors counts connections closed with an error, by error code
 	// ("H3_FRAME_UNEXPECTED", "STREAM_LIMIT_ERROR", …) and by who sent

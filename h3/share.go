@@ -99,23 +99,69 @@ func (s *Server) rollWindows() {
 }
 
 // admit decides a new connection from addr: ok with the per-address key
-// to release when it ends, or an error refusing it.
+// to release when it ends, or an error refusing it. quic-go asks once
+// per Initial packet of a connection it refused (a ClientHello with a
+// post-quantum key share takes two, and a client sends again): each
+// attempt, by its address and port, is counted and logged once.
 func (s *Server) admit(addr net.Addr) (key netip.Addr, err error) {
 	if t := s.cfg.PerAddress; t != nil {
 		var ok bool
 		if key, ok = t.Acquire(addrOf(addr)); !ok {
-			s.stats.refusedAddress.Add(1)
-			s.lim.Note("HTTP/3 connection refused: its client address holds max_connections_per_address", "addr", addr, "limit", t.Limit())
+			if s.refusals.first(addr) {
+				s.stats.refusedAddress.Add(1)
+				s.lim.Note("HTTP/3 connection refused: its client address holds max_connections_per_address", "addr", addr, "limit", t.Limit())
+			}
 			return key, errRefusedAddress
 		}
 	}
 	if s.active.Load()+s.handshaking.Load() >= s.cfg.MaxConnections && !s.reclaim(key) {
 		s.cfg.PerAddress.Release(key)
-		s.stats.refused.Add(1)
-		s.lim.Note("HTTP/3 connection refused at max_connections: no connection is idle or slow", "addr", addr, "max_connections", s.cfg.MaxConnections)
+		if s.refusals.first(addr) {
+			s.stats.refused.Add(1)
+			s.lim.Note("HTTP/3 connection refused at max_connections: no connection is idle or slow", "addr", addr, "max_connections", s.cfg.MaxConnections)
+		}
 		return netip.Addr{}, errTooMany
 	}
 	return key, nil
+}
+
+// attempts remembers the client address-and-ports lately refused or
+// asked for a Retry, so that each attempt counts once whatever number of
+// Initial packets it sends. Safe for concurrent use.
+type attempts struct {
+	mu   sync.Mutex
+	seen map[string]time.Time // guarded by mu: address:port -> when
+}
+
+// attemptMemory is how long an attempt is remembered; attemptsMax
+// bounds the memory (past it, the oldest half is forgotten).
+const (
+	attemptMemory = 3 * time.Second
+	attemptsMax   = 1 << 14
+)
+
+// first reports whether addr was not seen within attemptMemory, and
+// remembers it.
+func (a *attempts) first(addr net.Addr) bool {
+	k := addr.String()
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.seen == nil {
+		a.seen = map[string]time.Time{}
+	}
+	if t, ok := a.seen[k]; ok && now.Sub(t) < attemptMemory {
+		return false
+	}
+	if len(a.seen) >= attemptsMax {
+		for k, t := range a.seen {
+			if now.Sub(t) >= attemptMemory || len(a.seen) > attemptsMax/2 {
+				delete(a.seen, k)
+			}
+		}
+	}
+	a.seen[k] = now
+	return true
 }
 
 var (
@@ -246,7 +292,7 @@ func (s *Server) verifyAddress(addr net.Addr) bool {
 	if t := s.cfg.PerAddress; !retry && t != nil && t.Limit() > 0 {
 		retry = t.Held(addrOf(addr)) >= max(1, t.Limit()/2)
 	}
-	if retry {
+	if retry && s.retried.first(addr) {
 		s.stats.retries.Add(1)
 	}
 	return retry

@@ -128,7 +128,12 @@ type Exchange struct {
 	// last looked at by preempt, and since when it has been that.
 	lastProg  uint64
 	progSince int64
-	started   time.Time // NewExchange: the upstream header time counts from here
+	// The rate window (watchStalls): body bytes moved either way at its
+	// start, when it began, and whether the last one was below the
+	// minimum rate with the client the slow side.
+	winBytes, winStart int64
+	slow               bool
+	started            time.Time // NewExchange: the upstream header time counts from here
 }
 
 // NewExchange is the exchange of a request for route rt on loop l,

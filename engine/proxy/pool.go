@@ -197,19 +197,48 @@ func (p *Loop) Expire(now int64) (waiting bool) {
 	return waiting || len(p.held) > 0
 }
 
-// watchStalls notes, for each exchange sending a response, since when
-// its upstream connection has not moved while its client had no room:
-// preempt reads it. Expire calls it on every tick, waiting or not, so
-// that a request that comes to wait finds the stalls already timed.
+// watchStalls notes, for each exchange holding an upstream connection,
+// since when its upstream connection has not moved while its client had
+// no room (responses), and whether it moved less than the minimum rate
+// over the last stallGrace while the client was the slow side (request
+// bodies trickled in, responses read slowly): preempt reads both. Expire
+// calls it on every tick, waiting or not, so that a request that comes
+// to wait finds the stalls already timed.
 func (p *Loop) watchStalls(now int64) {
 	for ex := range p.held {
-		if ex.up == nil || ex.done || !ex.respHead || ex.respDone || ex.draining {
+		if ex.up == nil || ex.done || ex.draining {
 			continue
 		}
-		if pr := ex.up.c.Progress(); pr != ex.lastProg || ex.progSince == 0 || !ex.splicing && ex.cl.Room() {
-			ex.lastProg, ex.progSince = pr, now // moving, or waiting on its upstream, not its client
+		if ex.respHead && !ex.respDone {
+			if pr := ex.up.c.Progress(); pr != ex.lastProg || ex.progSince == 0 || !ex.splicing && ex.cl.Room() {
+				ex.lastProg, ex.progSince = pr, now // moving, or waiting on its upstream, not its client
+			}
+		}
+		b := ex.moved + ex.reqSent // spliced bytes are not counted: a splice is judged by progress alone
+		switch {
+		case ex.winStart == 0:
+			ex.winStart, ex.winBytes = now, b
+		case now-ex.winStart >= int64(stallGrace):
+			rate := float64(b-ex.winBytes) / time.Duration(now-ex.winStart).Seconds()
+			ex.slow = rate < float64(p.t.minRate) && ex.clientBound()
+			ex.winStart, ex.winBytes = now, b
 		}
 	}
+}
+
+// clientBound reports whether the exchange waits on its client rather
+// than on its upstream: a request body the upstream would take more of,
+// or a response (not spliced) the client has no room for.
+func (ex *Exchange) clientBound() bool {
+	switch {
+	case ex.up == nil || ex.splicing:
+		return false
+	case !ex.reqDone && !ex.respHead:
+		return ex.headSent && !ex.up.c.Pending()
+	case ex.respHead && !ex.respDone:
+		return !ex.cl.Room()
+	}
+	return false
 }
 
 // stallGrace is how long an exchange's client may take no bytes of a
@@ -218,11 +247,13 @@ func (p *Loop) watchStalls(now int64) {
 const stallGrace = 5 * time.Second
 
 // preempt resets the exchange on u whose client has taken nothing for
-// stallGrace, the longest stalled, when a request waits for a connection
+// stallGrace, the longest stalled, or else one whose client moved less
+// than the minimum rate (min_send_rate) over the last stallGrace, its
+// request body or its response, when a request waits for a connection
 // to u that only a full pool keeps from it: an upstream connection is
-// held for a client that reads, while one that stops reading keeps it
-// only as long as nobody else needs it (send_timeout bounds it when
-// nobody does). A client slow but reading is left alone.
+// held for a client that reads and sends, while one that stops (or
+// trickles) keeps it only as long as nobody else needs it
+// (send_timeout and body_timeout bound it when nobody does).
 func (p *Loop) preempt(u *routing.Upstream, now int64) {
 	needed := false
 	for _, ex := range p.wait[u] {
@@ -235,14 +266,18 @@ func (p *Loop) preempt(u *routing.Upstream, now int64) {
 		return
 	}
 	var victim *Exchange
+	victimStalled := false
 	for ex := range p.held {
-		if ex.up == nil || ex.up.up != u || ex.done || !ex.respHead || ex.respDone || ex.draining || ex.progSince == 0 {
+		if ex.up == nil || ex.up.up != u || ex.done || ex.draining {
 			continue
 		}
-		if ex.up.c.Progress() != ex.lastProg || !ex.splicing && ex.cl.Room() {
-			continue // moved since the last tick, or waits on its upstream
-		}
-		if now-ex.progSince >= int64(stallGrace) && (victim == nil || ex.progSince < victim.progSince) {
+		stalled := ex.respHead && !ex.respDone && ex.progSince != 0 && now-ex.progSince >= int64(stallGrace) &&
+			ex.up.c.Progress() == ex.lastProg && (ex.splicing || !ex.cl.Room())
+		slow := ex.slow && ex.clientBound()
+		switch {
+		case stalled && (victim == nil || !victimStalled || ex.progSince < victim.progSince):
+			victim, victimStalled = ex, true
+		case slow && victim == nil:
 			victim = ex
 		}
 	}
@@ -251,9 +286,9 @@ func (p *Loop) preempt(u *routing.Upstream, now int64) {
 	}
 	p.t.Stats.ProxyPreempted.Add(1)
 	p.t.stalls.mark(p.t.Peers.Key(victim.peer.Addr()), now)
-	p.lim.Note("proxy: a client that took no response bytes for 5s gave up its upstream connection to a waiting request",
-		"route", victim.r.Key, "upstream", u.Name, "client", victim.peer, "path", victim.path)
-	victim.abort("client stalled while a request waited for its connection")
+	p.lim.Note("proxy: a client that stalled (no response bytes taken for 5s) or trickled (below min_send_rate, request body or response) gave up its upstream connection to a waiting request",
+		"route", victim.r.Key, "upstream", u.Name, "client", victim.peer, "path", victim.path, "stalled", victimStalled)
+	victim.abort("client stalled or trickled while a request waited for its connection")
 }
 
 func (p *Loop) remove(uc *upConn) {

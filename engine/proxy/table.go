@@ -29,6 +29,10 @@ type Table struct {
 	// preempted (their client stopped reading while others waited), and
 	// when: their requests wait behind others' for a minute.
 	stalls stallMemory
+	// minRate is [limits] min_send_rate: a client moving fewer body
+	// bytes a second than this while others wait for its upstream
+	// connection gives it up (preempt).
+	minRate int64
 	// workers is the number of loops sharing the table: a route's
 	// max_conns is per loop, so its connections over all loops are
 	// max_conns times this.
@@ -58,7 +62,7 @@ func New(cfg *config.Config) (*Table, error) {
 	if rt == nil || err != nil {
 		return nil, err
 	}
-	return &Table{Routes: rt, Peers: peershare.New(0, cfg.Limits.AddressIPv6Prefix, rt.Trusted), workers: cfg.WorkerCount()}, nil
+	return &Table{Routes: rt, Peers: peershare.New(0, cfg.Limits.AddressIPv6Prefix, rt.Trusted), workers: cfg.WorkerCount(), minRate: int64(cfg.Limits.MinSendRate)}, nil
 }
 
 // stallMemory is the addresses whose clients stalled a response while
