@@ -255,9 +255,14 @@ const stallGrace = 5 * time.Second
 // trickles) keeps it only as long as nobody else needs it
 // (send_timeout and body_timeout bound it when nobody does).
 func (p *Loop) preempt(u *routing.Upstream, now int64) {
+	// Only for a request whose own address has not stalled a response
+	// lately: a crowd that stalls and asks again would otherwise use up,
+	// for itself, every stalled exchange as soon as it is one, and a
+	// newcomer would find none.
 	needed := false
 	for _, ex := range p.wait[u] {
-		if !ex.done && p.full(u, ex.r) && len(p.idle[u]) == 0 && !p.overShare(ex.r, ex.peer.Addr()) {
+		if !ex.done && p.full(u, ex.r) && len(p.idle[u]) == 0 && !p.overShare(ex.r, ex.peer.Addr()) &&
+			!p.t.stalls.recent(p.t.Peers.Key(ex.peer.Addr()), now) {
 			needed = true
 			break
 		}
