@@ -558,24 +558,13 @@ func procTicks(pid int) int64 {
 
 // ProcessRSS is the resident memory of pid and its child processes now,
 // from /proc; 0 where it cannot be read.
-func ProcessRSS(pid int) int64 {
-	var total int64
-	for _, p := range family(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-				total += kb << 10
-			}
-		}
-	}
-	return total
-}
+func ProcessRSS(pid int) int64 { return procStatus(pid, "VmRSS:") }
 
-func procHWM(pid int) int64 {
+func procHWM(pid int) int64 { return procStatus(pid, "VmHWM:") }
+
+// procStatus sums a field of /proc/PID/status (in kB, returned in bytes)
+// over pid and its child processes.
+func procStatus(pid int, field string) int64 {
 	var total int64
 	for _, p := range family(pid) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
@@ -583,7 +572,7 @@ func procHWM(pid int) int64 {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if v, ok := strings.CutPrefix(line, field); ok {
 				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
 				total += kb << 10
 			}
