@@ -169,10 +169,6 @@ func (c *Conn) Write(p []byte) {
 }
 
 // WriteRef queues p without copying it. The caller keeps p unchanged until
-// Progress is a count that changes whenever the connection's input or
-// output moves (bytes read or consumed, written, spliced from it).
-func (c *Conn) Progress() uint64 { return c.progress }
-
 // Pending reports false or the connection closes.
 func (c *Conn) WriteRef(p []byte) {
 	if len(p) > 0 {
@@ -271,6 +267,10 @@ func (c *Conn) WriteOOB(p, oob []byte) {
 
 // Sent returns the number of bytes written to the socket so far.
 func (c *Conn) Sent() int64 { return c.sent }
+
+// Progress is a count that changes whenever the connection's input or
+// output moves (bytes read or consumed, written, spliced from it).
+func (c *Conn) Progress() uint64 { return c.progress }
 
 // Pending reports whether queued output is still unwritten.
 func (c *Conn) Pending() bool { return len(c.out) > 0 }
