@@ -134,7 +134,8 @@ type attempts struct {
 }
 
 // attemptMemory is how long an attempt is remembered; attemptsMax
-// bounds the memory (past it, the oldest half is forgotten).
+// bounds the memory (past it, expired attempts are forgotten, and
+// others until half remain).
 const (
 	attemptMemory = 3 * time.Second
 	attemptsMax   = 1 << 14
@@ -182,12 +183,12 @@ func (s *Server) reclaim(key netip.Addr) bool {
 	now := time.Now()
 	t := s.cfg.PerAddress
 	s.live.mu.Lock()
-	n0 := 0
+	n := 0 // the newcomer's address's connections, itself included
 	if t != nil {
-		n0 = max(1, t.HeldKey(key))
+		n = max(1, t.HeldKey(key))
 	}
 	gen := s.live.gen.Load()
-	if s.live.failGen == gen && n0 >= s.live.failN && now.Sub(s.live.failAt) < failMemory {
+	if s.live.failGen == gen && n >= s.live.failN && now.Sub(s.live.failAt) < failMemory {
 		// Nothing ended or went idle since a scan found nothing for a
 		// newcomer holding as many: a crowd retrying costs a lookup, not a
 		// scan, each.
@@ -206,10 +207,6 @@ func (s *Server) reclaim(key netip.Addr) bool {
 			memo[a] = h
 		}
 		return h
-	}
-	n := 0
-	if t != nil {
-		n = max(1, held(key))
 	}
 	var (
 		victim                *quic.Conn
@@ -254,7 +251,7 @@ func (s *Server) reclaim(key netip.Addr) bool {
 	if victim != nil {
 		delete(s.live.conns, victim) // not chosen twice while it closes
 	} else {
-		s.live.failGen, s.live.failN, s.live.failAt = gen, n0, now
+		s.live.failGen, s.live.failN, s.live.failAt = gen, n, now
 	}
 	s.live.mu.Unlock()
 	switch {
