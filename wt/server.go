@@ -221,15 +221,9 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		return nil, errDraining
 	}
 	key := addrKey(conn.RemoteAddr())
-	if s.open.Add(1) > int64(s.cfg.MaxSessions) {
-		s.open.Add(-1)
-		if !s.makeRoom(key) || s.open.Add(1) > int64(s.cfg.MaxSessions) {
-			if s.open.Load() > int64(s.cfg.MaxSessions) {
-				s.open.Add(-1) // the slot made was taken by another first
-			}
-			s.stat.Refused.Add(1)
-			return nil, ErrTooManySessions
-		}
+	if !s.takeSlot(key) {
+		s.stat.Refused.Add(1)
+		return nil, ErrTooManySessions
 	}
 	s.mu.Lock()
 	if s.byAddr[key] >= s.cfg.MaxSessionsPerAddress {
@@ -262,6 +256,25 @@ func (s *Server) Accept(conn *quic.Conn, w http.ResponseWriter, r *http.Request)
 		go ss.sendDrain()
 	}
 	return ss, nil
+}
+
+// takeSlot counts a new session from the address counted under key in
+// open, making room at MaxSessions (makeRoom), and reports whether it
+// could.
+func (s *Server) takeSlot(key netip.Prefix) bool {
+	limit := int64(s.cfg.MaxSessions)
+	if s.open.Add(1) <= limit {
+		return true
+	}
+	s.open.Add(-1)
+	if !s.makeRoom(key) {
+		return false
+	}
+	if s.open.Add(1) <= limit {
+		return true
+	}
+	s.open.Add(-1) // the slot made was taken by another first
+	return false
 }
 
 // reclaimIdleAfter is how long a session must have moved nothing to be
