@@ -235,7 +235,16 @@ func quicFrom(src net.IP) (*quic.Transport, error) {
 	return &quic.Transport{Conn: udp}, nil
 }
 
-func dialQUIC(ctx context.Context, a *attackEnv, src net.IP, wtOn bool) (*quic.Conn, *quic.Transport, error) {
+// closeTransport closes a transport quicFrom made, and its socket (a
+// Transport does not close a socket it was given).
+func closeTransport(tr *quic.Transport) {
+	tr.Close()
+	tr.Conn.Close()
+}
+
+// dialQUIC connects from src; done closes the connection, its transport
+// and its socket.
+func dialQUIC(ctx context.Context, a *attackEnv, src net.IP, wtOn bool) (c *quic.Conn, done func(), err error) {
 	tr, err := quicFrom(src)
 	if err != nil {
 		return nil, nil, err
@@ -246,28 +255,21 @@ func dialQUIC(ctx context.Context, a *attackEnv, src net.IP, wtOn bool) (*quic.C
 	conf := a.tls.Clone()
 	conf.NextProtos = []string{"h3"}
 	qc := &quic.Config{KeepAlivePeriod: 5 * time.Second, MaxIdleTimeout: 60 * time.Second, EnableDatagrams: wtOn, EnableStreamResetPartialDelivery: wtOn, MaxIncomingUniStreams: 100}
-	c, err := tr.Dial(dctx, ua, conf, qc)
-	if err != nil {
-		tr.Close()
-		tr.Conn.Close()
+	if c, err = tr.Dial(dctx, ua, conf, qc); err != nil {
+		closeTransport(tr)
 		return nil, nil, err
 	}
 	a.opened.Add(1)
-	return c, tr, nil
+	return c, func() { c.CloseWithError(0, ""); closeTransport(tr) }, nil
 }
 
 func idleQUIC(ctx context.Context, a *attackEnv, src net.IP) {
 	forever(ctx, func() error {
-		c, tr, err := dialQUIC(ctx, a, src, false)
+		c, done, err := dialQUIC(ctx, a, src, false)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			c.CloseWithError(0, "")
-			tr.Close()
-			tr.Conn.Close()
-			a.ended.Add(1)
-		}()
+		defer func() { done(); a.ended.Add(1) }()
 		select {
 		case <-ctx.Done():
 		case <-c.Context().Done():
@@ -280,16 +282,11 @@ func idleQUIC(ctx context.Context, a *attackEnv, src net.IP) {
 // server ends them all (or the connection).
 func idleWT(ctx context.Context, a *attackEnv, src net.IP) {
 	forever(ctx, func() error {
-		c, tr, err := dialQUIC(ctx, a, src, true)
+		c, done, err := dialQUIC(ctx, a, src, true)
 		if err != nil {
 			return err
 		}
-		defer func() {
-			c.CloseWithError(0, "")
-			tr.Close()
-			tr.Conn.Close()
-			a.ended.Add(1)
-		}()
+		defer func() { done(); a.ended.Add(1) }()
 		cc, err := wt.NewClientConn(c)
 		if err != nil {
 			return err

@@ -529,7 +529,7 @@ func download(s server, proto string, conf *tls.Config, want string) (float64, e
 		if err != nil {
 			return 0, err
 		}
-		defer func() { tr.Close(); tr.Conn.Close() }()
+		defer closeTransport(tr)
 		c := conf.Clone()
 		c.NextProtos = []string{"h3"}
 		h3 := &http3.Transport{TLSClientConfig: c, Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
@@ -570,11 +570,11 @@ func openWT(s server) error {
 	env := &attackEnv{target: s.addr, tls: &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"}}
 	ctx, cancel := context.WithTimeout(context.Background(), failedAfter)
 	defer cancel()
-	c, tr, err := dialQUIC(ctx, env, honest, true)
+	c, done, err := dialQUIC(ctx, env, honest, true)
 	if err != nil {
 		return err
 	}
-	defer func() { c.CloseWithError(0, ""); tr.Close(); tr.Conn.Close() }()
+	defer done()
 	cc, err := wtClient(c)
 	if err != nil {
 		return err
