@@ -29,6 +29,9 @@ import (
 //     name its handshake was for (tlsHost); on plain HTTP its Host;
 //  3. an extended CONNECT on the WebTransport diagnostics path (HTTP/3):
 //     421 as for a site (step 4), else the endpoint judges the session;
+//     any other request for that path on TLS, with the page on: 421 as
+//     for a site, 405 for a method other than GET and HEAD, else the
+//     diagnostics page;
 //  4. a proxy route for that host and path, when its domain names the
 //     host at least as specifically as any site's does (exact, then the
 //     longest wildcard, then "*" or the default: routing.Rank), as the
@@ -72,6 +75,10 @@ type decision struct {
 	// webTransport: an extended CONNECT on the diagnostics path, to the
 	// WebTransport endpoint under site's name.
 	webTransport bool
+	// page: a GET or HEAD of the diagnostics path, answered with the
+	// diagnostics page (diagPage) for pageHost, the host it was routed by.
+	page     bool
+	pageHost string
 	// pr is the request's policy (its path's, or its route's) and what
 	// the response's fields need of it; refused is the policy's reason
 	// when status is its refusal (and detail why, for the log).
@@ -128,6 +135,17 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 		d.site, d.webTransport = st, true
 		if !st.h3 || misdirected {
 			d.status, d.reason = 421, reasonMisdirected
+		}
+		return d, buf
+	}
+	if s.wtPage != nil && f.tls && string(f.path) == s.cfg.WebTransport.Path {
+		st := s.sites.byName(buf)
+		d.site, d.page, d.pageHost = st, true, string(buf)
+		switch m := string(f.method); {
+		case !st.h3 || misdirected:
+			d.status, d.reason = 421, reasonMisdirected
+		case m != "GET" && m != "HEAD":
+			d.status, d.reason = 405, reasonMethod
 		}
 		return d, buf
 	}

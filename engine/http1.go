@@ -223,6 +223,8 @@ func (h *h1Handler) handle(c *reactor.Conn, st *h1Conn, n int) bool {
 		st.s.Consume(n)
 		h.send(c, st, r, &d)
 		return true
+	case d.page && d.status == 0:
+		h.srv.diagPage(resp, &d)
 	case d.status != 0:
 		refusal(resp, &d)
 		if d.status == 400 {

@@ -324,6 +324,8 @@ func (hc *h2Conn) answer(hs *h2Strm) {
 	case d.route != nil && d.status == 0:
 		hc.startProxyH2(hs, d.route)
 		return
+	case d.page && d.status == 0:
+		hh.srv.diagPage(resp, d)
 	case d.status != 0:
 		refusal(resp, d)
 	default:

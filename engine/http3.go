@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/mediaship/engine/engine/accesslog"
+	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/passthrough"
+	"github.com/mediaship/engine/engine/wtpage"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/internal/httpsyntax"
 	"github.com/mediaship/engine/internal/loglimit"
@@ -102,6 +104,9 @@ func (s *Server) listenH3() error {
 			Logger:                s.log,
 		})
 		wtHook = s.wt
+		if config.On(w.Page) {
+			s.wtPage = wtpage.New()
+		}
 	}
 	h3TLS := &tls.Config{GetCertificate: s.certs.getCertificate}
 	bindTickets(h3TLS)
@@ -349,6 +354,8 @@ func (hh *h3Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status, sent := hh.serveProxyH3(w, r, d.route, &d.pr, path, query, &sc.rec, srv.edgePrepare(&d))
 		hh.logRequest(status, sent, sc)
 		return
+	case d.page && d.status == 0:
+		srv.diagPage(resp, &d)
 	case d.status != 0:
 		refusal(resp, &d)
 	default:

@@ -33,6 +33,7 @@ import (
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
+	"github.com/mediaship/engine/engine/wtpage"
 	"github.com/mediaship/engine/wt"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -54,6 +55,7 @@ type Server struct {
 	limits  h1.Limits
 	h3      *h3.Server              // nil when no site serves HTTP/3
 	wt      *wt.Server              // [webtransport] sessions; nil unless enabled
+	wtPage  *wtpage.Page            // the diagnostics page; nil unless [webtransport] serves it
 	proxy   *proxy.Table            // nil without reverse proxy routes that terminate TLS
 	secrets *policy.Secrets         // what signed URLs and credentials are checked against
 	pass    *passthrough.Table      // nil without passthrough routes

@@ -124,14 +124,19 @@ func parseWTQuery(raw string, maxBytes int64, dgram int) (wtOp, error) {
 
 // originAllowed checks a session's Origin against allowed_origins. A
 // request without Origin is not a browser's: Origin protects browsers'
-// users, and any other client could send any value.
-func originAllowed(cfg *config.WebTransport, h http.Header) bool {
+// users, and any other client could send any value. The https origin of
+// the request's own authority is allowed too: it is the server's own
+// (the diagnostics page's), as a same-origin request needs no CORS.
+func originAllowed(cfg *config.WebTransport, h http.Header, authority string) bool {
 	v, ok := h["Origin"]
 	if !ok {
 		return true
 	}
 	if len(v) != 1 {
 		return false
+	}
+	if authority != "" && strings.EqualFold(v[0], "https://"+strings.TrimSuffix(authority, ":443")) {
+		return true
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), v[0]) {
@@ -165,7 +170,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 		refuse(400, "not an extended CONNECT with :protocol webtransport-h3 or webtransport")
 		return
 	}
-	if !originAllowed(cfg, r.Header) {
+	if !originAllowed(cfg, r.Header, r.Host) {
 		refuse(403, fmt.Sprintf("Origin %q is not in webtransport.allowed_origins", r.Header.Get("Origin")))
 		return
 	}

@@ -94,16 +94,34 @@ func TestOriginAllowed(t *testing.T) {
 		{[]string{"null"}, false},
 		{[]string{""}, false},
 		{[]string{"https://media.example.com", "https://media.example.com"}, false},
+		// The request's own origin (the diagnostics page's).
+		{[]string{"https://own.test:8443"}, true},
+		{[]string{"HTTPS://OWN.TEST:8443"}, true},
+		{[]string{"http://own.test:8443"}, false},
+		{[]string{"https://own.test"}, false},
+		{[]string{"https://own.test:8443", "https://own.test:8443"}, false},
 	} {
 		h := http.Header{}
 		if tc.origin != nil {
 			h["Origin"] = tc.origin
 		}
-		if got := originAllowed(cfg, h); got != tc.want {
+		if got := originAllowed(cfg, h, "own.test:8443"); got != tc.want {
 			t.Errorf("originAllowed(%q) = %v, want %v", tc.origin, got, tc.want)
 		}
 	}
-	if !originAllowed(&config.WebTransport{AllowedOrigins: []string{"*"}}, http.Header{"Origin": {"null"}}) {
+	for _, tc := range []struct{ origin, authority string }{
+		{"https://own.test", "own.test:443"},
+		{"https://own.test", "own.test"},
+		{"https://[::1]:8443", "[::1]:8443"},
+	} {
+		if !originAllowed(&config.WebTransport{}, http.Header{"Origin": {tc.origin}}, tc.authority) {
+			t.Errorf("originAllowed(%q) for authority %q = false, want true (its own origin)", tc.origin, tc.authority)
+		}
+	}
+	if originAllowed(&config.WebTransport{}, http.Header{"Origin": {"https://"}}, "") {
+		t.Error(`an empty authority made Origin "https://" its own`)
+	}
+	if !originAllowed(&config.WebTransport{AllowedOrigins: []string{"*"}}, http.Header{"Origin": {"null"}}, "") {
 		t.Error(`"*" refused Origin null`)
 	}
 }

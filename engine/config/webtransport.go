@@ -16,6 +16,9 @@ type WebTransport struct {
 	// Path is the CONNECT request's path. Zero means
 	// "/.well-known/engine/diagnostics".
 	Path string `toml:"path"`
+	// Page serves the diagnostics page (package wtpage) to a GET of
+	// Path, over every protocol of the TLS sites. Zero (nil) means true.
+	Page *bool `toml:"page"`
 	// AllowedOrigins lists the Origin values (scheme://host[:port]) whose
 	// sessions are accepted; "*" accepts any. Others get 403.
 	AllowedOrigins []string `toml:"allowed_origins"`
