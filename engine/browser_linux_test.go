@@ -266,7 +266,10 @@ idle_timeout = "2s"
 	c.run(t, 10*time.Second, "load the page's script", chromedp.Evaluate[chromedp.Void](wtPageJS+fmt.Sprintf(";window.wtBase=%q;'ok'", base)))
 
 	t.Run("without the hash the browser refuses the certificate", func(t *testing.T) {
-		var r struct{ Opened bool; Error string }
+		var r struct {
+			Opened bool
+			Error  string
+		}
 		c.eval(t, 30*time.Second, "open without the hash", `(async () => {
   try { const s = await wt("mode=echo", ""); s.close(); return JSON.stringify({ opened: true }); }
   catch (e) { return JSON.stringify({ opened: false, error: e.name + ": " + e.message }); }
@@ -282,7 +285,10 @@ idle_timeout = "2s"
 			Streams   []bool
 			Datagrams int
 			Sent      int
-			Closed    struct{ Code int; Reason string }
+			Closed    struct {
+				Code   int
+				Reason string
+			}
 		}
 		c.eval(t, 60*time.Second, "echo streams and datagrams", fmt.Sprintf(`(async () => {
   const s = await wt("mode=echo", %q);
@@ -377,7 +383,10 @@ idle_timeout = "2s"
 		other := "http://localhost:" + port
 		c.run(t, 30*time.Second, "open the page from "+other, chromedp.Navigate(other+"/wt.html"))
 		c.run(t, 10*time.Second, "load the page's script", chromedp.Evaluate[chromedp.Void](wtPageJS+fmt.Sprintf(";window.wtBase=%q;'ok'", base)))
-		var r struct{ Opened bool; Error string }
+		var r struct {
+			Opened bool
+			Error  string
+		}
 		c.eval(t, 30*time.Second, "open from a refused origin", fmt.Sprintf(`(async () => {
   try { const s = await wt("mode=echo", %q); s.close(); return JSON.stringify({ opened: true }); }
   catch (e) { return JSON.stringify({ opened: false, error: e.name + ": " + e.message }); }
@@ -410,7 +419,10 @@ key = %q
 enabled = true
 allowed_origins = [%q]
 `, t.TempDir(), certFile, keyFile, origin))
-		var r struct{ Opened bool; Error string }
+		var r struct {
+			Opened bool
+			Error  string
+		}
 		c.eval(t, 30*time.Second, "open with a 15-day certificate's hash", fmt.Sprintf(`(async () => {
   window.wtBase = %q;
   try { const s = await wt("mode=echo", %q); s.close(); return JSON.stringify({ opened: true }); }
@@ -495,7 +507,7 @@ key = %q
 
 	t.Run("forced QUIC", func(t *testing.T) {
 		c := newChrome(t, map[string]any{
-			"origin-to-force-quic-on":            "127.0.0.1:" + port,
+			"origin-to-force-quic-on":             "127.0.0.1:" + port,
 			"ignore-certificate-errors-spki-list": spki,
 		})
 		before := len(accessLines(t, alog, 0, 0))

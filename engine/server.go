@@ -28,12 +28,12 @@ import (
 	"github.com/mediaship/engine/engine/passthrough"
 	"github.com/mediaship/engine/engine/policy"
 	"github.com/mediaship/engine/engine/reactor"
+	"github.com/mediaship/engine/engine/wtpage"
 	"github.com/mediaship/engine/h1"
 	"github.com/mediaship/engine/h2"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/ktls"
 	"github.com/mediaship/engine/preflight"
-	"github.com/mediaship/engine/engine/wtpage"
 	"github.com/mediaship/engine/wt"
 	"github.com/prometheus/client_golang/prometheus"
 )
