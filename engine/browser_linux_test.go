@@ -664,3 +664,107 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	}
 	return c
 }
+
+// artifact writes b to name in the directory of files a person looks at
+// after a run ($ENGINE_TEST_ARTIFACTS; scripts/test.sh sets it and names
+// what it holds at the end), and logs where.
+func artifact(t *testing.T, name string, b []byte) {
+	t.Helper()
+	dir := os.Getenv("ENGINE_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "engine-test-artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s (%d bytes)", name, p, len(b))
+}
+
+// TestBrowserDirectoryListing: Chromium renders a listing of names an
+// uploader could choose (markup, a script in an attribute, schemes,
+// quotes, a fragment and a query in a name, non-ASCII): every name shows
+// as its own text, nothing in one runs or becomes an element, and every
+// link opens the very file it names. The screenshot is written for a
+// person to look at (artifact).
+func TestBrowserDirectoryListing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chromium: -short")
+	}
+	root := t.TempDir()
+	names := []string{
+		"plain.txt",
+		`<img src=x onerror="window.pwned=1">.txt`,
+		"<b>bold",
+		"<script>window.pwned=2<script>",
+		"javascript:window.pwned=3",
+		"https:evil.example",
+		`a&b "q" 'x'.txt`,
+		"#frag?q=1.txt",
+		"naïve résumé.txt",
+		"100%.txt",
+	}
+	for _, n := range names {
+		writeFile(t, filepath.Join(root, n), "file "+n)
+	}
+	// No request can name a file with a backslash (the engine refuses
+	// the path): it is not listed.
+	const unlisted = `back\slash.txt`
+	writeFile(t, filepath.Join(root, unlisted), "file "+unlisted)
+	os.Mkdir(filepath.Join(root, "sub <dir>"), 0o755)
+	writeFile(t, filepath.Join(root, "sub <dir>", "inner.txt"), "file inner.txt")
+	ts := start(t, fmt.Sprintf("[[sites]]\ndomain = \"*\"\nroot = %q\ndirectory_listing = true\n", root))
+
+	c := newChrome(t, nil)
+	c.run(t, 30*time.Second, "open the listing", chromedp.Navigate("http://"+ts.addr+"/"))
+	var r struct {
+		Links  [][2]string // text, href
+		Pwned  any
+		Extra  []string // elements a name must not have made
+		Bodies map[string]string
+	}
+	c.eval(t, 60*time.Second, "read the listing and follow its links", `(async () => {
+  const links = Array.from(document.querySelectorAll("a"), (a) => [a.textContent, a.href]);
+  const extra = Array.from(document.querySelectorAll("img, b, script, iframe, object, embed"), (e) => e.outerHTML);
+  const bodies = {};
+  for (const [text, href] of links) {
+    if (text === "../") continue;
+    const r = await fetch(href);
+    bodies[text] = r.status + " " + (text.endsWith("/") ? (await r.text()).includes("inner.txt") ? "lists inner.txt" : "no inner.txt" : await r.text());
+  }
+  return JSON.stringify({ links, pwned: window.pwned === undefined ? null : window.pwned, extra, bodies });
+})()`, &r)
+	png := value(t, c, 30*time.Second, "take a screenshot", chromedp.FullScreenshot(100))
+	artifact(t, "directory-listing.png", png)
+
+	if r.Pwned != nil {
+		t.Errorf("a name ran as script: window.pwned = %v", r.Pwned)
+	}
+	if len(r.Extra) > 0 {
+		t.Errorf("names became elements: %q", r.Extra)
+	}
+	shown := map[string]bool{}
+	for _, l := range r.Links {
+		shown[l[0]] = true
+		if !strings.HasPrefix(l[1], "http://"+ts.addr+"/") {
+			t.Errorf("link %q goes to %q, off this origin", l[0], l[1])
+		}
+	}
+	for _, n := range names {
+		if !shown[n] {
+			t.Errorf("name %q is not shown as its own text; links: %q", n, r.Links)
+		}
+		if got, want := r.Bodies[n], "200 file "+n; got != want {
+			t.Errorf("the link of %q opens %q, want %q", n, got, want)
+		}
+	}
+	if shown[unlisted] {
+		t.Errorf("%q is listed, but no request can name it", unlisted)
+	}
+	if got := r.Bodies["sub <dir>/"]; got != "200 lists inner.txt" {
+		t.Errorf("the link of the directory \"sub <dir>/\" opens %q, want its listing", got)
+	}
+}

@@ -2,7 +2,9 @@ package files
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -353,5 +355,30 @@ func TestMissingPathsKeepFiles(t *testing.T) {
 	}
 	if l := c.Len(); l > 40 {
 		t.Errorf("cache holds %d entries, bound 40", l)
+	}
+}
+
+// TestListingLeavesOutUnrequestable: a name no request can name (a
+// backslash: CleanPath refuses it) is not listed, so every link of a
+// listing opens its file (TestBrowserDirectoryListing found the 400).
+func TestListingLeavesOutUnrequestable(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"ok.txt", `back\slash.txt`} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := CleanPath(AppendPathEscaped([]byte("/"), n, false), nil)
+		if (err == nil) != requestable(n) {
+			t.Errorf("requestable(%q) = %v, but CleanPath of its link gives %v", n, requestable(n), err)
+		}
+	}
+	root, err := NewRoot(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(listDirectory(root, "", false))
+	if !strings.Contains(out, "ok.txt") || strings.Contains(out, "slash") {
+		t.Errorf("listing shows ok.txt %v and the backslashed name %v, want only ok.txt:\n%s",
+			strings.Contains(out, "ok.txt"), strings.Contains(out, "slash"), out)
 	}
 }

@@ -3,6 +3,7 @@ package files
 import (
 	"os"
 	"sort"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -45,10 +46,19 @@ func listDirectory(root *Root, rel string, hideDot bool) []byte {
 		if hideDot && de.Name()[0] == '.' {
 			continue
 		}
+		if !requestable(de.Name()) {
+			// No request names it (CleanPath refuses the path): a link
+			// would answer 400, so the name is left out.
+			continue
+		}
 		list = append(list, listEntry{name: de.Name(), dir: de.IsDir()})
 	}
 	return renderListing(nil, "/"+rel, list)
 }
+
+// requestable reports whether a request can name a file called name:
+// CleanPath refuses a path with a NUL or a backslash in it.
+func requestable(name string) bool { return !strings.ContainsAny(name, "\x00\\") }
 
 // renderListing appends the HTML listing of the directory at urlPath
 // (decoded, as shown in the title) holding entries.
