@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/mediaship/engine/internal/selfsigned"
@@ -71,6 +70,10 @@ func newChromeEnv(t *testing.T, flags map[string]any, env ...string) *chrome {
 				args = append(args, strings.Trim(string(a.Value), `"`)+a.Description)
 			}
 			fmt.Fprintf(logs, "console.%s: %s\n", ev.Type, strings.Join(args, " "))
+		case *cdplog.EventEntryAdded:
+			// The browser's own messages: a Content-Security-Policy
+			// violation, a failed load, a deprecation.
+			fmt.Fprintf(logs, "browser %s (%s): %s %s\n", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
 		case *runtime.EventExceptionThrown:
 			d := ev.ExceptionDetails
 			what := d.Text
@@ -647,23 +650,6 @@ func protoOf(res [][2]string, suffix string) string {
 	return ""
 }
 
-// readCert reads the first certificate of a PEM file.
-func readCert(t *testing.T, path string) *x509.Certificate {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		t.Fatalf("%s: no PEM block", path)
-	}
-	c, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // artifact writes b to name in the directory of files a person looks at
 // after a run ($ENGINE_TEST_ARTIFACTS; scripts/test.sh sets it and names
@@ -766,5 +752,124 @@ func TestBrowserDirectoryListing(t *testing.T) {
 	}
 	if got := r.Bodies["sub <dir>/"]; got != "200 lists inner.txt" {
 		t.Errorf("the link of the directory \"sub <dir>/\" opens %q, want its listing", got)
+	}
+}
+
+// diagResults is what the diagnostics page reports (window.engineDiagnostics).
+type diagResults struct {
+	State   string
+	Errors  []string
+	Results struct {
+		Echo *struct {
+			Streams       int
+			Bytes         int64
+			MiBPerS       float64 `json:"mib_per_s"`
+			DatagramsSent int     `json:"datagrams_sent"`
+			DatagramsBack int     `json:"datagrams_back"`
+			DatagramsBad  int     `json:"datagrams_bad"`
+			Closed        struct{ Code int }
+		}
+		Source *struct {
+			Bytes    int64
+			Verified bool
+			MiBPerS  float64 `json:"mib_per_s"`
+			Closed   struct{ Code int }
+		}
+		Datagrams *struct {
+			Sent, Size, Received, Lost, Duplicates, Corrupt int
+			Loss                                            float64
+			Closed                                          struct{ Code int }
+		}
+	}
+}
+
+// runDiag opens the diagnostics page at base with query and waits for
+// the page to say it is done.
+func runDiag(t *testing.T, c *chrome, base, query string, d time.Duration) diagResults {
+	t.Helper()
+	c.run(t, 30*time.Second, "open the diagnostics page", chromedp.Navigate(base+"?"+query))
+	var r diagResults
+	c.eval(t, d, "wait for the page to finish", `new Promise((ok) => {
+  const f = () => window.engineDiagnostics && window.engineDiagnostics.state === "done" ?
+    ok(JSON.stringify(window.engineDiagnostics)) : setTimeout(f, 100);
+  f();
+})`, &r)
+	return r
+}
+
+// TestBrowserDiagnosticsPage: the page the engine serves at the
+// endpoint's path runs echo, source and datagrams from Chromium against
+// the endpoint (the page's own origin, which allowed_origins need not
+// list), checks every byte, and reports throughput, datagram loss and
+// each session's close. At the endpoint's limits it runs (a session of
+// exactly max_bytes_per_session); a byte past them it refuses before
+// opening anything, naming the limit. Its Content-Security-Policy lets
+// its own script and style run.
+func TestBrowserDiagnosticsPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chromium: -short")
+	}
+	certFile, keyFile, _, spki := shortCert(t, 10*24*time.Hour)
+	ts := start(t, fmt.Sprintf(`[kernel]
+ktls = "auto"
+[[sites]]
+domain = "localhost"
+default = true
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[webtransport]
+enabled = true
+max_bytes_per_session = "64MiB"
+max_streams_per_session = 4
+max_datagram_bytes = 1000
+idle_timeout = "5s"
+`, t.TempDir(), certFile, keyFile))
+	base := "https://" + ts.addr + "/.well-known/engine/diagnostics"
+	c := newChrome(t, map[string]any{"ignore-certificate-errors-spki-list": spki})
+
+	r := runDiag(t, c, base, "run=1&echo_bytes=1048576&source_bytes=16777216&datagram_rate=1000&datagram_count=500", 180*time.Second)
+	if len(r.Errors) > 0 {
+		t.Fatalf("the page reports failures: %q", r.Errors)
+	}
+	e, s, d := r.Results.Echo, r.Results.Source, r.Results.Datagrams
+	if e == nil || s == nil || d == nil {
+		t.Fatalf("the page ran %+v, want echo, source and datagrams", r.Results)
+	}
+	if e.Streams != 4 || e.Bytes != 4<<20 || e.DatagramsSent != 100 || e.DatagramsBack == 0 || e.DatagramsBad != 0 || e.Closed.Code != 0 {
+		t.Errorf("echo: %+v, want 4 streams of 1 MiB back, datagrams back, code 0", *e)
+	}
+	if s.Bytes != 16<<20 || !s.Verified || s.Closed.Code != 0 {
+		t.Errorf("source: %+v, want 16 MiB verified, code 0", *s)
+	}
+	if d.Sent != 500 || d.Size != 1000 || d.Received == 0 || d.Corrupt != 0 || d.Duplicates != 0 || d.Received+d.Lost != d.Sent {
+		t.Errorf("datagrams: %+v, want 500 of 1000 bytes sent, counted whole", *d)
+	}
+	t.Logf("the page measured: echo %.1f MiB/s (%d of %d datagrams back), source %.1f MiB/s, datagrams %d of %d (%.2f %% lost)",
+		e.MiBPerS, e.DatagramsBack, e.DatagramsSent, s.MiBPerS, d.Received, d.Sent, 100*d.Loss)
+	png := value(t, c, 30*time.Second, "take a screenshot", chromedp.FullScreenshot(100))
+	artifact(t, "diagnostics-page.png", png)
+
+	// Exactly the limit: the endpoint takes it, so the page must.
+	r = runDiag(t, c, base, "run=1&echo_streams=0&echo_datagrams=0&datagram_count=0&source_bytes=67108864", 180*time.Second)
+	if len(r.Errors) > 0 || r.Results.Source == nil || r.Results.Source.Bytes != 64<<20 || !r.Results.Source.Verified {
+		t.Errorf("source of exactly max_bytes_per_session: errors %q, results %+v", r.Errors, r.Results.Source)
+	}
+	// A byte, or a stream, past a limit: refused by the page, naming it.
+	for _, q := range []string{
+		"run=1&echo_streams=0&echo_datagrams=0&datagram_count=0&source_bytes=67108865",
+		"run=1&echo_streams=5&source_bytes=0&datagram_count=0",
+		"run=1&echo_streams=0&echo_datagrams=0&source_bytes=0&datagram_count=67109",
+	} {
+		r = runDiag(t, c, base, q, 30*time.Second)
+		if len(r.Errors) != 1 || !strings.Contains(r.Errors[0], "max_") {
+			t.Errorf("?%s: the page reports %q, want one error naming the limit", q, r.Errors)
+		}
+	}
+	// Its script ran (the page reported); its style applied too only if
+	// the policy names the style's hash.
+	if w := value(t, c, 10*time.Second, "read the page's style", chromedp.Evaluate[string](`getComputedStyle(document.body).maxWidth`)); w == "none" {
+		t.Errorf("the page's own style did not apply (max-width %q): its Content-Security-Policy refuses it", w)
 	}
 }

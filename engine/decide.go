@@ -231,9 +231,10 @@ func (d *decision) alsoETag() string {
 }
 
 // policyResp is what the response's fields need of d's policy; nil
-// without a decision or a policy.
+// without a decision, or without a policy or fields of its own (the
+// diagnostics page's).
 func (d *decision) policyResp() *policy.Resp {
-	if d == nil || d.pr.Path == nil {
+	if d == nil || d.pr.Path == nil && d.pr.Stored == nil {
 		return nil
 	}
 	return &d.pr
