@@ -650,7 +650,6 @@ func protoOf(res [][2]string, suffix string) string {
 	return ""
 }
 
-
 // artifact writes b to name in the directory of files a person looks at
 // after a run ($ENGINE_TEST_ARTIFACTS; scripts/test.sh sets it and names
 // what it holds at the end), and logs where.
