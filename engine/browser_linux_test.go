@@ -246,7 +246,10 @@ func TestBrowserWebTransport(t *testing.T) {
 
 	certFile, keyFile, hash, _ := shortCert(t, 10*24*time.Hour)
 	log := &syncBuffer{}
-	ts := startLog(t, fmt.Sprintf(`[kernel]
+	// On localhost: Chromium tries ::1 first, and over UDP it does not
+	// fall back to 127.0.0.1 (the engine answers on both).
+	ts := startLog(t, fmt.Sprintf(`listen = "localhost:0"
+[kernel]
 ktls = "auto"
 [[sites]]
 domain = "localhost"
@@ -262,7 +265,7 @@ max_bytes_per_session = "64MiB"
 max_datagram_bytes = 1000
 idle_timeout = "2s"
 `, t.TempDir(), certFile, keyFile, origin), log)
-	base := "https://" + ts.addr + "/.well-known/engine/diagnostics"
+	base := "https://localhost:" + portOf(ts.addr) + "/.well-known/engine/diagnostics"
 
 	c := newChrome(t, nil)
 	c.run(t, 30*time.Second, "open the test page", chromedp.Navigate(origin+"/wt.html"))
@@ -409,7 +412,8 @@ idle_timeout = "2s"
 
 	t.Run("a 15-day certificate is refused by hash", func(t *testing.T) {
 		certFile, keyFile, hash15, _ := shortCert(t, 15*24*time.Hour)
-		ts15 := start(t, fmt.Sprintf(`[kernel]
+		ts15 := start(t, fmt.Sprintf(`listen = "localhost:0"
+[kernel]
 ktls = "auto"
 [[sites]]
 domain = "localhost"
@@ -431,7 +435,7 @@ allowed_origins = [%q]
   try { const s = await wt("mode=echo", %q); s.close(); return JSON.stringify({ opened: true }); }
   catch (e) { return JSON.stringify({ opened: false, error: e.name + ": " + e.message }); }
   finally { window.wtBase = %q; }
-})()`, "https://"+ts15.addr+"/.well-known/engine/diagnostics", hash15, base), &r)
+})()`, "https://localhost:"+portOf(ts15.addr)+"/.well-known/engine/diagnostics", hash15, base), &r)
 		if r.Opened {
 			t.Fatal("Chromium took a 15-day certificate by its hash: docs/BROWSERS.md's limit is wrong")
 		}
@@ -488,7 +492,8 @@ func TestBrowserHTTP3(t *testing.T) {
 	alog := filepath.Join(t.TempDir(), "access.log")
 	// A connection idle for a second is closed, so that a second load
 	// of the page needs a new one: Chromium asks Alt-Svc only then.
-	ts := start(t, fmt.Sprintf(`access_log = %q
+	ts := start(t, fmt.Sprintf(`listen = "localhost:0"
+access_log = %q
 access_log_format = "json"
 [limits]
 idle_timeout = "1s"
@@ -503,14 +508,14 @@ cert = %q
 key = %q
 `, alog, root, pki.certFile, pki.keyFile))
 	_, port, _ := strings.Cut(ts.addr, ":")
-	origin := "https://127.0.0.1:" + port
+	origin := "https://localhost:" + port
 	leaf := readCert(t, pki.certFile)
 	pk := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
 	spki := base64.StdEncoding.EncodeToString(pk[:])
 
 	t.Run("forced QUIC", func(t *testing.T) {
 		c := newChrome(t, map[string]any{
-			"origin-to-force-quic-on":             "127.0.0.1:" + port,
+			"origin-to-force-quic-on":             "localhost:" + port,
 			"ignore-certificate-errors-spki-list": spki,
 		})
 		before := len(accessLines(t, alog, 0, 0))
@@ -528,7 +533,7 @@ key = %q
 		lines := accessLines(t, alog, before+2, 10*time.Second)[before:]
 		seen := map[string]string{}
 		for _, l := range lines {
-			seen[fmt.Sprint(l["path"])] = fmt.Sprint(l["protocol"])
+			seen[fmt.Sprint(l["path"])] = fmt.Sprintf("%v from %v", l["protocol"], l["client"])
 			if l["protocol"] != "HTTP/3.0" {
 				t.Errorf("access log: %v %v over %v, want HTTP/3.0", l["method"], l["path"], l["protocol"])
 			}

@@ -202,11 +202,14 @@ func sameAddr(f *os.File, addr string) bool {
 	if err != nil || port != "0" && port != "" && strconv.Itoa(int(got.Port())) != port {
 		return false
 	}
+	// A localhost socket is the wildcard bound to the loopback device
+	// (reuseport.Listen), or one systemd bound to a loopback address.
+	lo := got.Addr().IsUnspecified() && boundToLoopback(f)
 	switch host {
 	case "", "::", "0.0.0.0", "[::]":
-		return got.Addr().IsUnspecified()
+		return got.Addr().IsUnspecified() && !lo
 	case "localhost":
-		return got.Addr().IsLoopback()
+		return got.Addr().IsLoopback() || lo
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap() == got.Addr().Unmap()

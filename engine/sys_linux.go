@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mediaship/engine/internal/reuseport"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,6 +59,14 @@ func localAddrOf(f *os.File) (netip.AddrPort, error) {
 		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port)), nil
 	}
 	return netip.AddrPort{}, errors.New("not an IP socket")
+}
+
+// boundToLoopback reports whether f's socket is bound to the loopback
+// device (a localhost listener: reuseport.Listen).
+func boundToLoopback(f *os.File) bool {
+	lo := false
+	rawFd(f, func(fd int) { lo = reuseport.BoundToLoopback(fd) })
+	return lo
 }
 
 // dupFile duplicates f's descriptor (close-on-exec) for an owner that

@@ -17,6 +17,7 @@ var errNoHandover = errors.New("engine: passed sockets are Linux-only")
 func sockType(*os.File) int                        { return -1 }
 func localAddrOf(*os.File) (netip.AddrPort, error) { return netip.AddrPort{}, errNoHandover }
 func dupFile(*os.File) (int, error)                { return -1, errNoHandover }
+func boundToLoopback(*os.File) bool                { return false }
 func dupFdFile(int, string) (*os.File, error)      { return nil, errNoHandover }
 
 func rawFd(*os.File, func(int)) error { return errNoHandover }

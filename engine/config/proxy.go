@@ -446,7 +446,9 @@ func (c *Config) isOwnListener(r *Route, a string) bool {
 // (a fixed one, not 0), and an address it answers on, whatever the
 // zone. A listener on every address answers on loopback and on this
 // host's interface addresses (over TCP, "0.0.0.0" is IPv4 only; UDP
-// sockets on it take IPv6 too); one on "localhost" on 127.0.0.1. A
+// sockets on it take IPv6 too); one on "localhost" on both loopback
+// addresses and, from this host, its interface addresses (it is the
+// wildcard bound to the loopback device, reuseport.Listen). A
 // connection to 0.0.0.0 or :: goes to the loopback address.
 func (c *Config) OnListener(ap netip.AddrPort, udp bool) bool {
 	listen := c.Listen
@@ -475,7 +477,7 @@ func (c *Config) OnListener(ap netip.AddrPort, udp bool) bool {
 		}
 		return ip.IsLoopback() || hostAddr(ip)
 	case strings.EqualFold(lhost, "localhost"):
-		return ip == loopback4
+		return ip.IsLoopback() || hostAddr(ip)
 	case err == nil:
 		return ip == l
 	}

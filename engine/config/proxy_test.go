@@ -299,8 +299,9 @@ func TestOnListener(t *testing.T) {
 		{"10.9.9.9:8443", "0.0.0.0:8443", true, false}, // 0.0.0.0 goes to 127.0.0.1, not 10.9.9.9
 		{"10.9.9.9:8443", "10.9.9.9:8443", false, true},
 		{"localhost:8443", "127.0.0.1:8443", false, true},
-		{"localhost:8443", "[::1]:8443", true, false}, // the listener is on 127.0.0.1
-		{"localhost:8443", "127.0.0.2:8443", true, false},
+		{"localhost:8443", "[::1]:8443", true, true},      // both loopback addresses
+		{"localhost:8443", "127.0.0.2:8443", true, true},  // all of 127/8: the wildcard, on the loopback device
+		{"localhost:8443", "192.0.2.1:8443", true, false}, // not an address of this host
 		{":8443", "127.0.0.9:8443", false, true},
 		{":8443", "[::1]:8443", false, true},
 		{":8443", "[::1%lo]:8443", false, true},

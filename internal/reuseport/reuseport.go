@@ -8,7 +8,8 @@ import (
 
 // Listen opens a non-blocking listening TCP socket on addr ("host:port";
 // an empty host is the IPv6 wildcard, falling back to IPv4 where there is
-// no IPv6) with SO_REUSEPORT, and returns its descriptor and the address
+// no IPv6; "localhost" is 127.0.0.1 and ::1, and its bound address stays
+// "localhost:PORT") with SO_REUSEPORT, and returns its descriptor and the address
 // it is bound to, with the real port when port 0 was asked. When
 // checkFree is set and the port is not 0, Listen first makes sure nothing
 // listens on the address already, as a plain bind would: SO_REUSEPORT
@@ -17,6 +18,11 @@ import (
 func Listen(addr string, checkFree bool) (fd int, bound string, err error) {
 	return listen(addr, checkFree)
 }
+
+// BoundToLoopback reports whether fd is bound to the loopback device: a
+// socket Listen or ListenUDP opened for "localhost" (both loopback
+// addresses, on the IPv6 wildcard bound to the device).
+func BoundToLoopback(fd int) bool { return boundToLoopback(fd) }
 
 // Steering is an attached steering program and the maps it reads.
 type Steering struct {

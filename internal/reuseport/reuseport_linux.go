@@ -24,6 +24,17 @@ func listenUDP(addr string, checkFree bool) (int, string, error) {
 // open makes a non-blocking SO_REUSEPORT socket of type typ bound to
 // addr, listening when it is a TCP one, and returns it with the address
 // it is bound to.
+//
+// "localhost" is both loopback addresses, 127.0.0.1 and ::1, on one
+// socket: the IPv6 wildcard (dual stack) bound to the loopback device
+// with SO_BINDTODEVICE, which nothing from off this host reaches.
+// Browsers resolve localhost to ::1 first, and over UDP (HTTP/3,
+// WebTransport) they do not fall back to 127.0.0.1 when nothing answers
+// on ::1. Its bound address is "localhost:PORT", so that the rest of a
+// group binds the same way. Setting SO_BINDTODEVICE on an unbound socket
+// needs no privilege since Linux 5.7 (commit c427bfec18f2); before it, it
+// needs CAP_NET_RAW, and open says so. Without IPv6, localhost is
+// 127.0.0.1.
 func open(addr string, typ int, checkFree bool) (int, string, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -34,11 +45,12 @@ func open(addr string, typ int, checkFree bool) (int, string, error) {
 		return -1, "", fmt.Errorf("reuseport: bad port %q", portStr)
 	}
 	var ip netip.Addr
+	loopback := false // "localhost": the wildcard, bound to the loopback device
 	switch host {
 	case "", "::", "[::]":
 		ip = netip.IPv6Unspecified()
 	case "localhost":
-		ip = netip.MustParseAddr("127.0.0.1")
+		ip, loopback = netip.IPv6Unspecified(), true
 	default:
 		if ip, err = netip.ParseAddr(host); err != nil {
 			return -1, "", fmt.Errorf("reuseport: bad host %q", host)
@@ -49,9 +61,13 @@ func open(addr string, typ int, checkFree bool) (int, string, error) {
 		family = unix.AF_INET
 	}
 	fd, err := unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil && family == unix.AF_INET6 && host == "" {
-		// No IPv6 on this host: the wildcard falls back to IPv4.
+	if err != nil && family == unix.AF_INET6 && (host == "" || loopback) {
+		// No IPv6 on this host: the wildcard falls back to IPv4, and
+		// localhost is 127.0.0.1.
 		ip, family = netip.IPv4Unspecified(), unix.AF_INET
+		if loopback {
+			ip, loopback = netip.AddrFrom4([4]byte{127, 0, 0, 1}), false
+		}
 		fd, err = unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	}
 	if err != nil {
@@ -69,6 +85,13 @@ func open(addr string, typ int, checkFree bool) (int, string, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
 		return fail("setsockopt SO_REUSEPORT", err)
 	}
+	if loopback {
+		if err := unix.SetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE, loopbackDevice); err != nil {
+			unix.Close(fd)
+			return -1, "", fmt.Errorf("reuseport: localhost is 127.0.0.1 and ::1, one socket bound to the loopback device, which this process may not do (before Linux 5.7 it needs CAP_NET_RAW); listen on 127.0.0.1 or [::1] instead: %w",
+				os.NewSyscallError("setsockopt SO_BINDTODEVICE", err))
+		}
+	}
 	var sa unix.Sockaddr
 	if family == unix.AF_INET {
 		sa = &unix.SockaddrInet4{Port: port, Addr: ip.As4()}
@@ -77,7 +100,7 @@ func open(addr string, typ int, checkFree bool) (int, string, error) {
 		sa = &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
 	}
 	if checkFree && port != 0 {
-		if err := portFree(family, typ, sa); err != nil {
+		if err := portFree(family, typ, sa, loopback); err != nil {
 			unix.Close(fd)
 			return -1, "", err
 		}
@@ -101,20 +124,29 @@ func open(addr string, typ int, checkFree bool) (int, string, error) {
 	case *unix.SockaddrInet6:
 		bound = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
 	}
+	if loopback {
+		return fd, net.JoinHostPort("localhost", strconv.Itoa(int(bound.Port()))), nil
+	}
 	return fd, bound.String(), nil
 }
 
-// portFree binds a socket of type typ without SO_REUSEPORT (a TCP one
+// portFree binds a socket of type typ without SO_REUSEPORT (bound to the
+// loopback device with loopback) (a TCP one
 // with SO_REUSEADDR, so connections in TIME_WAIT from a previous run do
 // not count) to see whether anything is bound to the address already:
 // SO_REUSEPORT would otherwise let a socket silently share another
 // server's port.
-func portFree(family, typ int, sa unix.Sockaddr) error {
+func portFree(family, typ int, sa unix.Sockaddr, loopback bool) error {
 	fd, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return os.NewSyscallError("socket", err)
 	}
 	defer unix.Close(fd)
+	if loopback {
+		// As the socket to be bound: one on 127.0.0.1 or ::1 conflicts
+		// with it, one bound to another device does not.
+		unix.SetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE, loopbackDevice)
+	}
 	if typ == unix.SOCK_STREAM {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
 	}
@@ -128,6 +160,14 @@ func portFree(family, typ int, sa unix.Sockaddr) error {
 }
 
 func closeFd(fd int) { unix.Close(fd) }
+
+// loopbackDevice is the loopback interface's name on Linux.
+const loopbackDevice = "lo"
+
+func boundToLoopback(fd int) bool {
+	dev, err := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
+	return err == nil && dev == loopbackDevice
+}
 
 // objects are the eBPF objects that spread connections by CPU. Closing
 // the program detaches nothing (the socket group holds a reference), but

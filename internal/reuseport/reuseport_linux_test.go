@@ -3,10 +3,12 @@ package reuseport
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,5 +64,89 @@ func TestRemedy(t *testing.T) {
 	}
 	if r := Remedy(syscall.EINVAL); !strings.Contains(r, "4.19") {
 		t.Errorf("EINVAL: %q", r)
+	}
+}
+
+// hasIPv6Loopback reports whether ::1 can be bound here (containers may
+// run without IPv6).
+func hasIPv6Loopback() bool {
+	l, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// TestListenLocalhost: "localhost" answers on 127.0.0.1 and on ::1, TCP
+// and UDP, on one socket bound to the loopback device, and its group
+// shares the port that way; a socket on 127.0.0.1 at the port conflicts
+// with it (checkFree), as a plain bind would.
+func TestListenLocalhost(t *testing.T) {
+	fd, bound, err := listenT(t, "localhost:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(bound)
+	if !strings.HasPrefix(bound, "localhost:") || port == "0" {
+		t.Fatalf("bound %q, want localhost:PORT", bound)
+	}
+	if !BoundToLoopback(fd) {
+		t.Fatal("the localhost socket is not bound to the loopback device")
+	}
+	if _, b2, err := listenT(t, bound, false); err != nil || b2 != bound {
+		t.Fatalf("a second socket of the group: %q, %v", b2, err)
+	}
+	if _, _, err := listenT(t, "127.0.0.1:"+port, true); err == nil {
+		t.Error("127.0.0.1 at the port of a localhost listener was free")
+	}
+	addrs := []string{"127.0.0.1:" + port}
+	if hasIPv6Loopback() {
+		addrs = append(addrs, "[::1]:"+port)
+	} else {
+		t.Log("no IPv6 loopback here: ::1 not tried")
+	}
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			t.Errorf("TCP to %s: %v", a, err)
+			continue
+		}
+		c.Close()
+	}
+
+	ufd, ubound, err := ListenUDP("localhost:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ufd)
+	if !BoundToLoopback(ufd) {
+		t.Fatal("the localhost UDP socket is not bound to the loopback device")
+	}
+	_, uport, _ := net.SplitHostPort(ubound)
+	uaddrs := []string{"127.0.0.1:" + uport}
+	if hasIPv6Loopback() {
+		uaddrs = append(uaddrs, "[::1]:"+uport)
+	}
+	f := os.NewFile(uintptr(ufd), "udp")
+	pc, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	for _, a := range uaddrs {
+		c, err := net.Dial("udp", a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("to " + a))
+		c.Close()
+		pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 64)
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil || string(buf[:n]) != "to "+a {
+			t.Errorf("UDP to %s: read %q, %v", a, buf[:n], err)
+		}
 	}
 }
