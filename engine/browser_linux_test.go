@@ -871,6 +871,32 @@ idle_timeout = "5s"
 			t.Errorf("?%s: the page reports %q, want one error naming the limit", q, r.Errors)
 		}
 	}
+	// The page's own pattern check (words at a time) against the test
+	// page's (BigInt, byte by byte), from odd offsets, and a byte out of
+	// place found where it is.
+	var pc struct {
+		Same   bool
+		Found  []int
+		Filled int
+	}
+	c.eval(t, 30*time.Second, "the page's pattern check", wtPageJS+`;(async () => {
+  const P = window.engineDiagnostics.Pattern;
+  let same = true;
+  const found = [];
+  for (const [from, n] of [[0, 4096], [3, 1001], [8 * 1000003 + 5, 777], [2 ** 33 + 1, 64]]) {
+    const b = new Uint8Array(n);
+    new P(from).run(b, true);
+    same = same && window.same(b, window.pattern(from, n));
+    const chunked = new P(from);
+    let ok = chunked.run(b.subarray(0, 5), false) === -1 && chunked.run(b.subarray(5), false) === -1;
+    b[n - 7] ^= 1;
+    found.push(ok ? new P(from).run(b, false) : -2);
+  }
+  return JSON.stringify({ same, found });
+})()`, &pc)
+	if !pc.Same || !slices.Equal(pc.Found, []int{4096 - 7, 1001 - 7, 777 - 7, 64 - 7}) {
+		t.Errorf("the page's pattern: same as the reference %v; a flipped byte found at %v, want %v", pc.Same, pc.Found, []int{4089, 994, 770, 57})
+	}
 	// Its script ran (the page reported); its style applied too only if
 	// the policy names the style's hash.
 	if w := value(t, c, 10*time.Second, "read the page's style", chromedp.Evaluate[string](`getComputedStyle(document.body).maxWidth`)); w == "none" {

@@ -15,6 +15,10 @@ export PATH="$PATH:$(go env GOPATH)/bin"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Files a test writes for a person to look at (the browser tests'
+# screenshots), named at the end.
+export ENGINE_TEST_ARTIFACTS="${ENGINE_TEST_ARTIFACTS:-$PWD/.test-artifacts}"
+rm -rf "$ENGINE_TEST_ARTIFACTS"
 go build -o "$tmp/testreport" ./internal/testreport
 skips="$tmp/skips"
 : >"$skips"
@@ -47,6 +51,11 @@ echo "== benchmarks, once each so they never rot (no timing is asserted)"
 # like a test.
 go test -count=1 -run='^$' -bench=. -benchtime=1x -json ./... |
 	"$tmp/testreport" filter -quiet -skips "$skips"
+
+if [ -d "$ENGINE_TEST_ARTIFACTS" ]; then
+	echo "== for a person to look at (screenshots from the browser tests)"
+	ls -1 "$ENGINE_TEST_ARTIFACTS"/* 2>/dev/null || true
+fi
 
 echo "== skipped tests"
 "$tmp/testreport" skips ${ENGINE_REQUIRE_NO_SKIP:+-strict} "$skips"

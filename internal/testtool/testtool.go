@@ -95,6 +95,8 @@ func Install(name string) string {
 		return "apt-get install qemu-system-x86"
 	case "systemd-analyze":
 		return "apt-get install systemd"
+	case "certutil":
+		return "apt-get install libnss3-tools"
 	case "h2spec":
 		return "go install github.com/summerwind/h2spec/cmd/h2spec@" + H2specVersion
 	case "pebble", "pebble-challtestsrv":
