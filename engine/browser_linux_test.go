@@ -167,6 +167,15 @@ func shortCert(t *testing.T, validFor time.Duration) (certFile, keyFile, certHas
 	return certFile, keyFile, hex.EncodeToString(sum[:]), base64.StdEncoding.EncodeToString(pk[:])
 }
 
+// localhostTLS is the head of the browser tests' TLS configurations:
+// listen on localhost (both loopback addresses: Chromium tries ::1 first,
+// and over UDP it does not fall back), kernel TLS where the kernel has
+// it, and one default site serving root with the certificate.
+func localhostTLS(root, certFile, keyFile string) string {
+	return fmt.Sprintf("listen = \"localhost:0\"\n[kernel]\nktls = \"auto\"\n[[sites]]\ndomain = \"localhost\"\ndefault = true\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+		root, certFile, keyFile)
+}
+
 // accessLines reads a JSON access log (until it has at least n lines or
 // d passes: lines are written as responses finish).
 func accessLines(t *testing.T, path string, n int, d time.Duration) []map[string]any {
@@ -248,23 +257,13 @@ func TestBrowserWebTransport(t *testing.T) {
 	log := &syncBuffer{}
 	// On localhost: Chromium tries ::1 first, and over UDP it does not
 	// fall back to 127.0.0.1 (the engine answers on both).
-	ts := startLog(t, fmt.Sprintf(`listen = "localhost:0"
-[kernel]
-ktls = "auto"
-[[sites]]
-domain = "localhost"
-default = true
-root = %q
-[sites.tls]
-cert = %q
-key = %q
-[webtransport]
+	ts := startLog(t, localhostTLS(t.TempDir(), certFile, keyFile)+fmt.Sprintf(`[webtransport]
 enabled = true
 allowed_origins = [%q]
 max_bytes_per_session = "64MiB"
 max_datagram_bytes = 1000
 idle_timeout = "2s"
-`, t.TempDir(), certFile, keyFile, origin), log)
+`, origin), log)
 	base := "https://localhost:" + portOf(ts.addr) + "/.well-known/engine/diagnostics"
 
 	c := newChrome(t, nil)
@@ -412,20 +411,7 @@ idle_timeout = "2s"
 
 	t.Run("a 15-day certificate is refused by hash", func(t *testing.T) {
 		certFile, keyFile, hash15, _ := shortCert(t, 15*24*time.Hour)
-		ts15 := start(t, fmt.Sprintf(`listen = "localhost:0"
-[kernel]
-ktls = "auto"
-[[sites]]
-domain = "localhost"
-default = true
-root = %q
-[sites.tls]
-cert = %q
-key = %q
-[webtransport]
-enabled = true
-allowed_origins = [%q]
-`, t.TempDir(), certFile, keyFile, origin))
+		ts15 := start(t, localhostTLS(t.TempDir(), certFile, keyFile)+fmt.Sprintf("[webtransport]\nenabled = true\nallowed_origins = [%q]\n", origin))
 		var r struct {
 			Opened bool
 			Error  string
@@ -492,21 +478,8 @@ func TestBrowserHTTP3(t *testing.T) {
 	alog := filepath.Join(t.TempDir(), "access.log")
 	// A connection idle for a second is closed, so that a second load
 	// of the page needs a new one: Chromium asks Alt-Svc only then.
-	ts := start(t, fmt.Sprintf(`listen = "localhost:0"
-access_log = %q
-access_log_format = "json"
-[limits]
-idle_timeout = "1s"
-[kernel]
-ktls = "auto"
-[[sites]]
-domain = "localhost"
-default = true
-root = %q
-[sites.tls]
-cert = %q
-key = %q
-`, alog, root, pki.certFile, pki.keyFile))
+	ts := start(t, fmt.Sprintf("access_log = %q\naccess_log_format = \"json\"\n", alog)+
+		localhostTLS(root, pki.certFile, pki.keyFile)+"[limits]\nidle_timeout = \"1s\"\n")
 	_, port, _ := strings.Cut(ts.addr, ":")
 	origin := "https://localhost:" + port
 	leaf := readCert(t, pki.certFile)
@@ -814,22 +787,13 @@ func TestBrowserDiagnosticsPage(t *testing.T) {
 		t.Skip("starts Chromium: -short")
 	}
 	certFile, keyFile, _, spki := shortCert(t, 10*24*time.Hour)
-	ts := start(t, fmt.Sprintf(`[kernel]
-ktls = "auto"
-[[sites]]
-domain = "localhost"
-default = true
-root = %q
-[sites.tls]
-cert = %q
-key = %q
-[webtransport]
+	ts := start(t, localhostTLS(t.TempDir(), certFile, keyFile)+`[webtransport]
 enabled = true
 max_bytes_per_session = "64MiB"
 max_streams_per_session = 4
 max_datagram_bytes = 1000
 idle_timeout = "5s"
-`, t.TempDir(), certFile, keyFile))
+`)
 	base := "https://" + ts.addr + "/.well-known/engine/diagnostics"
 	c := newChrome(t, map[string]any{"ignore-certificate-errors-spki-list": spki})
 
