@@ -835,6 +835,27 @@ idle_timeout = "5s"
 			t.Errorf("?%s: the page reports %q, want one error naming the limit", q, r.Errors)
 		}
 	}
+	// Led there by another site (here the page on 127.0.0.1, another
+	// site than localhost), ?run=1 runs nothing: the page waits for its
+	// button (Sec-Fetch-Site: cross-site).
+	c.run(t, 30*time.Second, "open the page on another site", chromedp.Navigate("https://127.0.0.1:"+portOf(ts.addr)+"/.well-known/engine/diagnostics"))
+	led := base + "?run=1&source_bytes=1048576"
+	c.run(t, 10*time.Second, "follow a link from it", chromedp.Evaluate[chromedp.Void](fmt.Sprintf("location.href = %q", led)))
+	var state []string
+	if !waitFor(scale(30*time.Second), func() bool {
+		v, err := chromedp.Run(c.ctx, chromedp.Evaluate[[]string](`location.href === `+fmt.Sprintf("%q", led)+` && document.readyState === "complete" && window.engineDiagnostics ?
+  [window.engineDiagnostics.state, document.getElementById("status").textContent] : []`))
+		state = v
+		return err == nil && len(v) == 2
+	}) {
+		t.Fatal("the link from another site did not load the page")
+	}
+	time.Sleep(scale(500 * time.Millisecond)) // had it started, it would be running by now
+	state = value(t, c, 10*time.Second, "read the page's state", chromedp.Evaluate[[]string](`[window.engineDiagnostics.state, document.getElementById("status").textContent]`))
+	if state[0] != "idle" || !strings.Contains(state[1], "another site") {
+		t.Errorf("led from another site with ?run=1, the page is %q (%q), want idle and saying why", state[0], state[1])
+	}
+
 	// The page's own pattern check (words at a time) against the test
 	// page's (BigInt, byte by byte), from odd offsets, and a byte out of
 	// place found where it is.

@@ -76,9 +76,12 @@ type decision struct {
 	// WebTransport endpoint under site's name.
 	webTransport bool
 	// page: a GET or HEAD of the diagnostics path, answered with the
-	// diagnostics page (diagPage) for pageHost, the host it was routed by.
-	page     bool
-	pageHost string
+	// diagnostics page (diagPage) for pageHost, the host it was routed
+	// by; pageAutorun: the page may start its tests from its query (the
+	// browser says no other site led to it).
+	page        bool
+	pageHost    string
+	pageAutorun bool
 	// pr is the request's policy (its path's, or its route's) and what
 	// the response's fields need of it; refused is the policy's reason
 	// when status is its refusal (and detail why, for the log).
@@ -141,6 +144,16 @@ func (s *Server) decide(f *reqFacts, buf []byte) (decision, []byte) {
 	if s.wtPage != nil && f.tls && string(f.path) == s.cfg.WebTransport.Path {
 		st := s.sites.byName(buf)
 		d.site, d.page, d.pageHost = st, true, string(buf)
+		// Sec-Fetch-Site (Fetch Metadata), which every browser with
+		// WebTransport sends: "none" when the user opened the page
+		// (typed, bookmarked, a script driving the browser),
+		// "same-origin" from the page itself. From another site, ?run=1
+		// would spend up to max_bytes_per_session per visitor on
+		// whoever linked there; the page then waits for its Run button.
+		if f.hdr != nil {
+			sfs := string(f.hdr.Get("sec-fetch-site"))
+			d.pageAutorun = sfs == "none" || sfs == "same-origin"
+		}
 		switch m := string(f.method); {
 		case !st.h3 || misdirected:
 			d.status, d.reason = 421, reasonMisdirected

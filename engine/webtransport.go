@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"github.com/mediaship/engine/engine/config"
 	"github.com/mediaship/engine/engine/files"
 	"github.com/mediaship/engine/engine/policy"
+	"github.com/mediaship/engine/engine/routing"
 	"github.com/mediaship/engine/h3"
 	"github.com/mediaship/engine/integrity"
 	"github.com/mediaship/engine/internal/fileio"
@@ -124,10 +126,10 @@ func parseWTQuery(raw string, maxBytes int64, dgram int) (wtOp, error) {
 
 // originAllowed checks a session's Origin against allowed_origins. A
 // request without Origin is not a browser's: Origin protects browsers'
-// users, and any other client could send any value. The https origin of
-// the request's own authority is allowed too: it is the server's own
-// (the diagnostics page's), as a same-origin request needs no CORS.
-func originAllowed(cfg *config.WebTransport, h http.Header, authority string) bool {
+// users, and any other client could send any value. own, when not "",
+// is the request's own origin (ownOrigin), allowed too: the server's
+// own page's, as a same-origin request needs no CORS.
+func originAllowed(cfg *config.WebTransport, h http.Header, own string) bool {
 	v, ok := h["Origin"]
 	if !ok {
 		return true
@@ -135,8 +137,8 @@ func originAllowed(cfg *config.WebTransport, h http.Header, authority string) bo
 	if len(v) != 1 {
 		return false
 	}
-	if authority != "" && strings.EqualFold(v[0], "https://"+strings.TrimSuffix(authority, ":443")) {
-		return true
+	if own != "" && strings.EqualFold(strings.TrimSuffix(v[0], ":443"), own) {
+		return true // browsers leave the default port out; a client may not
 	}
 	for _, o := range cfg.AllowedOrigins {
 		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), v[0]) {
@@ -144,6 +146,31 @@ func originAllowed(cfg *config.WebTransport, h http.Header, authority string) bo
 		}
 	}
 	return false
+}
+
+// ownOrigin is the https origin (without the default port) of a
+// session's :authority, which the endpoint accepts as its own page's, or
+// "" when a page from another site could claim it by DNS rebinding: a
+// name that no site names, by itself or by a wildcard, so that only "*"
+// or the default site answers it. A rebinding page at such a name
+// could pass the certificate's hash, which the diagnostics page
+// publishes, and a hash is checked without the name. An IP literal or
+// localhost is no name a page elsewhere can have.
+func (s *Server) ownOrigin(authority string) string {
+	host := authority
+	if h, _, err := net.SplitHostPort(authority); err == nil {
+		host = h
+	}
+	if host == "" {
+		return ""
+	}
+	name := routing.Normalize(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if _, err := netip.ParseAddr(name); err != nil && name != "localhost" {
+		if _, rank := s.sites.match([]byte(name)); rank <= routing.RankAny {
+			return ""
+		}
+	}
+	return "https://" + strings.TrimSuffix(authority, ":443")
 }
 
 // serveWebTransport answers an extended CONNECT on the diagnostics path:
@@ -170,7 +197,7 @@ func (hh *h3Handler) serveWebTransport(w http.ResponseWriter, r *http.Request, q
 		refuse(400, "not an extended CONNECT with :protocol webtransport-h3 or webtransport")
 		return
 	}
-	if !originAllowed(cfg, r.Header, r.Host) {
+	if !originAllowed(cfg, r.Header, srv.ownOrigin(r.Host)) {
 		refuse(403, fmt.Sprintf("Origin %q is not in webtransport.allowed_origins", r.Header.Get("Origin")))
 		return
 	}

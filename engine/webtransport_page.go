@@ -24,6 +24,7 @@ func (s *Server) diagPage(resp *files.Response, d *decision) {
 		MaxDatagramBytes:     w.MaxDatagramBytes,
 		MaxBytesPerSession:   int64(w.MaxBytesPerSession),
 		IdleTimeoutMS:        w.IdleTimeout.D().Milliseconds(),
+		Autorun:              d.pageAutorun,
 	}
 	if s.certs != nil {
 		if c, _ := s.certs.getCertificate(&tls.ClientHelloInfo{ServerName: d.pageHost}); c != nil && len(c.Certificate) > 0 {

@@ -1,15 +1,22 @@
 package engine_test
 
 import (
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mediaship/engine/wt"
 )
 
 // TestDiagnosticsPage: a GET of the endpoint's path answers the
@@ -94,4 +101,92 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestOwnOrigin: a session from the endpoint's own origin (https:// + its
+// :authority) needs no allowed_origins entry when a site names that host
+// (by itself or a wildcard), or the host is an IP literal or localhost;
+// not when only "*" answers the name, where a page elsewhere could take
+// it by DNS rebinding and pass the certificate's published hash (outside
+// attack finding 3).
+func TestOwnOrigin(t *testing.T) {
+	pki := newPKI(t, t.TempDir(), "localhost")
+	root := t.TempDir()
+	ts := start(t, fmt.Sprintf(`[kernel]
+ktls = "auto"
+[[sites]]
+domain = "*"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[[sites]]
+domain = "*.media.test"
+root = %q
+[sites.tls]
+cert = %q
+key = %q
+[webtransport]
+enabled = true
+`, root, pki.certFile, pki.keyFile, root, pki.certFile, pki.keyFile))
+	port := portOf(ts.addr)
+	for _, tc := range []struct {
+		host   string // the :authority's host and the SNI
+		origin string
+		want   int
+	}{
+		{"evil.test", "https://evil.test:" + port, 403},       // only "*" names it
+		{"a.media.test", "https://a.media.test:" + port, 200}, // a wildcard site names it
+		{"a.media.test", "https://b.media.test:" + port, 403}, // another host
+		{"a.media.test", "http://a.media.test:" + port, 403},  // another scheme
+		{"127.0.0.1", "https://127.0.0.1:" + port, 200},       // an IP literal
+		{"localhost", "https://localhost:" + port, 200},       // localhost
+		{"localhost", "https://localhost:" + port + "0", 403}, // another port
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), scale(10*time.Second))
+		c, err := wt.DialConn(ctx, ts.addr, &tls.Config{InsecureSkipVerify: true, ServerName: tc.host}, nil)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		s, resp, err := c.Dial(ctx, "https://"+net.JoinHostPort(tc.host, port)+"/.well-known/engine/diagnostics?mode=echo",
+			http.Header{"Origin": {tc.origin}})
+		got := 0
+		if resp != nil {
+			got = resp.StatusCode
+		}
+		if got != tc.want {
+			t.Errorf(":authority %s, Origin %s: %d (%v), want %d", tc.host, tc.origin, got, err, tc.want)
+		}
+		if s != nil {
+			s.Close(0, "")
+		}
+		c.Close()
+		cancel()
+	}
+}
+
+// TestDiagnosticsPageAutorun: the page starts its tests from ?run=1 only
+// when the browser says the user opened it or it led to itself
+// (Sec-Fetch-Site none or same-origin); from another site, or from a
+// client that does not say, it waits for its Run button (outside attack
+// finding 2).
+func TestDiagnosticsPageAutorun(t *testing.T) {
+	ts, pki := startTLS(t, t.TempDir(), "[kernel]\nktls = \"auto\"\n[webtransport]\nenabled = true\n")
+	url := "https://localhost:" + portOf(ts.addr) + "/.well-known/engine/diagnostics?run=1"
+	for site, want := range map[string]bool{"none": true, "same-origin": true, "same-site": false, "cross-site": false, "": false} {
+		req, _ := http.NewRequest("GET", url, nil)
+		if site != "" {
+			req.Header.Set("Sec-Fetch-Site", site)
+		}
+		resp, err := pki.client(nil).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), fmt.Sprintf(`"autorun":%v`, want)) {
+			t.Errorf("Sec-Fetch-Site %q: the page does not say autorun %v", site, want)
+		}
+	}
 }

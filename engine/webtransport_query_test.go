@@ -105,21 +105,21 @@ func TestOriginAllowed(t *testing.T) {
 		if tc.origin != nil {
 			h["Origin"] = tc.origin
 		}
-		if got := originAllowed(cfg, h, "own.test:8443"); got != tc.want {
+		if got := originAllowed(cfg, h, "https://own.test:8443"); got != tc.want {
 			t.Errorf("originAllowed(%q) = %v, want %v", tc.origin, got, tc.want)
 		}
 	}
-	for _, tc := range []struct{ origin, authority string }{
-		{"https://own.test", "own.test:443"},
-		{"https://own.test", "own.test"},
-		{"https://[::1]:8443", "[::1]:8443"},
+	for _, tc := range []struct{ origin, own string }{
+		{"https://own.test", "https://own.test"},
+		{"https://own.test:443", "https://own.test"}, // a client that names the default port
+		{"https://[::1]:8443", "https://[::1]:8443"},
 	} {
-		if !originAllowed(&config.WebTransport{}, http.Header{"Origin": {tc.origin}}, tc.authority) {
-			t.Errorf("originAllowed(%q) for authority %q = false, want true (its own origin)", tc.origin, tc.authority)
+		if !originAllowed(&config.WebTransport{}, http.Header{"Origin": {tc.origin}}, tc.own) {
+			t.Errorf("originAllowed(%q) with own origin %q = false, want true", tc.origin, tc.own)
 		}
 	}
 	if originAllowed(&config.WebTransport{}, http.Header{"Origin": {"https://"}}, "") {
-		t.Error(`an empty authority made Origin "https://" its own`)
+		t.Error(`no own origin let Origin "https://" in`)
 	}
 	if !originAllowed(&config.WebTransport{AllowedOrigins: []string{"*"}}, http.Header{"Origin": {"null"}}, "") {
 		t.Error(`"*" refused Origin null`)

@@ -36,6 +36,9 @@ type Limits struct {
 	MaxDatagramBytes     int    `json:"max_datagram_bytes"`
 	MaxBytesPerSession   int64  `json:"max_bytes_per_session"`
 	IdleTimeoutMS        int64  `json:"idle_timeout_ms"`
+	// Autorun lets ?run=1 start the tests when the page loads; without
+	// it (another site led to the page) the page waits for its button.
+	Autorun bool `json:"autorun"`
 	// CertificateHashes are hex SHA-256 digests of the certificates the
 	// page passes as serverCertificateHashes (CertificateHash); none
 	// when the certificate is one browsers verify by its chain.
