@@ -8,11 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mediaship/engine/internal/selfsigned"
+	"golang.org/x/sys/unix"
 )
 
 // TestSocketActivation passes the engine its listening sockets as
@@ -271,5 +275,123 @@ func TestReloadAndUpgradeCommands(t *testing.T) {
 		t.Errorf("after the stop, %s: %v (a process the failed upgrade started holds it)", addr, err)
 	} else {
 		l.Close()
+	}
+}
+
+// TestUpgradeKeepsLocalhost: after engine upgrade, a localhost listener's
+// sockets in the new process, TCP and QUIC alike, are still bound to the
+// loopback device. Before the fix, the new process named its handed-over
+// TCP socket by its address, [::], and bound its QUIC socket there: on
+// every address of the host.
+func TestUpgradeKeepsLocalhost(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "engine")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cert, err := selfsigned.New("localhost", 24*time.Hour, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, kp, _ := selfsigned.PEM(cert)
+	os.WriteFile(filepath.Join(dir, "cert.pem"), cp, 0o644)
+	os.WriteFile(filepath.Join(dir, "key.pem"), kp, 0o600)
+	os.Mkdir(filepath.Join(dir, "www"), 0o755)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	conf := filepath.Join(dir, "engine.toml")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`listen = "localhost:%d"
+pid_file = "run/engine.pid"
+[kernel]
+ktls = "auto"
+[[sites]]
+domain = "localhost"
+default = true
+root = "www"
+[sites.tls]
+cert = "cert.pem"
+key = "key.pem"
+`, port)), 0o644)
+	cmd := exec.Command(bin, "serve", "-c", conf)
+	logb := &syncWriter{w: &strings.Builder{}}
+	cmd.Stderr = logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pidFile := filepath.Join(dir, "run", "engine.pid")
+	waitPid := func(not int) int {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			b, _ := os.ReadFile(pidFile)
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid != not {
+				return pid
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no new pid in the pid file:\n%s", logb.String())
+			}
+		}
+	}
+	old := waitPid(0)
+	checkSockets(t, old, port)
+	var out, errb strings.Builder
+	if code := run([]string{"upgrade", "-c", conf, "--wait", "30s"}, &out, &errb); code != 0 {
+		t.Fatalf("engine upgrade = %d: %s%s", code, out.String(), errb.String())
+	}
+	pid := waitPid(old)
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	checkSockets(t, pid, port)
+}
+
+// checkSockets asserts that every socket of process pid bound to port
+// is bound to the loopback device, and that there is a TCP and a UDP
+// one. It takes copies of them with pidfd_getfd (Linux 5.6; the process
+// is this test's child, or was started by one).
+func checkSockets(t *testing.T, pid, port int) {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd_open %d: %v", pid, err)
+	}
+	defer unix.Close(pidfd)
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[int]int{}
+	for _, e := range ents {
+		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+		if !strings.HasPrefix(target, "socket:") {
+			continue
+		}
+		n, _ := strconv.Atoi(e.Name())
+		fd, err := unix.PidfdGetfd(pidfd, n, 0)
+		if err != nil {
+			t.Fatalf("pidfd_getfd %d/%d: %v", pid, n, err)
+		}
+		sa, err := unix.Getsockname(fd)
+		typ, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+		dev, _ := unix.GetsockoptString(fd, unix.SOL_SOCKET, unix.SO_BINDTODEVICE)
+		unix.Close(fd)
+		p := -1
+		switch a := sa.(type) {
+		case *unix.SockaddrInet4:
+			p = a.Port
+		case *unix.SockaddrInet6:
+			p = a.Port
+		}
+		if err != nil || p != port {
+			continue
+		}
+		kinds[typ]++
+		if dev != "lo" {
+			t.Errorf("process %d: a socket (type %d) on port %d is bound to device %q, want lo", pid, typ, port, dev)
+		}
+	}
+	if kinds[unix.SOCK_STREAM] == 0 || kinds[unix.SOCK_DGRAM] == 0 {
+		t.Errorf("process %d: sockets on port %d by type %v, want TCP and UDP", pid, port, kinds)
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/mediaship/engine/internal/testnet"
 	"golang.org/x/sys/unix"
+
+	"github.com/mediaship/engine/internal/reuseport"
 )
 
 // echoHandler answers each chunk of input with the same bytes.
@@ -451,5 +453,28 @@ func TestDial(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("refused connection never reported")
+	}
+}
+
+// TestListeningLocalhost: a handed-over localhost socket keeps its name,
+// so that the group's other sockets and the QUIC socket bound after an
+// upgrade are bound to the loopback device too, not to every address
+// (before, an upgrade bound QUIC on [::] for a localhost listener).
+func TestListeningLocalhost(t *testing.T) {
+	fd, bound, err := reuseport.Listen("localhost:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if got, err := listening(fd); err != nil || got != bound {
+		t.Errorf("listening(localhost socket) = %q, %v; want %q", got, err, bound)
+	}
+	wfd, wbound, err := reuseport.Listen("127.0.0.1:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(wfd)
+	if got, err := listening(wfd); err != nil || got != wbound {
+		t.Errorf("listening(127.0.0.1 socket) = %q, %v; want %q", got, err, wbound)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -105,6 +106,12 @@ func listening(fd int) (string, error) {
 	a, err := localAddr(fd)
 	if err != nil {
 		return "", err
+	}
+	if a.Addr().IsUnspecified() && reuseport.BoundToLoopback(fd) {
+		// A localhost socket (reuseport.Listen): named so, the group's
+		// other sockets and its QUIC socket are bound the same way, not
+		// to every address.
+		return "localhost:" + strconv.Itoa(int(a.Port())), nil
 	}
 	return a.String(), nil
 }
