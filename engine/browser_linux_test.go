@@ -108,16 +108,11 @@ func newChromeEnv(t *testing.T, flags map[string]any, env ...string) *chrome {
 // run runs actions within d (scaled); what names the step in a failure.
 func (c *chrome) run(t *testing.T, d time.Duration, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	if err := c.try(d, actions...); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// try is run that reports the error instead of ending the test.
-func (c *chrome) try(d time.Duration, actions ...chromedp.Action[chromedp.Void]) error {
 	ctx, cancel := context.WithTimeout(c.ctx, scale(d))
 	defer cancel()
-	return chromedp.Do(ctx, actions...)
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }
 
 // value runs action a within d (scaled) and returns its value.
@@ -172,7 +167,7 @@ func shortCert(t *testing.T, validFor time.Duration) (certFile, keyFile, certHas
 // and over UDP it does not fall back), kernel TLS where the kernel has
 // it, and one default site serving root with the certificate.
 func localhostTLS(root, certFile, keyFile string) string {
-	return fmt.Sprintf("listen = \"localhost:0\"\n[kernel]\nktls = \"auto\"\n[[sites]]\ndomain = \"localhost\"\ndefault = true\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
+	return fmt.Sprintf("listen = \"localhost:0\"\n"+ktlsAuto+"[[sites]]\ndomain = \"localhost\"\ndefault = true\nroot = %q\n[sites.tls]\ncert = %q\nkey = %q\n",
 		root, certFile, keyFile)
 }
 

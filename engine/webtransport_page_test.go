@@ -28,7 +28,7 @@ import (
 func TestDiagnosticsPage(t *testing.T) {
 	root := t.TempDir()
 	wt := "[webtransport]\nenabled = true\nmax_bytes_per_session = \"8MiB\"\nmax_streams_per_session = 3\n"
-	ts, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n"+wt)
+	ts, pki := startTLS(t, root, ktlsAuto+wt)
 	url := "https://localhost:" + portOf(ts.addr) + "/.well-known/engine/diagnostics"
 	leaf := readCert(t, pki.certFile)
 	sum := sha256.Sum256(leaf.Raw)
@@ -73,7 +73,7 @@ func TestDiagnosticsPage(t *testing.T) {
 		}
 	}
 	for name, extra := range map[string]string{"page = false": wt + "page = false\n", "no [webtransport]": ""} {
-		other, pki := startTLS(t, root, "[kernel]\nktls = \"auto\"\n"+extra)
+		other, pki := startTLS(t, root, ktlsAuto+extra)
 		resp, err := pki.client(nil).Get("https://localhost:" + portOf(other.addr) + "/.well-known/engine/diagnostics")
 		if err != nil {
 			t.Fatal(err)
@@ -112,9 +112,7 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 func TestOwnOrigin(t *testing.T) {
 	pki := newPKI(t, t.TempDir(), "localhost")
 	root := t.TempDir()
-	ts := start(t, fmt.Sprintf(`[kernel]
-ktls = "auto"
-[[sites]]
+	ts := start(t, fmt.Sprintf(ktlsAuto+`[[sites]]
 domain = "*"
 root = %q
 [sites.tls]
@@ -172,7 +170,7 @@ enabled = true
 // client that does not say, it waits for its Run button (outside attack
 // finding 2).
 func TestDiagnosticsPageAutorun(t *testing.T) {
-	ts, pki := startTLS(t, t.TempDir(), "[kernel]\nktls = \"auto\"\n[webtransport]\nenabled = true\n")
+	ts, pki := startTLS(t, t.TempDir(), ktlsAuto+"[webtransport]\nenabled = true\n")
 	url := "https://localhost:" + portOf(ts.addr) + "/.well-known/engine/diagnostics?run=1"
 	for site, want := range map[string]bool{"none": true, "same-origin": true, "same-site": false, "cross-site": false, "": false} {
 		req, _ := http.NewRequest("GET", url, nil)
