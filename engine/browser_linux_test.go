@@ -257,7 +257,7 @@ enabled = true
 allowed_origins = [%q]
 max_bytes_per_session = "64MiB"
 max_datagram_bytes = 1000
-idle_timeout = "2s"
+idle_timeout = "5s"
 `, origin), log)
 	base := "https://localhost:" + portOf(ts.addr) + "/.well-known/engine/diagnostics"
 
@@ -317,6 +317,8 @@ idle_timeout = "2s"
   })();
   const w = s.datagrams.writable.getWriter();
   for (let i = 0; i < 50; i++) { const d = new Uint8Array(size); d[0] = i; d[1] = 0xAB; await w.write(d); }
+  // Within idle_timeout (5 s): datagrams lost under load leave the
+  // session idle while the page waits for them.
   await Promise.race([reading, new Promise((ok) => setTimeout(ok, 3000))]);
   s.close({ closeCode: 7, reason: "done here" });
   const info = await s.closed;
